@@ -1,0 +1,97 @@
+"""What the nbgrader test cells use to judge an answer without being fooled.
+
+Two rules:
+
+1. **Answers become plain values before any comparison.** `as_number`,
+   `as_int`, `as_choice` and `as_int_tuple` accept only real numbers, strings
+   and tuples of ints (or a 0-d tensor / numpy scalar, read with `.item()`).
+   An object whose `__eq__` always returns True is rejected before it can
+   compare equal to anything.
+2. **Code answers are run on fresh ranks.** `check_on_ranks` starts new worker
+   processes with `threeaxes.launch`; the student's function travels by value,
+   the reference is imported fresh inside each worker, and only plain values
+   (bools, floats, strings) come back. Patching `threeaxes` inside the
+   student's notebook therefore cannot change the reference.
+
+Every failure is an `AssertionError` whose message says what to change.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+
+def _unwrap(value, name):
+    """0-d tensors and numpy scalars become Python numbers; nothing else changes."""
+    if type(value).__module__.startswith(("torch", "numpy")) and hasattr(value, "item"):
+        try:
+            return value.item()
+        except (ValueError, RuntimeError):
+            raise AssertionError(f"{name} should be a single number, got an array of shape "
+                                 f"{tuple(getattr(value, 'shape', ()))}") from None
+    return value
+
+
+def as_number(value, name: str = "answer") -> float:
+    """A plain float from an int/float answer; anything else fails with a hint."""
+    value = _unwrap(value, name)
+    if type(value) is bool or not isinstance(value, numbers.Real) or type(value) not in (int, float):
+        raise AssertionError(f"{name} should be a number (int or float), got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise AssertionError(f"{name} is {value}; it should be a finite number")
+    return value
+
+
+def as_int(value, name: str = "answer") -> int:
+    value = _unwrap(value, name)
+    if type(value) is float and value.is_integer():
+        value = int(value)
+    if type(value) is not int:
+        raise AssertionError(f"{name} should be a whole number (int), got {type(value).__name__} {value!r}")
+    return value
+
+
+def as_choice(value, choices, name: str = "answer") -> str:
+    """A plain lower-case string that must be one of `choices`."""
+    if type(value) is not str:
+        raise AssertionError(f"{name} should be a string, one of {sorted(choices)}; "
+                             f"got {type(value).__name__}")
+    text = value.strip().lower()
+    if text not in choices:
+        raise AssertionError(f"{name}={value!r} is not one of {sorted(choices)}")
+    return text
+
+
+def as_int_tuple(value, length: int | None = None, name: str = "answer") -> tuple[int, ...]:
+    if type(value) not in (tuple, list):
+        raise AssertionError(f"{name} should be a tuple of ints, got {type(value).__name__}")
+    items = tuple(as_int(v, f"{name}[{i}]") for i, v in enumerate(value))
+    if length is not None and len(items) != length:
+        raise AssertionError(f"{name} should have {length} entries, got {len(items)}")
+    return items
+
+
+def assert_close(answer, expected: float, *, rel: float = 1e-6, name: str = "answer", hint: str = ""):
+    """Compare a plain number with a reference to a relative tolerance."""
+    got = as_number(answer, name)
+    if not math.isclose(got, float(expected), rel_tol=rel, abs_tol=1e-12):
+        raise AssertionError(f"{name}={got:g} is not right. {hint}".strip())
+
+
+def check_on_ranks(check, world_size: int, *args, timeout: float = 60.0) -> list:
+    """Run `check(rank, world_size, *args)` on fresh ranks; return plain results.
+
+    `check` must be a module-level function of `threeaxes.grading.*` (so it
+    is imported fresh in every worker); student functions go in `args` and
+    travel by value.
+    """
+    from threeaxes.launch import launch
+
+    if not getattr(check, "__module__", "").startswith("threeaxes.grading"):
+        raise ValueError("check_on_ranks takes a reference check from threeaxes.grading")
+    results = launch(check, world_size, *args, timeout=timeout)
+    for r in results:
+        if type(r) not in (bool, int, float, str, tuple, dict, type(None)):
+            raise AssertionError(f"a check returned {type(r).__name__}, not a plain value")
+    return results
