@@ -104,14 +104,25 @@ def broadcast(tensor, *, src, group=None, axis="world"):
     return tensor
 
 
-def send(tensor, *, dst, axis="pp"):
-    """Point-to-point: hand `tensor` to global rank `dst` (blocks until taken)."""
+def send(tensor, *, dst, axis="pp", tag=0):
+    """Point-to-point: hand `tensor` to global rank `dst` (blocks until taken).
+    A recv matches a send with the same `tag` from the same peer."""
     with _timed("send", axis, tensor, peer=dst):
-        dist.send(tensor.contiguous(), dst=dst)
+        dist.send(tensor.contiguous(), dst=dst, tag=tag)
 
 
-def recv(tensor, *, src, axis="pp"):
+def isend(tensor, *, dst, axis="pp", tag=0):
+    """Point-to-point without waiting: post the send, return its work handle.
+    Call `.wait()` on it before changing `tensor`. Traced as a "send"; its
+    seconds are only the time to post it."""
+    tensor = tensor.contiguous()
+    with _timed("send", axis, tensor, peer=dst):
+        work = dist.isend(tensor, dst=dst, tag=tag)
+    return work
+
+
+def recv(tensor, *, src, axis="pp", tag=0):
     """Point-to-point: fill `tensor` (right shape and dtype) from global rank `src`."""
     with _timed("recv", axis, tensor, peer=src):
-        dist.recv(tensor, src=src)
+        dist.recv(tensor, src=src, tag=tag)
     return tensor

@@ -1,0 +1,95 @@
+"""Regenerate release/ from source/ (what `make release` runs).
+
+1. Stamp the install cell (`threeaxes.course.INSTALL_CELL`) as the first cell
+   of every source and ungraded notebook, so the repository URL lives in one
+   place.
+2. Run `nbgrader generate_assignment` for every assignment folder in source/,
+   with a throwaway gradebook so the repository gains no database.
+3. Normalise the released notebooks: notebook metadata is the kernelspec
+   alone, so a regeneration gives byte-identical files (a test checks this).
+
+`python -m autograder.release [--out DIR]` writes to DIR/release instead of
+the repository's release/ (the test uses this to compare).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from threeaxes.course import INSTALL_CELL
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
+
+
+def assignments(root: Path = ROOT) -> list[str]:
+    return sorted(p.name for p in (root / "source").iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def write_notebook(path: Path, nb: dict) -> None:
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+
+
+def stamp_install_cell(path: Path) -> bool:
+    """Make the first cell the install cell; True when the file changed."""
+    nb = json.loads(path.read_text())
+    first = nb["cells"][0] if nb["cells"] else None
+    if first and first["cell_type"] == "code" and "".join(first["source"]) == INSTALL_CELL:
+        return False
+    cell = {"cell_type": "code", "execution_count": None, "id": "install-threeaxes",
+            "metadata": {}, "outputs": [], "source": INSTALL_CELL.splitlines(keepends=True)}
+    if first and first.get("id") == "install-threeaxes":
+        nb["cells"][0] = cell
+    else:
+        nb["cells"].insert(0, cell)
+    write_notebook(path, nb)
+    return True
+
+
+def normalise(path: Path) -> None:
+    nb = json.loads(path.read_text())
+    nb["metadata"] = {"kernelspec": KERNELSPEC}
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    write_notebook(path, nb)
+
+
+def generate(course_root: Path, out_root: Path) -> None:
+    """Run nbgrader over course_root/source into out_root/release."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in assignments(course_root):
+            subprocess.run(
+                [sys.executable, "-m", "nbgrader", "generate_assignment", name, "--force",
+                 "--log-level=WARN",
+                 f"--CourseDirectory.root={course_root}",
+                 f"--CourseDirectory.release_directory={out_root / 'release'}",
+                 f"--CourseDirectory.db_url=sqlite:///{tmp}/gradebook.db"],
+                cwd=course_root, check=True)
+    for nb_path in sorted((out_root / "release").rglob("*.ipynb")):
+        normalise(nb_path)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None,
+                        help="write DIR/release instead of the repository's release/")
+    args = parser.parse_args(argv)
+    if args.out is None:
+        for nb_path in sorted(ROOT.glob("source/*/*.ipynb")) + sorted(ROOT.glob("notebooks/*.ipynb")):
+            if stamp_install_cell(nb_path):
+                print(f"stamped the install cell into {nb_path.relative_to(ROOT)}")
+        shutil.rmtree(ROOT / "release", ignore_errors=True)
+        generate(ROOT, ROOT)
+    else:
+        generate(ROOT, args.out)
+    print(f"released: {', '.join(assignments())}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""nbgrader settings for the course: source/ -> release/ -> submitted/ -> autograded/ -> feedback/.
+
+Run nbgrader from the repository root (the Makefile does), or use
+`python -m autograder.release` / `python -m autograder.grade`.
+"""
+c = get_config()  # noqa: F821 (provided by nbgrader)
+
+c.CourseDirectory.course_id = "three-axes"
+c.CourseDirectory.root = "."
+c.CourseDirectory.source_directory = "source"
+c.CourseDirectory.release_directory = "release"
+c.CourseDirectory.submitted_directory = "submitted"
+c.CourseDirectory.autograded_directory = "autograded"
+c.CourseDirectory.feedback_directory = "feedback"
+c.CourseDirectory.db_url = "sqlite:///gradebook.db"
+
+# What the release puts where a solution was.
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# A cell that runs longer than this is interrupted and marked as an error; the
+# rest of the notebook is still graded. Drops launch real ranks, so allow a
+# minute per cell; the launcher's own timeout (60 s) stops stuck collectives.
+c.Execute.timeout = 90
+c.Execute.interrupt_on_timeout = True
+
+# Feedback shows the test cells as the student received them: hidden tests
+# are removed before feedback is generated.
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+    "nbgrader.preprocessors.ClearHiddenTests",
+    "autograder.feedback.StripTestTracebacks",
+]

@@ -1,0 +1,109 @@
+"""A real nbgrader course in a temporary folder, for the grading-path tests.
+
+    course = Course(tmp_path, ["drop01-three-kinds-of-parallel"])
+    course.release()                                   # nbgrader generate_assignment
+    nb = course.released("drop01-three-kinds-of-parallel")
+    set_answer(nb, "fp32_bytes_answer", "fp32_bytes = 1")
+    course.submit("alice", "drop01-three-kinds-of-parallel", nb)
+    course.autograde("drop01-three-kinds-of-parallel")  # nbgrader autograde (every student)
+    course.scores("drop01-three-kinds-of-parallel", "alice")   # {grade_id: points}
+
+Everything goes through the nbgrader CLI with the repository's
+nbgrader_config.py, exactly as an instructor runs it; scores are read back
+from the gradebook database.
+"""
+from __future__ import annotations
+
+import copy
+import shutil
+from pathlib import Path
+
+import nbformat
+
+from autograder.grade import nbgrader
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Course:
+    def __init__(self, tmp_path: Path, assignments: list[str]):
+        self.root = Path(tmp_path) / "course"
+        (self.root / "source").mkdir(parents=True)
+        shutil.copy(ROOT / "nbgrader_config.py", self.root)
+        for name in assignments:
+            shutil.copytree(ROOT / "source" / name, self.root / "source" / name)
+        self.assignments = list(assignments)
+
+    # -- instructor steps -------------------------------------------------------
+    def release(self) -> None:
+        for name in self.assignments:
+            nbgrader(self.root, "generate_assignment", name, "--force")
+
+    def autograde(self, assignment: str, *extra: str) -> None:
+        nbgrader(self.root, "autograde", assignment, "--force", *extra)
+
+    def generate_feedback(self, assignment: str) -> None:
+        nbgrader(self.root, "generate_feedback", assignment, "--force")
+
+    def export_csv(self) -> str:
+        nbgrader(self.root, "export", "--to=grades.csv")
+        return (self.root / "grades.csv").read_text()
+
+    # -- notebooks ----------------------------------------------------------------
+    def source(self, assignment: str):
+        return nbformat.read(self.root / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+
+    def released(self, assignment: str):
+        return nbformat.read(self.root / "release" / assignment / f"{assignment}.ipynb", as_version=4)
+
+    def submit(self, student: str, assignment: str, nb) -> None:
+        folder = self.root / "submitted" / student / assignment
+        folder.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, folder / f"{assignment}.ipynb")
+
+    def feedback_html(self, assignment: str, student: str) -> str:
+        return (self.root / "feedback" / student / assignment / f"{assignment}.html").read_text()
+
+    # -- scores -------------------------------------------------------------------
+    def _grades(self, assignment: str, student: str):
+        from nbgrader.api import Gradebook
+
+        with Gradebook(f"sqlite:///{self.root / 'gradebook.db'}") as gb:
+            nb = gb.find_submission_notebook(assignment, assignment, student)
+            return {g.name: (g.score, g.max_score, g.cell.cell_type) for g in nb.grades}
+
+    def scores(self, assignment: str, student: str) -> dict[str, float]:
+        """Points per auto-graded cell (test cells), by grade id."""
+        return {name: float(score) for name, (score, _, kind) in self._grades(assignment, student).items()
+                if kind == "code"}
+
+    def max_scores(self, assignment: str, student: str) -> dict[str, float]:
+        return {name: float(mx) for name, (_, mx, kind) in self._grades(assignment, student).items()
+                if kind == "code"}
+
+
+# -- editing a notebook like a student ---------------------------------------------
+def cell_by_grade_id(nb, grade_id: str):
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
+            return cell
+    raise KeyError(f"no cell with grade_id {grade_id!r}")
+
+
+def set_answer(nb, grade_id: str, source: str):
+    """Return a copy of `nb` with the answer cell `grade_id` replaced by `source`."""
+    nb = copy.deepcopy(nb)
+    cell_by_grade_id(nb, grade_id).source = source
+    return nb
+
+
+def solution_of(source_nb, grade_id: str) -> str:
+    """The solution text of an answer cell in the instructor's source, without delimiters."""
+    text = cell_by_grade_id(source_nb, grade_id).source
+    return "\n".join(line for line in text.splitlines() if "### BEGIN SOLUTION" not in line
+                     and "### END SOLUTION" not in line)
+
+
+def answer_ids(nb) -> list[str]:
+    return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"]

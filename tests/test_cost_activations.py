@@ -1,0 +1,139 @@
+"""Activation memory against Korthikanti et al. 2022, Table 2 and Section 4-5.
+
+Each expected value is the paper's formula typed in here, evaluated by hand
+for the paper's own model shapes (Table 3: s = 2048, t = 8)."""
+import pytest
+
+from threeaxes.cost import activation_bytes, first_stage_activation_bytes
+
+# Korthikanti et al. 2022, Table 3: (name, heads a, hidden h, layers L, t, p)
+TABLE_3 = [
+    ("22B", 64, 6144, 48, 8, 1),
+    ("175B", 96, 12288, 96, 8, 8),
+    ("530B", 128, 20480, 105, 8, 35),
+    ("1T", 160, 25600, 128, 8, 64),
+]
+S = 2048
+
+
+def table_2(s, b, h, a, t):
+    """Korthikanti Table 2, typed in: bytes per layer."""
+    sbh = s * b * h
+    return {
+        ("none", False, 1): sbh * (34 + 5 * a * s / h),
+        ("none", False, t): sbh * (10 + 24 / t + 5 * a * s / (h * t)),
+        ("none", True, t): sbh * (34 / t + 5 * a * s / (h * t)),
+        ("selective", False, t): sbh * (10 + 24 / t),
+        ("selective", True, t): sbh * 34 / t,
+        ("full", False, t): 2 * sbh,
+    }
+
+
+@pytest.mark.parametrize("name, a, h, L, t, p", TABLE_3)
+@pytest.mark.parametrize("b", [1, 4])
+def test_table_2_rows(name, a, h, L, t, p, b):
+    for (recompute, sp, tp), expected in table_2(S, b, h, a, t).items():
+        got = activation_bytes(S, b, h, a, tp=tp, sequence_parallel=sp, recompute=recompute)
+        assert got.per_layer == pytest.approx(expected, rel=1e-12), (recompute, sp, tp)
+        got_l = activation_bytes(S, b, h, a, n_layers=L, tp=tp, sequence_parallel=sp,
+                                 recompute=recompute)
+        assert got_l.total == pytest.approx(L * expected, rel=1e-12)
+
+
+def test_no_parallelism_by_hand():
+    # s=4, b=2, h=8, a=2: sbh = 64; 34*64 + 5*a*s^2*b = 2176 + 5*2*16*2 = 2496
+    got = activation_bytes(4, 2, 8, 2)
+    assert got.linear == 2176 and got.attention == 320 and got.per_layer == 2496
+
+
+def test_tensor_parallel_with_t_1_is_the_unparallelised_row():
+    a = activation_bytes(S, 1, 6144, 64, tp=1)
+    b = activation_bytes(S, 1, 6144, 64, tp=1, sequence_parallel=True)
+    assert a.per_layer == pytest.approx(b.per_layer)
+
+
+@pytest.mark.parametrize("name, a, h, L, t, p", TABLE_3)
+def test_about_five_times_less_activation_memory(name, a, h, L, t, p):
+    # Korthikanti abstract: sequence parallelism plus selective
+    # recomputation cut activation memory about 5x against tensor parallelism
+    # alone. From Table 2: (10 + 24/t + 5as/(ht)) / (34/t).
+    base = activation_bytes(S, 1, h, a, tp=t).per_layer
+    ours = activation_bytes(S, 1, h, a, tp=t, sequence_parallel=True,
+                            recompute="selective").per_layer
+    expected_ratio = (10 + 24 / t + 5 * a * S / (h * t)) / (34 / t)
+    assert base / ours == pytest.approx(expected_ratio)
+    assert 4.5 < base / ours < 6.5
+
+
+@pytest.mark.parametrize("a, h, saved", [(96, 12288, 0.70), (128, 20480, 0.65)])
+def test_selective_recompute_savings_section_5(a, h, saved):
+    # Korthikanti Section 5: for GPT-3 (5as/h = 80) selective recomputation
+    # saves 70% of the activation memory, for MT-NLG (5as/h = 64) 65%
+    full = activation_bytes(S, 1, h, a, tp=8, sequence_parallel=True).per_layer
+    sel = activation_bytes(S, 1, h, a, tp=8, sequence_parallel=True,
+                           recompute="selective").per_layer
+    assert round(1 - sel / full, 2) == saved
+
+
+def test_first_stage_1f1b_holds_L_layers_eq_5():
+    # Korthikanti eq. 5: the first stage holds p micro-batches through L/p
+    # layers each: sbhL/t (34 + 5as/h), whatever p is.
+    s, b, h, a, L, t = S, 1, 12288, 96, 96, 8
+    expected = s * b * h * L / t * (34 + 5 * a * s / h)
+    for p in (1, 2, 4, 8, 16):
+        got = first_stage_activation_bytes(s, b, h, a, n_layers=L, tp=t, pp=p,
+                                           sequence_parallel=True)
+        assert got.transformer == pytest.approx(expected)
+        assert got.in_flight == p
+
+
+def test_first_stage_interleaved_factor():
+    # Korthikanti Section 4.2.3: interleaving with v chunks scales the first
+    # stage's activations by 1 + (p - 1)/(p v). 530B: p = 35, v = 3.
+    s, b, h, a, L, t, p, v = S, 1, 20480, 128, 105, 8, 35, 3
+    got = first_stage_activation_bytes(s, b, h, a, n_layers=L, tp=t, pp=p,
+                                       micro_batches=280, virtual_stages=v,
+                                       sequence_parallel=True, recompute="selective")
+    assert got.interleave_factor == pytest.approx(1 + 34 / 105)
+    assert got.transformer == pytest.approx(34 * s * b * h * L / t * (1 + 34 / 105))
+
+
+def test_first_stage_few_microbatches_and_gpipe():
+    kw = dict(n_layers=8, tp=1, pp=4)
+    one = activation_bytes(16, 1, 32, 4).per_layer
+    # 1F1B with m=2 < p=4: only 2 micro-batches in flight, 8/4 layers each
+    assert first_stage_activation_bytes(16, 1, 32, 4, micro_batches=2, **kw).transformer \
+        == pytest.approx(2 * 2 * one)
+    # GPipe keeps all m micro-batches (Huang et al. 2019): m=12 -> 12 * 2 layers
+    assert first_stage_activation_bytes(16, 1, 32, 4, micro_batches=12, schedule="gpipe",
+                                        **kw).transformer == pytest.approx(12 * 2 * one)
+
+
+def test_embedding_extras_section_4_3():
+    # Korthikanti Section 4.3: sbhp/t for the embedding dropout; with p = 1 also
+    # 4sbh/t (1 + v/h) for the final norm, output layer and fp32 logits
+    s, b, h, a, t, v = 8, 1, 16, 4, 2, 100
+    p1 = first_stage_activation_bytes(s, b, h, a, n_layers=4, tp=t, pp=1,
+                                      sequence_parallel=True, vocab_size=v)
+    assert p1.embeddings == pytest.approx(s * b * h / t + 4 * s * b * h / t * (1 + v / h))
+    p2 = first_stage_activation_bytes(s, b, h, a, n_layers=4, tp=t, pp=2,
+                                      sequence_parallel=True, vocab_size=v)
+    assert p2.embeddings == pytest.approx(s * b * h * 2 / t)
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(recompute="some"), dict(tp=0), dict(n_layers=-1),
+])
+def test_bad_arguments_raise(kwargs):
+    with pytest.raises(ValueError):
+        activation_bytes(2048, 1, 4096, 32, **kwargs)
+
+
+def test_first_stage_bad_arguments_raise():
+    with pytest.raises(ValueError, match="equal chunks"):
+        first_stage_activation_bytes(16, 1, 32, 4, n_layers=6, pp=4)
+    with pytest.raises(ValueError):
+        first_stage_activation_bytes(16, 1, 32, 4, n_layers=8, pp=2, schedule="gpipe",
+                                     virtual_stages=2)
+    with pytest.raises(ValueError):
+        first_stage_activation_bytes(16, 1, 32, 4, n_layers=8, pp=2, schedule="interleaved")

@@ -1,0 +1,56 @@
+"""The first cell of every released notebook installs `threeaxes` where it is
+missing (Colab, a bare kernel). Run here for real: a fresh virtual environment
+that can see the pinned dependencies but not the package, the install cell
+executed in it against a local copy of the repository."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from threeaxes.course import INSTALL_CELL, PIP_SPEC, REPO_URL
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_install_cell_takes_the_repository_url_from_course_py():
+    assert REPO_URL in PIP_SPEC and PIP_SPEC in INSTALL_CELL
+    released = sorted((ROOT / "release").glob("*/*.ipynb"))
+    assert released
+    for nb in released:
+        first = json.loads(nb.read_text())["cells"][0]
+        assert "".join(first["source"]) == INSTALL_CELL, nb
+
+
+@pytest.mark.slow
+def test_install_cell_installs_the_package_into_a_fresh_environment(tmp_path):
+    repo_copy = tmp_path / "repo"
+    shutil.copytree(ROOT, repo_copy, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "__pycache__", "*.egg-info", "build", "submitted", "autograded", "feedback"))
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True)
+    fresh_python = env / "bin" / "python"
+    # The fresh environment sees the already-installed dependencies (torch is a
+    # multi-GB download) through a .pth line, but not the package itself.
+    purelib = subprocess.run([str(fresh_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    Path(purelib, "course_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    workdir = tmp_path / "kernel-cwd"
+    workdir.mkdir()
+    run_env = {**os.environ, "THREEAXES_PIP_SPEC": str(repo_copy), "PYTHONPATH": "",
+               "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+    missing = subprocess.run([str(fresh_python), "-c", "import threeaxes"], cwd=workdir, env=run_env,
+                             capture_output=True, text=True)
+    assert missing.returncode != 0, "threeaxes should not be importable before the install cell runs"
+
+    subprocess.run([str(fresh_python), "-c", INSTALL_CELL], cwd=workdir, env=run_env, check=True,
+                   timeout=600)
+
+    where = subprocess.run([str(fresh_python), "-c", "import threeaxes.toy, threeaxes; print(threeaxes.__file__)"],
+                           cwd=workdir, env=run_env, check=True, capture_output=True, text=True).stdout
+    assert Path(where.strip()).is_relative_to(env), where

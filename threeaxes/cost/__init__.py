@@ -1,0 +1,35 @@
+"""The cost model: small pure functions, each citing its paper and equation.
+
+Memory (model states, activations), the pipeline bubble, compute, collective
+communication, cluster and model presets, and a planner that puts them
+together. No torch: plain Python, so every notebook and test can use it.
+"""
+from .activations import (RECOMPUTE, ActivationBytes, FirstStageActivations,
+                          activation_bytes, first_stage_activation_bytes)
+from .bubble import SCHEDULES, bubble_fraction, bubble_overhead
+from .compute import (TrainingFlops, flops_per_token, megatron_flops, mfu, step_time,
+                      training_flops, training_time)
+from .memory import GB, GiB, PRECISIONS, ModelStateBytes, bytes_per_param, model_state_bytes
+from .network import (COLLECTIVES, CommTime, Link, all_gather_time, all_reduce_time,
+                      bytes_sent_per_gpu, collective_time, group_inside_node, group_link,
+                      p2p_time, reduce_scatter_time)
+from .params import ParamCount, transformer_params
+from .planner import (DEFAULT_COMPUTE_EFFICIENCY, MemoryBreakdown, PlanResult,
+                      TimeBreakdown, divisors, plan, search)
+from .presets import (CLUSTERS, MODELS, Cluster, Model, a100_cluster, custom_model,
+                      get_cluster, get_model, h100_cluster)
+from .timeline import Event, Timeline, schedule_orders, simulate_schedule
+
+__all__ = [
+    "RECOMPUTE", "ActivationBytes", "FirstStageActivations", "activation_bytes",
+    "first_stage_activation_bytes", "SCHEDULES", "bubble_fraction", "bubble_overhead",
+    "TrainingFlops", "flops_per_token", "megatron_flops", "mfu", "step_time",
+    "training_flops", "training_time", "GB", "GiB", "PRECISIONS", "ModelStateBytes",
+    "bytes_per_param", "model_state_bytes", "COLLECTIVES", "CommTime", "Link",
+    "all_gather_time", "all_reduce_time", "bytes_sent_per_gpu", "collective_time",
+    "group_inside_node", "group_link", "p2p_time", "reduce_scatter_time", "ParamCount",
+    "transformer_params", "DEFAULT_COMPUTE_EFFICIENCY", "MemoryBreakdown", "PlanResult",
+    "TimeBreakdown", "divisors", "plan", "search", "CLUSTERS", "MODELS", "Cluster", "Model",
+    "a100_cluster", "custom_model", "get_cluster", "get_model", "h100_cluster", "Event",
+    "Timeline", "schedule_orders", "simulate_schedule",
+]

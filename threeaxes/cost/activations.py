@@ -1,0 +1,152 @@
+"""Activation memory: what the backward pass needs the forward pass to keep.
+
+Source: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+Transformer Models" (arXiv 2205.05198, MLSys 2023). Section 4.1 derives the
+per-layer bytes with 16-bit activations and 1-byte dropout masks; Table 2
+lists them for each mix of tensor parallelism (t), sequence parallelism and
+recomputation. Variables follow the paper: s sequence length, b micro-batch
+size, h hidden size, a attention heads, L layers, p pipeline stages.
+
+The formulas describe a GPT-style layer (multi-head attention, GeLU MLP of
+width 4h). The LLaMA presets (SwiGLU MLP, grouped-query attention for 70B)
+are counted with the same formula, an approximation that stays within the
+same order; the course says so where it uses them.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["RECOMPUTE", "ActivationBytes", "FirstStageActivations",
+           "activation_bytes", "first_stage_activation_bytes"]
+
+RECOMPUTE = ("none", "selective", "full")
+
+
+class ActivationBytes(NamedTuple):
+    """Activation bytes one GPU stores for one micro-batch, by term."""
+    linear: float          # the sbh(...) part: layer inputs, Q/K/V, MLP, norms, masks
+    attention: float       # the 5 a s^2 b part: scores, softmax, its dropout
+    per_layer: float       # linear + attention
+    n_layers: int
+    total: float           # per_layer * n_layers
+
+
+def _check(name: str, value, minimum: int = 1) -> int:
+    if isinstance(value, bool) or int(value) != value or value < minimum:
+        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
+    return int(value)
+
+
+def activation_bytes(seq_len: int, micro_batch: int, d_model: int, n_heads: int, *,
+                     n_layers: int = 1, tp: int = 1, sequence_parallel: bool = False,
+                     recompute: str = "none") -> ActivationBytes:
+    """Activation bytes per GPU for one micro-batch through ``n_layers`` layers.
+
+    Source: Korthikanti et al. 2022, Table 2 (per transformer layer, bytes):
+
+    ========================================  ===========================
+    no parallelism                            sbh (34 + 5as/h)      eq. 1
+    tensor parallel                           sbh (10 + 24/t + 5as/(ht))  eq. 2
+    tensor + sequence parallel                sbh/t (34 + 5as/h)    eq. 4
+    tensor parallel + selective recompute     sbh (10 + 24/t)
+    tensor + sequence + selective recompute   sbh (34/t)            eq. 6
+    full recompute                            2 sbh  (Section 4.4)
+    ========================================  ===========================
+
+    With t = 1 the tensor-parallel rows fall back to the no-parallelism row.
+    Full recomputation keeps only each layer's input, 2sbh (the paper does not
+    split it over t, since that would cost an extra all-gather).
+    """
+    s = _check("seq_len", seq_len)
+    b = _check("micro_batch", micro_batch)
+    h = _check("d_model", d_model)
+    a = _check("n_heads", n_heads)
+    n_layers = _check("n_layers", n_layers, minimum=0)
+    t = _check("tp", tp)
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute={recompute!r}; choose recompute in {set(RECOMPUTE)}")
+
+    sbh = s * b * h
+    if recompute == "full":
+        linear, attention = 2.0 * sbh, 0.0
+    else:
+        if sequence_parallel:
+            # every activation, including norms and dropouts, split over t (eq. 4)
+            linear = sbh * 34 / t
+        else:
+            # layer norms and dropouts (10 sbh) are replicated on every TP rank (eq. 2)
+            linear = sbh * (10 + 24 / t)
+        # attention scores, softmax and its dropout: 5 a s^2 b, split over heads
+        attention = 0.0 if recompute == "selective" else 5.0 * a * s * s * b / t
+    per_layer = linear + attention
+    return ActivationBytes(linear, attention, per_layer, n_layers, per_layer * n_layers)
+
+
+class FirstStageActivations(NamedTuple):
+    """Activations held by the first pipeline stage at its peak, by term."""
+    per_layer: float           # one layer, one micro-batch (Table 2)
+    layers_per_stage: float    # L / p
+    in_flight: float           # micro-batches whose backward is still pending
+    interleave_factor: float   # 1 + (p - 1)/(p v) for v > 1, else 1
+    transformer: float         # per_layer * layers_per_stage * in_flight * factor
+    embeddings: float          # Section 4.3 extras (0 unless vocab_size is given)
+    total: float
+
+
+def first_stage_activation_bytes(seq_len: int, micro_batch: int, d_model: int,
+                                 n_heads: int, *, n_layers: int, tp: int = 1,
+                                 pp: int = 1, micro_batches: int | None = None,
+                                 schedule: str = "1f1b", virtual_stages: int = 1,
+                                 sequence_parallel: bool = False,
+                                 recompute: str = "none",
+                                 vocab_size: int | None = None) -> FirstStageActivations:
+    """Peak activation bytes on the first pipeline stage (the worst one).
+
+    Source: Korthikanti et al. 2022, Section 4.2.3. Under 1F1B the first stage
+    holds p micro-batches in flight, each through L/p layers, so it stores L
+    layers' worth, independent of p (eq. 5: sbhL/t (34 + 5as/h) with sequence
+    parallelism). With fewer micro-batches than stages only m are in flight.
+    The interleaved schedule with v model chunks per GPU scales this by
+    1 + (p - 1)/(p v) (same section; Narayanan et al. 2021 Section 2.2.2
+    gives the schedule). GPipe (Huang et al. 2019) keeps all m micro-batches.
+
+    With ``vocab_size``, adds Section 4.3's extras on the first stage: the
+    embedding dropout mask sbhp/t (one per micro-batch in flight) and, when p = 1 (the stage also holds the
+    output layer), 4sbh/t (1 + v/h) for the final norm, output projection
+    and fp32 logits (the paper assumes sequence parallelism for these).
+    """
+    p = _check("pp", pp)
+    n_layers = _check("n_layers", n_layers)
+    v = _check("virtual_stages", virtual_stages)
+    m = p if micro_batches is None else _check("micro_batches", micro_batches)
+    if schedule not in ("gpipe", "1f1b", "interleaved"):
+        raise ValueError(f"schedule={schedule!r}; choose schedule in "
+                         "{'gpipe', '1f1b', 'interleaved'}")
+    if schedule == "interleaved" and v == 1:
+        raise ValueError("schedule='interleaved' needs virtual_stages >= 2; "
+                         "use schedule='1f1b' for one chunk per GPU")
+    if schedule == "gpipe" and v > 1:
+        raise ValueError(f"virtual_stages={v} only applies to the interleaved 1F1B "
+                         "schedule; use schedule='1f1b' or virtual_stages=1")
+    if n_layers % (p * v):
+        raise ValueError(f"n_layers={n_layers} does not split into pp*virtual_stages="
+                         f"{p * v} equal chunks; choose pp*virtual_stages dividing {n_layers}")
+
+    layer = activation_bytes(seq_len, micro_batch, d_model, n_heads, tp=tp,
+                             sequence_parallel=sequence_parallel, recompute=recompute)
+    layers_per_stage = n_layers / p
+    if schedule == "gpipe":
+        in_flight, factor = m, 1.0
+    else:
+        in_flight = min(p, m)
+        factor = 1.0 + (p - 1) / (p * v) if v > 1 else 1.0
+    transformer = layer.per_layer * layers_per_stage * in_flight * factor
+
+    embeddings = 0.0
+    if vocab_size is not None:
+        s, b, h, t = seq_len, micro_batch, d_model, tp
+        embeddings = s * b * h * in_flight / t              # embedding dropout masks
+        if p == 1:
+            embeddings += 4 * s * b * h / t * (1 + _check("vocab_size", vocab_size) / h)
+    return FirstStageActivations(layer.per_layer, layers_per_stage, in_flight, factor,
+                                 transformer, embeddings, transformer + embeddings)

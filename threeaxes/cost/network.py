@@ -1,0 +1,132 @@
+"""Time and bytes of collectives, with a latency and a bandwidth term.
+
+Source: the ring algorithms' alpha-beta cost model, Thakur, Rabenseifner and
+Gropp 2005, "Optimization of Collective Communication Operations in MPICH"
+(IJHPCA 19(1)), Section 2 and Table 1; Patarasuk and Yuan 2009,
+"Bandwidth optimal all-reduce algorithms for clusters of workstations"
+(JPDC 69(2)), Section 3, prove the ring all-reduce's 2(n-1)/n S per process
+optimal. NVIDIA's nccl-tests (doc/PERFORMANCE.md) uses the same factors to
+turn algorithm bandwidth into bus bandwidth.
+
+For a message of S bytes over n GPUs with per-step latency alpha (seconds)
+and per-GPU bandwidth B (bytes/s, one direction):
+
+================  ==================  =====================
+operation         latency term        bandwidth term
+================  ==================  =====================
+all-reduce        2 (n - 1) alpha     2 (n - 1)/n * S / B
+all-gather        (n - 1) alpha       (n - 1)/n * S / B
+reduce-scatter    (n - 1) alpha       (n - 1)/n * S / B
+point-to-point    alpha               S / B
+================  ==================  =====================
+
+S is the full (unsharded) tensor for all-gather and reduce-scatter.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["CommTime", "Link", "COLLECTIVES", "bytes_sent_per_gpu", "all_reduce_time",
+           "all_gather_time", "reduce_scatter_time", "p2p_time", "collective_time",
+           "group_inside_node", "group_link"]
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "p2p")
+
+
+class CommTime(NamedTuple):
+    latency: float     # seconds spent in per-step latency
+    bandwidth: float   # seconds spent moving bytes
+    total: float
+
+
+def _check(size_bytes: float, n: int, bandwidth: float, latency: float) -> None:
+    if size_bytes < 0:
+        raise ValueError(f"size_bytes={size_bytes} must be >= 0")
+    if isinstance(n, bool) or int(n) != n or n < 1:
+        raise ValueError(f"n={n!r} must be a positive integer (GPUs in the group)")
+    if bandwidth <= 0:
+        raise ValueError(f"bandwidth={bandwidth} must be > 0 bytes/s")
+    if latency < 0:
+        raise ValueError(f"latency={latency} must be >= 0 seconds")
+
+
+def bytes_sent_per_gpu(op: str, size_bytes: float, n: int) -> float:
+    """Bytes each GPU sends in a ring collective over n GPUs (Thakur et al.
+    2005, Section 2): all-reduce 2(n-1)/n S, all-gather and reduce-scatter
+    (n-1)/n S, point-to-point S."""
+    if op not in COLLECTIVES:
+        raise ValueError(f"op={op!r}; choose op in {set(COLLECTIVES)}")
+    _check(size_bytes, n, 1.0, 0.0)
+    if op == "p2p":
+        return float(size_bytes)
+    if n == 1:
+        return 0.0
+    factor = 2 if op == "all_reduce" else 1
+    return factor * (n - 1) / n * size_bytes
+
+
+def collective_time(op: str, size_bytes: float, n: int, bandwidth: float,
+                    latency: float = 0.0) -> CommTime:
+    """Alpha-beta time of a ring collective (Thakur et al. 2005, Section 2)."""
+    _check(size_bytes, n, bandwidth, latency)
+    if op == "p2p":
+        steps = 1
+    elif op in COLLECTIVES:
+        steps = 0 if n == 1 else (2 if op == "all_reduce" else 1) * (n - 1)
+    else:
+        raise ValueError(f"op={op!r}; choose op in {set(COLLECTIVES)}")
+    lat = steps * latency
+    bw = bytes_sent_per_gpu(op, size_bytes, n) / bandwidth
+    return CommTime(lat, bw, lat + bw)
+
+
+def all_reduce_time(size_bytes, n, bandwidth, latency=0.0) -> CommTime:
+    """Ring all-reduce: 2(n-1) alpha + 2(n-1)/n S/B (Thakur et al. 2005;
+    Patarasuk and Yuan 2009, Section 3)."""
+    return collective_time("all_reduce", size_bytes, n, bandwidth, latency)
+
+
+def all_gather_time(size_bytes, n, bandwidth, latency=0.0) -> CommTime:
+    """Ring all-gather of a tensor of S bytes in total: (n-1) alpha +
+    (n-1)/n S/B (Thakur et al. 2005, Section 2)."""
+    return collective_time("all_gather", size_bytes, n, bandwidth, latency)
+
+
+def reduce_scatter_time(size_bytes, n, bandwidth, latency=0.0) -> CommTime:
+    """Ring reduce-scatter of a tensor of S bytes: (n-1) alpha + (n-1)/n S/B
+    (Thakur et al. 2005, Section 2)."""
+    return collective_time("reduce_scatter", size_bytes, n, bandwidth, latency)
+
+
+def p2p_time(size_bytes, bandwidth, latency=0.0) -> CommTime:
+    """One send between two GPUs: alpha + S/B (Hockney's model, as used by
+    Thakur et al. 2005, Section 2)."""
+    return collective_time("p2p", size_bytes, 2, bandwidth, latency)
+
+
+def group_inside_node(stride: int, size: int, gpus_per_node: int) -> bool:
+    """Whether every group of ``size`` ranks spaced ``stride`` apart stays in
+    one node, when ranks fill nodes in order (rank // gpus_per_node).
+
+    Megatron-LM's ``initialize_model_parallel`` numbers ranks tensor-parallel
+    fastest, then data-parallel, then pipeline, so the TP group lands inside
+    a node as Narayanan et al. 2021 (Section 3.2, Takeaway #1) recommend: the
+    tp group has stride 1, the dp group stride tp, the pp group stride tp * dp.
+    """
+    span = stride * size
+    return size == 1 or (span <= gpus_per_node and gpus_per_node % span == 0)
+
+
+class Link(NamedTuple):
+    bandwidth: float    # bytes/s per GPU, one direction
+    latency: float      # seconds per ring step
+    inside_node: bool
+
+
+def group_link(cluster, stride: int, size: int) -> Link:
+    """The link a group's collective runs at: NVLink inside a node, the
+    per-GPU InfiniBand share when it crosses nodes (its slowest hop)."""
+    inside = group_inside_node(stride, size, cluster.gpus_per_node)
+    if inside:
+        return Link(cluster.intra_node_bandwidth, cluster.intra_node_latency, True)
+    return Link(cluster.inter_node_bandwidth, cluster.inter_node_latency, False)

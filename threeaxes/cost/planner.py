@@ -1,0 +1,359 @@
+"""Evaluate one (dp, tp, pp, ...) configuration, or search them all.
+
+``plan`` turns a model, a cluster, a global batch and one configuration into
+memory per GPU by term, whether it fits, step time by term and throughput.
+``search`` evaluates every valid configuration and ranks them: those that
+fit first, then by tokens per second, then by memory.
+
+The step-time model (every assumption is an argument of ``plan``):
+
+- compute: hardware FLOPs (Chowdhery et al. 2022 App. B, 6N + 12 l h s per
+  token, plus what recomputation re-runs, Korthikanti et al. 2022 App. A)
+  over n_gpus * peak * ``compute_efficiency``.
+- TP communication: 4 all-reduces of the b s h activation per layer per
+  micro-batch, 2 forward and 2 backward (Shoeybi et al. 2019, Section 3,
+  Figure 4), 6 with full recomputation; sequence parallelism swaps each for
+  a reduce-scatter plus all-gather of the same volume (Korthikanti et al.
+  2022, Section 4.2.2). None of it overlaps with compute.
+- PP communication: one send forward and one backward per micro-batch per
+  model chunk, counted on the critical path.
+- DP communication: a gradient all-reduce per step (ZeRO stages 1 and 2 move
+  the same 2 Psi, stage 3 moves 3 Psi; Rajbhandari et al. 2020, Section 7);
+  ``dp_overlap`` of it hides behind the backward pass.
+- bubble: ``bubble_overhead`` (Narayanan et al. 2021, Section 2.2) times the
+  pipeline's busy time (compute + TP communication).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .activations import RECOMPUTE, first_stage_activation_bytes
+from .bubble import bubble_fraction, bubble_overhead
+from .memory import PRECISIONS, model_state_bytes
+from .network import all_gather_time, all_reduce_time, group_link, p2p_time, reduce_scatter_time
+
+__all__ = ["MemoryBreakdown", "TimeBreakdown", "PlanResult", "plan", "search",
+           "divisors", "DEFAULT_COMPUTE_EFFICIENCY"]
+
+# Fraction of peak FLOP/s the matmuls reach. Published end-to-end figures on
+# A100 clusters, which also pay for communication and bubbles, are 44-52% of
+# peak (Narayanan et al. 2021, Table 1) and 43.7-57.0% HFU (Korthikanti et al.
+# 2022, Table 5); compute alone must run faster than that, so 0.6 is assumed.
+DEFAULT_COMPUTE_EFFICIENCY = 0.6
+
+
+class MemoryBreakdown(NamedTuple):
+    params: float
+    grads: float
+    optimizer: float
+    activations: float
+    total: float
+
+
+class TimeBreakdown(NamedTuple):
+    compute: float
+    tp_comm: float
+    pp_comm: float
+    dp_comm: float
+    bubble: float
+    total: float
+
+
+class PlanResult(NamedTuple):
+    dp: int
+    tp: int
+    pp: int
+    micro_batch: int
+    micro_batches: int
+    zero_stage: int
+    recompute: str
+    virtual_stages: int
+    sequence_parallel: bool
+    memory: MemoryBreakdown
+    capacity: float            # usable bytes per GPU
+    fits: bool
+    time: TimeBreakdown
+    tokens_per_second: float
+    mfu: float
+    bubble_fraction: float     # idle share of the step's wall time
+
+    @property
+    def label(self) -> str:
+        extras = [f"zero{self.zero_stage}" if self.zero_stage else "",
+                  f"rc={self.recompute}" if self.recompute != "none" else "",
+                  f"v={self.virtual_stages}" if self.virtual_stages > 1 else "",
+                  "sp" if self.sequence_parallel else ""]
+        return (f"dp={self.dp} tp={self.tp} pp={self.pp} mbs={self.micro_batch} "
+                f"m={self.micro_batches} " + " ".join(e for e in extras if e)).strip()
+
+
+def divisors(n: int) -> list:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _fmt(values) -> str:
+    return "{" + ", ".join(str(v) for v in values) + "}"
+
+
+class _Context:
+    """What stays fixed across configurations: model, cluster, batch, assumptions."""
+
+    def __init__(self, model, cluster, global_batch, seq_len, precision,
+                 compute_efficiency, dp_overlap, usable_memory_fraction):
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision={precision!r}; choose precision in {set(PRECISIONS)}")
+        if not 0 < compute_efficiency <= 1:
+            raise ValueError(f"compute_efficiency={compute_efficiency} must be in (0, 1]")
+        if not 0 <= dp_overlap <= 1:
+            raise ValueError(f"dp_overlap={dp_overlap} must be in [0, 1]")
+        if not 0 < usable_memory_fraction <= 1:
+            raise ValueError(f"usable_memory_fraction={usable_memory_fraction} must be in (0, 1]")
+        if isinstance(global_batch, bool) or int(global_batch) != global_batch or global_batch < 1:
+            raise ValueError(f"global_batch={global_batch!r} must be a positive integer "
+                             "(sequences per step)")
+        self.model, self.cluster = model, cluster
+        self.global_batch = int(global_batch)
+        self.seq_len = model.seq_len if seq_len is None else int(seq_len)
+        if self.seq_len < 1:
+            raise ValueError(f"seq_len={seq_len!r} must be >= 1")
+        self.precision = precision
+        self.act_dtype_bytes = PRECISIONS[precision][0]
+        self.grad_dtype_bytes = PRECISIONS[precision][1]
+        self.efficiency = compute_efficiency
+        self.dp_overlap = dp_overlap
+        self.capacity = cluster.hbm_bytes * usable_memory_fraction
+        l, h, s = model.n_layers, model.d_model, self.seq_len
+        self.tokens = self.global_batch * s
+        attention_per_token = 12.0 * l * h * s            # PaLM App. B
+        self.model_flops = self.tokens * (6.0 * model.n_params + attention_per_token)
+        # extra work per token that recomputation re-runs (Korthikanti App. A:
+        # eq. 8 for selective, a second forward of the layers for full, eq. 3)
+        self.recompute_flops = {
+            "none": 0.0,
+            "selective": self.tokens * 12.0 * l * h * s,
+            "full": self.tokens * (2.0 * model.layer_params + 4.0 * l * h * s),
+        }
+        self.n_gpus = cluster.n_gpus
+        self.peak = cluster.peak_flops
+
+
+def _evaluate(ctx: _Context, dp, tp, pp, mbs, zero, recompute, v, sp) -> PlanResult:
+    model, cluster = ctx.model, ctx.cluster
+    m = ctx.global_batch // (dp * mbs)
+    s, h = ctx.seq_len, model.d_model
+
+    # memory per GPU (first pipeline stage, the fullest one)
+    states = model_state_bytes(model.n_params, dp=dp, tp=tp, pp=pp, zero_stage=zero,
+                               precision=ctx.precision)
+    acts = first_stage_activation_bytes(
+        s, mbs, h, model.n_heads, n_layers=model.n_layers, tp=tp, pp=pp, micro_batches=m,
+        virtual_stages=v, sequence_parallel=sp, recompute=recompute,
+        vocab_size=model.vocab_size).total
+    total_mem = states.total + acts
+    memory = MemoryBreakdown(states.params, states.grads, states.optimizer, acts, total_mem)
+
+    # time per step
+    compute = (ctx.model_flops + ctx.recompute_flops[recompute]) / (
+        ctx.n_gpus * ctx.peak * ctx.efficiency)
+    act_bytes = ctx.act_dtype_bytes * mbs * s * h          # one micro-batch's b s h
+    layers_here = model.n_layers / pp
+    tp_comm = 0.0
+    if tp > 1:
+        link = group_link(cluster, 1, tp)
+        per_layer = 6 if recompute == "full" else 4
+        # communication: all-reduce (or reduce-scatter + all-gather) of b s h per TP region
+        tp_comm = layers_here * m * per_layer * all_reduce_time(
+            act_bytes, tp, link.bandwidth, link.latency).total
+    pp_comm = 0.0
+    if pp > 1:
+        link = group_link(cluster, tp * dp, pp)
+        # communication: send the activation forward and its gradient back, per chunk
+        pp_comm = 2 * v * m * p2p_time(act_bytes, link.bandwidth, link.latency).total
+    dp_comm = 0.0
+    if dp > 1:
+        link = group_link(cluster, tp, dp)
+        grad_bytes = ctx.grad_dtype_bytes * model.n_params / (tp * pp)
+        if zero == 3:
+            # reduce-scatter the gradients, all-gather the parameters twice (3 Psi)
+            t = (reduce_scatter_time(grad_bytes, dp, link.bandwidth, link.latency).total
+                 + 2 * all_gather_time(grad_bytes, dp, link.bandwidth, link.latency).total)
+        else:
+            # all-reduce, or reduce-scatter + all-gather (ZeRO-1/2): the same 2 Psi
+            t = all_reduce_time(grad_bytes, dp, link.bandwidth, link.latency).total
+        dp_comm = (1.0 - ctx.dp_overlap) * t
+    bubble = 0.0
+    frac = 0.0
+    if pp > 1:
+        bubble = bubble_overhead(pp, m, virtual_stages=v) * (compute + tp_comm)
+        frac = bubble_fraction(pp, m, virtual_stages=v)
+    total = compute + tp_comm + pp_comm + dp_comm + bubble
+    time = TimeBreakdown(compute, tp_comm, pp_comm, dp_comm, bubble, total)
+    return PlanResult(dp, tp, pp, mbs, m, zero, recompute, v, sp, memory, ctx.capacity,
+                      total_mem <= ctx.capacity, time, ctx.tokens / total,
+                      ctx.model_flops / (total * ctx.n_gpus * ctx.peak), frac)
+
+
+def _valid_tp(model, cluster, allow_tp_across_nodes):
+    out = []
+    for t in divisors(cluster.n_gpus):
+        if model.n_heads % t or model.kv_heads % t:
+            continue
+        if not allow_tp_across_nodes and (t > cluster.gpus_per_node or cluster.gpus_per_node % t):
+            continue
+        out.append(t)
+    return out
+
+
+def _check_config(ctx, dp, tp, pp, mbs, micro_batches, zero, recompute, v,
+                  allow_tp_across_nodes):
+    model, cluster = ctx.model, ctx.cluster
+    for name, value in (("dp", dp), ("tp", tp), ("pp", pp), ("virtual_stages", v)):
+        if isinstance(value, bool) or int(value) != value or value < 1:
+            raise ValueError(f"{name}={value!r} must be a positive integer")
+    n = cluster.n_gpus
+    if dp * tp * pp != n:
+        hint = f"; try dp={n // (tp * pp)}" if n % (tp * pp) == 0 else ""
+        raise ValueError(f"dp({dp}) * tp({tp}) * pp({pp}) = {dp * tp * pp} != "
+                         f"n_gpus({n}){hint}")
+    if model.n_heads % tp:
+        good = [t for t in divisors(model.n_heads) if n % t == 0]
+        raise ValueError(f"tp={tp} does not divide n_heads={model.n_heads}; "
+                         f"choose tp in {_fmt(good)}")
+    if model.kv_heads % tp:
+        raise ValueError(f"tp={tp} does not divide n_kv_heads={model.kv_heads}; "
+                         f"choose tp in {_fmt(divisors(model.kv_heads))}")
+    if not allow_tp_across_nodes and (tp > cluster.gpus_per_node or cluster.gpus_per_node % tp):
+        good = [t for t in divisors(cluster.gpus_per_node) if model.n_heads % t == 0]
+        raise ValueError(f"tp={tp} does not fit in one node of {cluster.gpus_per_node} GPUs; "
+                         f"choose tp in {_fmt(good)} or pass allow_tp_across_nodes=True")
+    if model.n_layers % pp:
+        raise ValueError(f"pp={pp} does not divide n_layers={model.n_layers}; "
+                         f"choose pp in {_fmt(divisors(model.n_layers))}")
+    if ctx.global_batch % dp:
+        raise ValueError(f"global_batch={ctx.global_batch} does not split evenly over "
+                         f"dp={dp}; choose a global batch that is a multiple of {dp}")
+    per_replica = ctx.global_batch // dp
+    if mbs is None:
+        if micro_batches is None:
+            raise ValueError("give micro_batch (sequences per micro-batch) or micro_batches")
+        if per_replica % micro_batches:
+            raise ValueError(f"micro_batches={micro_batches} does not divide the per-replica "
+                             f"batch {per_replica} (global_batch={ctx.global_batch} / dp={dp}); "
+                             f"choose micro_batches in {_fmt(divisors(per_replica))}")
+        mbs = per_replica // micro_batches
+    if isinstance(mbs, bool) or int(mbs) != mbs or mbs < 1 or per_replica % mbs:
+        raise ValueError(f"micro_batch={mbs} does not divide the per-replica batch "
+                         f"{per_replica} (global_batch={ctx.global_batch} / dp={dp}); "
+                         f"choose micro_batch in {_fmt(divisors(per_replica))}")
+    m = per_replica // mbs
+    if micro_batches is not None and micro_batches != m:
+        raise ValueError(f"micro_batch={mbs} gives {m} micro-batches, not {micro_batches}; "
+                         "give one of the two")
+    if zero not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage={zero!r}; choose zero_stage in {{0, 1, 2, 3}}")
+    if zero >= 2 and pp > 1:
+        raise ValueError(f"zero_stage={zero} with pp={pp}: sharding gradients or parameters "
+                         "fights pipeline micro-batching (DeepSpeed's pipeline engine allows "
+                         "only ZeRO-1); choose zero_stage in {0, 1} or pp=1")
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute={recompute!r}; choose recompute in {set(RECOMPUTE)}")
+    if v > 1:
+        if pp == 1:
+            raise ValueError(f"virtual_stages={v} needs pipeline parallelism; "
+                             "use virtual_stages=1 or pp > 1")
+        if model.n_layers % (pp * v):
+            good = [k for k in divisors(model.n_layers // pp)]
+            raise ValueError(f"n_layers={model.n_layers} does not split into pp*virtual_stages"
+                             f"={pp * v} chunks; choose virtual_stages in {_fmt(good)}")
+        if m % pp:
+            raise ValueError(f"{m} micro-batches is not a multiple of pp={pp}; the interleaved "
+                             "schedule needs it (change micro_batch or virtual_stages=1)")
+    return int(mbs)
+
+
+def plan(model, cluster, global_batch: int, seq_len: int | None = None, *, dp: int,
+         tp: int = 1, pp: int = 1, micro_batch: int | None = None,
+         micro_batches: int | None = None, zero_stage: int = 0, recompute: str = "none",
+         virtual_stages: int = 1, sequence_parallel: bool = False,
+         precision: str = "mixed", compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY,
+         dp_overlap: float = 0.0, usable_memory_fraction: float = 1.0,
+         allow_tp_across_nodes: bool = False) -> PlanResult:
+    """Evaluate one configuration of ``model`` on ``cluster``.
+
+    ``global_batch`` counts sequences of ``seq_len`` tokens (default: the
+    model's context) per optimizer step; each of the dp replicas splits its
+    share into micro-batches of ``micro_batch`` sequences (or give their
+    count, ``micro_batches``). Assumptions, all visible:
+
+    - ``compute_efficiency``: fraction of peak the matmuls reach (0.6;
+      see ``DEFAULT_COMPUTE_EFFICIENCY`` for the published figures behind it).
+    - ``dp_overlap``: fraction of the gradient communication hidden behind
+      the backward pass (0, none; PyTorch DDP's bucketing, Li et al. 2020,
+      hides most of it in practice).
+    - ``usable_memory_fraction``: share of the GPU's memory the states and
+      activations may fill (1.0; the 80 GB vs 80 GiB gap is the headroom).
+    - link bandwidths and latencies come from ``cluster``.
+
+    Raises ValueError, saying what to change, when the configuration breaks a
+    constraint: dp*tp*pp = GPUs, tp divides the heads, pp the layers, tp
+    stays in a node, the batch splits evenly.
+    """
+    ctx = _Context(model, cluster, global_batch, seq_len, precision, compute_efficiency,
+                   dp_overlap, usable_memory_fraction)
+    mbs = _check_config(ctx, dp, tp, pp, micro_batch, micro_batches, zero_stage, recompute,
+                        virtual_stages, allow_tp_across_nodes)
+    return _evaluate(ctx, int(dp), int(tp), int(pp), mbs, zero_stage, recompute,
+                     int(virtual_stages), bool(sequence_parallel) and tp > 1)
+
+
+def search(model, cluster, global_batch: int, seq_len: int | None = None, *,
+           micro_batch_sizes=None, zero_stages=(0, 1, 2, 3), recomputes=RECOMPUTE,
+           max_virtual_stages: int | None = None, sequence_parallel=(False, True),
+           only_fitting: bool = False, top: int | None = None,
+           allow_tp_across_nodes: bool = False, precision: str = "mixed",
+           compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY, dp_overlap: float = 0.0,
+           usable_memory_fraction: float = 1.0) -> list:
+    """Evaluate every valid configuration and rank them.
+
+    Enumerates tp (dividing the heads and, unless allowed, the node), pp
+    (dividing the layers), dp = GPUs / (tp * pp) (dividing the global
+    batch), every micro-batch size that divides a replica's batch (or those
+    in ``micro_batch_sizes``), ZeRO stages (only 0 and 1 with pp > 1),
+    recomputation, virtual stages (dividing the layers per stage, with the
+    micro-batch count a multiple of pp) and sequence parallelism (tp > 1).
+    Returns PlanResults, those that fit first, then fastest first, then
+    lightest first; ``only_fitting`` drops the rest, ``top`` keeps the best.
+    """
+    ctx = _Context(model, cluster, global_batch, seq_len, precision, compute_efficiency,
+                   dp_overlap, usable_memory_fraction)
+    n = cluster.n_gpus
+    results = []
+    for tp in _valid_tp(model, cluster, allow_tp_across_nodes):
+        for pp in divisors(n // tp):
+            if model.n_layers % pp:
+                continue
+            dp = n // (tp * pp)
+            if ctx.global_batch % dp:
+                continue
+            per_replica = ctx.global_batch // dp
+            sizes = [b for b in divisors(per_replica)
+                     if micro_batch_sizes is None or b in micro_batch_sizes]
+            zeros = [z for z in zero_stages if pp == 1 or z < 2]
+            sps = [sp for sp in dict.fromkeys(bool(x) for x in sequence_parallel)
+                   if tp > 1 or not sp]
+            for mbs in sizes:
+                m = per_replica // mbs
+                vs = [1]
+                if pp > 1 and m % pp == 0:
+                    vs += [v for v in divisors(model.n_layers // pp)[1:]
+                           if max_virtual_stages is None or v <= max_virtual_stages]
+                for v in vs:
+                    for recompute in recomputes:
+                        for sp in sps:
+                            for zero in zeros:
+                                results.append(_evaluate(ctx, dp, tp, pp, mbs, zero,
+                                                         recompute, v, sp))
+    if only_fitting:
+        results = [r for r in results if r.fits]
+    results.sort(key=lambda r: (not r.fits, -r.tokens_per_second, r.memory.total))
+    return results[:top] if top is not None else results

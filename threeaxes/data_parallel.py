@@ -1,0 +1,221 @@
+"""Data parallelism from scratch: split the batch, average the gradients.
+
+Every dp rank holds the same full model. Each step, rank i takes the i-th
+equal slice of the global batch, runs forward and backward on it alone, and
+then the ranks all-reduce their gradients and divide by dp. Because every
+slice has the same size, the mean of the dp local mean-losses is the global
+mean loss, so the averaged gradient is exactly the gradient one process would
+get from the whole batch, and the identical optimizer step on every rank
+keeps the replicas identical.
+
+Two ways to average, same result, different number of messages:
+
+* `average_gradients`: one all-reduce per parameter tensor.
+* `average_gradients_bucketed`: gradients are copied into flat buffers of
+  about `bucket_bytes` each (`plan_buckets` decides which go together), one
+  all-reduce per buffer, then copied back. Fewer, larger messages, which is
+  what `DistributedDataParallel` does (its default bucket is 25 MiB).
+
+Every collective goes through `threeaxes.comms` with axis="dp", so
+`comms.trace()` sees it.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from threeaxes import comms
+from threeaxes.toy import ToyTransformer, lm_loss, make_optimizer
+
+# DDP's default bucket_cap_mb is 25 MiB.
+DEFAULT_BUCKET_BYTES = 25 * 2**20
+
+
+# -- layout checks ------------------------------------------------------------------
+
+def _require_dist():
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(
+            "torch.distributed is not initialized; run this function on ranks, "
+            "e.g. threeaxes.launch.launch(fn, 4, ...)")
+
+
+def _dp_size(group, world_size):
+    """The number of dp ranks in `group`, checked against `world_size` if given."""
+    _require_dist()
+    dp = dist.get_world_size(group)
+    if world_size is not None and world_size != dp:
+        where = "the dp group" if group is not None else "torch.distributed"
+        raise ValueError(
+            f"world_size={world_size} but {where} has {dp} ranks; "
+            f"pass world_size={dp} (or leave it out and it is read from the group)")
+    return dp
+
+
+def _check_bucket_bytes(bucket_bytes):
+    if type(bucket_bytes) is not int or bucket_bytes <= 0:
+        raise ValueError(
+            f"bucket_bytes={bucket_bytes!r}; it must be a positive whole number of bytes, "
+            f"e.g. 25 * 2**20 (DDP's default of 25 MiB)")
+
+
+# -- the batch ----------------------------------------------------------------------
+
+def shard_batch(inputs, targets, dp_rank: int, dp: int):
+    """This dp rank's contiguous slice of a global batch (dim 0 is the batch).
+
+    Rank i gets examples [i * B/dp, (i+1) * B/dp). The global batch B must be a
+    multiple of dp: with unequal slices the mean of local mean-losses would no
+    longer be the global mean loss.
+    """
+    if type(dp) is not int or dp < 1:
+        raise ValueError(f"dp={dp!r}; it must be a positive integer")
+    if type(dp_rank) is not int or not 0 <= dp_rank < dp:
+        raise ValueError(f"dp_rank={dp_rank!r} is outside 0..{dp - 1}")
+    batch = inputs.shape[0]
+    if targets.shape[0] != batch:
+        raise ValueError(f"inputs hold {batch} examples but targets hold {targets.shape[0]}; "
+                         f"pass matching (inputs, targets)")
+    if batch % dp:
+        raise ValueError(f"global batch {batch} does not split over dp={dp}; "
+                         f"use a multiple of {dp}")
+    per_rank = batch // dp
+    rows = slice(dp_rank * per_rank, (dp_rank + 1) * per_rank)
+    return inputs[rows], targets[rows]
+
+
+# -- averaging gradients --------------------------------------------------------------
+
+def _grads(model):
+    """The gradient of every trainable parameter, in registration order.
+
+    A parameter that got no gradient this step gets zeros, so that every rank
+    makes the same collectives in the same order."""
+    grads = []
+    for p in model.parameters():
+        if not p.requires_grad:
+            continue
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        grads.append(p.grad)
+    return grads
+
+
+def average_gradients(model, *, group=None, world_size=None):
+    """Replace each parameter's gradient by its mean over the dp ranks.
+
+    One all-reduce per parameter tensor, in registration order, then a
+    division by dp. Call it after `loss.backward()` and before
+    `optimizer.step()`, on every rank of `group`.
+    """
+    dp = _dp_size(group, world_size)
+    for grad in _grads(model):
+        # communication: sum this parameter's gradient over the dp ranks (in place)
+        comms.all_reduce(grad, group=group, axis="dp")
+        grad.div_(dp)
+
+
+def plan_buckets(sizes_bytes, bucket_bytes: int) -> list[list[int]]:
+    """Group tensors into buckets, in the order given: indices per bucket.
+
+    Rule: walk the tensors in order and add each to the open bucket; if adding
+    it would take the bucket past `bucket_bytes`, close the bucket first and
+    start a new one. A tensor larger than `bucket_bytes` sits alone in its own
+    bucket (tensors are never split). Pure function, so a plan can be checked
+    without any ranks.
+    """
+    _check_bucket_bytes(bucket_bytes)
+    buckets, current, filled = [], [], 0
+    for index, size in enumerate(sizes_bytes):
+        if current and filled + size > bucket_bytes:
+            buckets.append(current)
+            current, filled = [], 0
+        current.append(index)
+        filled += size
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def gradient_buckets(model, bucket_bytes: int) -> list[list[torch.Tensor]]:
+    """The gradients of `model` grouped as `average_gradients_bucketed` sends them.
+
+    The order is the reverse of registration (head first, embeddings last),
+    as in DDP: backward produces the last layers' gradients first, so a
+    bucket fills up, and could be sent, while backward is still running.
+    """
+    _check_bucket_bytes(bucket_bytes)
+    grads = _grads(model)[::-1]
+    dtypes = {g.dtype for g in grads}
+    if len(dtypes) > 1:
+        raise ValueError(f"the gradients have dtypes {sorted(map(str, dtypes))}; a bucket is one "
+                         f"flat buffer, so give the model a single dtype (e.g. model.double())")
+    plan = plan_buckets([g.numel() * g.element_size() for g in grads], bucket_bytes)
+    return [[grads[i] for i in bucket] for bucket in plan]
+
+
+def average_gradients_bucketed(model, bucket_bytes: int = DEFAULT_BUCKET_BYTES, *,
+                               group=None, world_size=None):
+    """Like `average_gradients`, but one all-reduce per bucket of gradients.
+
+    For each bucket (see `gradient_buckets`): copy its gradients into one flat
+    buffer, all-reduce the buffer, divide by dp, copy the slices back.
+    """
+    _check_bucket_bytes(bucket_bytes)
+    dp = _dp_size(group, world_size)
+    for bucket in gradient_buckets(model, bucket_bytes):
+        flat = torch.cat([g.reshape(-1) for g in bucket])  # (sum of numels,)
+        # communication: sum the whole bucket over the dp ranks in one message
+        comms.all_reduce(flat, group=group, axis="dp")
+        flat.div_(dp)
+        for grad, piece in zip(bucket, flat.split([g.numel() for g in bucket])):
+            grad.copy_(piece.view_as(grad))
+
+
+# -- a whole training run ---------------------------------------------------------------
+
+def train_data_parallel(rank, world_size, cfg, batches, *, variant: str = "per_param",
+                        bucket_bytes: int = DEFAULT_BUCKET_BYTES, lr: float = 1e-2,
+                        optimizer: str = "sgd", seed: int = 0, group=None):
+    """Train a fresh `ToyTransformer(cfg, seed)` with data parallelism; a `launch` target.
+
+    `batches` is a list of global (inputs, targets); every rank receives all
+    of them and keeps its own slice of each. Returns a dict:
+
+    * "state_dict": the final parameters, detached CPU copies (the same on every rank),
+    * "losses": this rank's local loss per step (their mean over ranks is the
+      single-process loss of the global batch),
+    * "trace": the `comms.Trace` of every collective this rank made.
+    """
+    if variant not in ("per_param", "bucketed"):
+        raise ValueError(f"variant={variant!r}; choose 'per_param' or 'bucketed'")
+    if variant == "bucketed":
+        _check_bucket_bytes(bucket_bytes)
+    _require_dist()
+    if world_size != dist.get_world_size():
+        raise ValueError(f"world_size={world_size} but torch.distributed was started with "
+                         f"{dist.get_world_size()} ranks; pass world_size={dist.get_world_size()}")
+    dp, dp_rank = dist.get_world_size(group), dist.get_rank(group)
+    model = ToyTransformer(cfg, seed)  # same seed on every rank: identical replicas
+    opt = make_optimizer(model, lr, optimizer)
+    losses = []
+    with comms.trace() as trace:
+        for inputs, targets in batches:
+            local_inputs, local_targets = shard_batch(inputs, targets, dp_rank, dp)
+            opt.zero_grad()
+            loss = lm_loss(model(local_inputs), local_targets)
+            loss.backward()
+            if variant == "per_param":
+                average_gradients(model, group=group)
+            else:
+                average_gradients_bucketed(model, bucket_bytes, group=group)
+            opt.step()
+            losses.append(loss.item())
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    return {"state_dict": state, "losses": losses, "trace": trace}
+
+
+__all__ = [
+    "DEFAULT_BUCKET_BYTES", "shard_batch", "average_gradients", "plan_buckets",
+    "gradient_buckets", "average_gradients_bucketed", "train_data_parallel",
+]

@@ -1,0 +1,159 @@
+"""Timing a pipeline plan: the dependency rules, a simulator, and a text timeline.
+
+The rules every plan must respect (s is a stage, k a microbatch, S the number
+of stages):
+
+    F(s, k) waits for F(s-1, k)      the activation comes from the previous stage
+    B(s, k) waits for F(s, k)        backward needs this stage's own forward
+    B(s, k) waits for B(s+1, k)      the gradient comes from the next stage
+
+and every rank runs its own actions one at a time, in the plan's order.
+Communication is free here; the simulator measures only how the order of
+work leaves ranks idle, which is what the bubble formula counts.
+
+This module works on anything with `.stage`, `.microbatch` and `.kind`, so
+it does not import the `Plan` class (schedules.py imports it instead).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Mapping, Sequence
+
+__all__ = ["Event", "Simulation", "simulate", "peak_in_flight", "dependencies",
+           "format_timeline"]
+
+
+@dataclass(frozen=True)
+class Event:
+    """One action that ran (or was simulated) on a rank, from start to end."""
+    stage: int
+    microbatch: int
+    kind: str            # "F" forward or "B" backward
+    start: float
+    end: float
+
+    def __str__(self):
+        return f"{self.stage}{self.kind}{self.microbatch} [{self.start}, {self.end})"
+
+
+@dataclass(frozen=True)
+class Simulation:
+    events: dict          # rank -> list[Event], in the order the rank ran them
+    makespan: float       # end of the last action
+    busy: float           # total time ranks spent computing
+    idle_fraction: float  # idle time over (ranks * makespan); a Fraction for exact costs
+
+    @property
+    def bubble_overhead(self):
+        """Idle time over busy time: the ratio Megatron's (p-1)/(v m) counts."""
+        return self.idle_fraction / (1 - self.idle_fraction)
+
+
+def dependencies(action, n_stages: int) -> list[tuple[int, int, str]]:
+    """The (stage, microbatch, kind) keys that must finish before `action` starts."""
+    s, k = action.stage, action.microbatch
+    if action.kind == "F":
+        return [(s - 1, k, "F")] if s > 0 else []
+    deps = [(s, k, "F")]
+    if s < n_stages - 1:
+        deps.append((s + 1, k, "B"))
+    return deps
+
+
+def _key(action) -> tuple[int, int, str]:
+    return (action.stage, action.microbatch, action.kind)
+
+
+def timings(orders: Mapping[int, Sequence], cost) -> dict:
+    """Earliest start and end of every action, each rank keeping its order.
+
+    `orders` maps rank -> actions (None entries are skipped: an idle slot is
+    not work). `cost(action)` gives its duration. Returns {key: (rank, start,
+    end)} in completion order. Raises ValueError, naming the stuck ranks, when
+    the orders wait on each other in a cycle (a plan that would deadlock).
+    """
+    orders = {r: [a for a in acts if a is not None] for r, acts in orders.items()}
+    n_stages = 1 + max((a.stage for acts in orders.values() for a in acts), default=-1)
+    done: dict = {}
+    pos = {r: 0 for r in orders}
+    free = {r: 0 for r in orders}
+    remaining = sum(len(a) for a in orders.values())
+    while remaining:
+        progressed = False
+        for r, acts in orders.items():
+            while pos[r] < len(acts):
+                action = acts[pos[r]]
+                deps = dependencies(action, n_stages)
+                if any(d not in done for d in deps):
+                    break
+                start = max([free[r]] + [done[d][2] for d in deps])
+                end = start + cost(action)
+                done[_key(action)] = (r, start, end)
+                free[r], pos[r] = end, pos[r] + 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            stuck = {r: str(acts[pos[r]]) for r, acts in orders.items() if pos[r] < len(acts)}
+            raise ValueError(
+                f"the plan deadlocks: each rank's next action waits on another stuck rank "
+                f"({', '.join(f'rank {r} at {a}' for r, a in stuck.items())}); reorder so that "
+                f"every F(s,k) comes after F(s-1,k) and every B(s,k) after B(s+1,k) can run")
+    return done
+
+
+def simulate(plan, forward_cost=1, backward_cost=2) -> Simulation:
+    """Run `plan` in simulated time: each action starts as soon as its rank is
+    free and its dependencies are done. Costs given as ints or Fractions give
+    an exact Fraction `idle_fraction`.
+
+    With forward_cost=1 and backward_cost=2 (a backward does twice a forward's
+    matmuls), GPipe and 1F1B both give (p-1)/(m+p-1) (Narayanan et al. 2021,
+    Section 2.2: bubble time (p-1)(t_f+t_b) against m(t_f+t_b) of work).
+    """
+    def cost(a):
+        return forward_cost if a.kind == "F" else backward_cost
+
+    done = timings({r: plan[r] for r in plan}, cost)
+    events: dict[int, list[Event]] = {r: [] for r in plan}
+    for (stage, mb, kind), (r, start, end) in sorted(done.items(), key=lambda kv: kv[1][1]):
+        events[r].append(Event(stage, mb, kind, start, end))
+    makespan = max((e.end for evs in events.values() for e in evs), default=0)
+    busy = sum(e.end - e.start for evs in events.values() for e in evs)
+    total = len(events) * makespan
+    exact = all(isinstance(c, (int, Fraction)) for c in (forward_cost, backward_cost))
+    idle = (Fraction(total - busy) / total if exact else (total - busy) / total) if total else 0
+    return Simulation(events, makespan, busy, idle)
+
+
+def peak_in_flight(plan, stage: int) -> int:
+    """Most microbatches whose activations `stage` holds at once: a forward
+    stores them, the matching backward frees them."""
+    held = peak = 0
+    for action in plan.actions(stage % plan.p):
+        if action.stage != stage:
+            continue
+        held += 1 if action.kind == "F" else -1
+        peak = max(peak, held)
+    return peak
+
+
+def format_timeline(events: Mapping[int, Sequence[Event]], width: int = 72) -> str:
+    """A text timeline of per-rank events: one row per rank, time left to right,
+    F or B where the rank computes, '.' where it waits. Real (wall-clock)
+    events are shifted so the earliest start is 0."""
+    flat = [e for evs in events.values() for e in evs]
+    if not flat:
+        return "(no events)"
+    t0 = min(e.start for e in flat)
+    span = max(e.end for e in flat) - t0 or 1
+    rows = []
+    for r in sorted(events):
+        cells = ["."] * width
+        for e in events[r]:
+            a = int((e.start - t0) / span * width)
+            b = max(a + 1, int(round((e.end - t0) / span * width)))
+            for i in range(a, min(b, width)):
+                cells[i] = e.kind
+        rows.append(f"rank {r} |{''.join(cells)}|")
+    return "\n".join(rows)

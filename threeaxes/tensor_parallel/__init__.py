@@ -1,0 +1,23 @@
+"""Tensor parallelism from scratch: cut each layer's matmuls across the tp ranks.
+
+    maps.py    the conjugate autograd maps (copy_to_tp_region / reduce_from_tp_region, ...)
+    layers.py  ColumnParallelLinear, RowParallelLinear
+    block.py   TPBlock (the toy block, heads split across ranks), tensor_parallel_toy
+    shard.py   full weights <-> one tp rank's shard (shard_block_state, gather_block_state, ...)
+
+Every collective goes through `threeaxes.comms` with axis="tp".
+"""
+from threeaxes.tensor_parallel.block import TPBlock, TPCausalSelfAttention, TPMLP, tensor_parallel_toy
+from threeaxes.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+from threeaxes.tensor_parallel.maps import (
+    copy_to_tp_region, gather_from_tp_region, reduce_from_tp_region, scatter_to_tp_region)
+from threeaxes.tensor_parallel.shard import (
+    BLOCK_LAYOUT, check_tp_layout, gather_block_state, gather_model_state, layout_of,
+    shard_block_state, shard_model_state)
+
+__all__ = [
+    "copy_to_tp_region", "reduce_from_tp_region", "gather_from_tp_region", "scatter_to_tp_region",
+    "ColumnParallelLinear", "RowParallelLinear", "TPBlock", "TPCausalSelfAttention", "TPMLP",
+    "tensor_parallel_toy", "BLOCK_LAYOUT", "check_tp_layout", "layout_of", "shard_block_state",
+    "gather_block_state", "shard_model_state", "gather_model_state",
+]
