@@ -11,6 +11,7 @@ submitted/, so the whole path can be tried on a fresh clone.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -22,9 +23,17 @@ SAMPLES = Path(__file__).resolve().parent / "samples"
 
 
 def nbgrader(course_root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run the real nbgrader CLI in `course_root` (its nbgrader_config.py applies)."""
+    """Run the real nbgrader CLI in `course_root` (its nbgrader_config.py applies).
+
+    nbgrader shells out to `alembic` and starts kernels, so the environment's
+    bin/ goes first on PATH even when .venv is not activated; the repository
+    root goes on PYTHONPATH for the feedback preprocessor in autograder/."""
+    def prepend(var, path):
+        return f"{path}{os.pathsep}{os.environ[var]}" if os.environ.get(var) else str(path)
+    env = {**os.environ, "PATH": prepend("PATH", Path(sys.executable).parent),
+           "PYTHONPATH": prepend("PYTHONPATH", ROOT)}
     return subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=WARN"],
-                          cwd=course_root, check=check, text=True, capture_output=not check)
+                          cwd=course_root, env=env, check=check, text=True, capture_output=not check)
 
 
 def register_assignments(course_root: Path, names: list[str]) -> None:

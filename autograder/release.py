@@ -16,11 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from autograder.grade import nbgrader
 from threeaxes.course import INSTALL_CELL
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,35 +59,36 @@ def normalise(path: Path) -> None:
     write_notebook(path, nb)
 
 
-def generate(course_root: Path, out_root: Path) -> None:
+def generate(course_root: Path, out_root: Path, names: list[str] | None = None) -> None:
     """Run nbgrader over course_root/source into out_root/release."""
     with tempfile.TemporaryDirectory() as tmp:
-        for name in assignments(course_root):
-            subprocess.run(
-                [sys.executable, "-m", "nbgrader", "generate_assignment", name, "--force",
-                 "--log-level=WARN",
-                 f"--CourseDirectory.root={course_root}",
-                 f"--CourseDirectory.release_directory={out_root / 'release'}",
-                 f"--CourseDirectory.db_url=sqlite:///{tmp}/gradebook.db"],
-                cwd=course_root, check=True)
-    for nb_path in sorted((out_root / "release").rglob("*.ipynb")):
-        normalise(nb_path)
+        for name in names or assignments(course_root):
+            nbgrader(course_root, "generate_assignment", name, "--force",
+                     f"--CourseDirectory.root={course_root}",
+                     f"--CourseDirectory.release_directory={out_root / 'release'}",
+                     f"--CourseDirectory.db_url=sqlite:///{tmp}/gradebook.db")
+    for name in names or assignments(course_root):
+        for nb_path in sorted((out_root / "release" / name).rglob("*.ipynb")):
+            normalise(nb_path)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="assignments to release (default: every one in source/)")
     parser.add_argument("--out", type=Path, default=None,
                         help="write DIR/release instead of the repository's release/")
     args = parser.parse_args(argv)
+    names = args.names or assignments()
     if args.out is None:
         for nb_path in sorted(ROOT.glob("source/*/*.ipynb")) + sorted(ROOT.glob("notebooks/*.ipynb")):
             if stamp_install_cell(nb_path):
                 print(f"stamped the install cell into {nb_path.relative_to(ROOT)}")
-        shutil.rmtree(ROOT / "release", ignore_errors=True)
-        generate(ROOT, ROOT)
+        for name in names:
+            shutil.rmtree(ROOT / "release" / name, ignore_errors=True)
+        generate(ROOT, ROOT, names)
     else:
-        generate(ROOT, args.out)
-    print(f"released: {', '.join(assignments())}")
+        generate(ROOT, args.out, names)
+    print(f"released: {', '.join(names)}")
 
 
 if __name__ == "__main__":

@@ -137,3 +137,13 @@ def test_first_stage_bad_arguments_raise():
                                      virtual_stages=2)
     with pytest.raises(ValueError):
         first_stage_activation_bytes(16, 1, 32, 4, n_layers=8, pp=2, schedule="interleaved")
+
+
+def test_in_flight_falls_along_the_pipeline():
+    # 1F1B: stage r runs p - r warm-up forwards (Narayanan et al. 2021, 2.2.1)
+    from threeaxes.cost import in_flight_micro_batches
+    assert [in_flight_micro_batches(4, 8, stage=r) for r in range(4)] == [4, 3, 2, 1]
+    assert [in_flight_micro_batches(4, 2, stage=r) for r in range(4)] == [2, 2, 2, 1]
+    assert in_flight_micro_batches(4, 8, stage=3, schedule="gpipe") == 8
+    with pytest.raises(ValueError, match="choose stage in 0..3"):
+        in_flight_micro_batches(4, 8, stage=4)

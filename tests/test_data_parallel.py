@@ -8,7 +8,9 @@ and every test of that world size reads from the same run.
 from __future__ import annotations
 
 import math
+import sys
 
+import cloudpickle
 import pytest
 import torch
 from hypothesis import given, settings
@@ -192,6 +194,8 @@ def run(request):
 
     world_size = request.param
     batches = _batches()
+    # Send the worker by value, so the ranks need not import this test module (and pytest).
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
     results = launch(_run_everything, world_size, CFG, batches, BUCKET_BYTES, LR, timeout=120)
     reference = ToyTransformer(CFG, seed=0)
     losses = train_steps(reference, batches, lr=LR, optimizer="sgd")

@@ -32,8 +32,15 @@ _FINISHED_KEY = "threeaxes/ranks_finished"
 _ALL_FINISHED_KEY = "threeaxes/all_finished"
 
 
-def run_rank(rank, world_size, backend, port, timeout_s, payload, conn):
+def run_rank(rank, world_size, backend, port, timeout_s, payload, conn, environ):
     """Join the group through the caller's TCPStore, run fn, report back, leave the group."""
+    # The forkserver holds the environment from when it started; use the caller's as it
+    # is now (a notebook may have set NCCL_DEBUG, CUDA_VISIBLE_DEVICES, ... since), plus
+    # the variables torchrun would set, which some libraries read.
+    os.environ.clear()
+    os.environ.update(environ)
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_WORLD_SIZE=str(world_size))
     # The caller owns Ctrl-C / "interrupt kernel": it stops the ranks itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     send = _Sender(conn)

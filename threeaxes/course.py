@@ -22,3 +22,36 @@ except ImportError:
     spec = os.environ.get("THREEAXES_PIP_SPEC", "{PIP_SPEC}")
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", spec])
     import threeaxes'''
+
+# The 14 drops: (number, phase, title, assignment folder or None while unwritten).
+PHASES = {
+    1: "The three axes you can split",
+    2: "Tracing four GPUs, three ways",
+    3: "Cost models and when OOM hits",
+    4: "Sizing a 70B cluster",
+}
+DROPS = [
+    (1, 1, "Three different things people call 'parallel'", "drop01-three-kinds-of-parallel"),
+    (2, 1, "Same model, different examples, sum the gradients", "drop02-data-parallel"),
+    (3, 1, "Cut the matmul, not the batch", "drop03-tensor-parallel"),
+    (4, 1, "Stack the layers across machines", "drop04-pipeline-parallel"),
+    (5, 2, "One forward pass under pure data parallelism", None),
+    (6, 2, "Activations crossing the fabric every layer", None),
+    (7, 2, "Microbatches filling the pipeline", None),
+    (8, 2, "Stack DP, TP, and PP on the same eight GPUs", None),
+    (9, 2, "Counting bytes per GPU under each regime", None),
+    (10, 3, "Your 13B training run just crashed at step 4,000", None),
+    (11, 3, "Your throughput dropped 40% after moving to a bigger cluster", None),
+    (12, 3, "Your pipeline has a 35% bubble and you can't increase M", None),
+    (13, 3, "Choose (DP, TP, PP) for a 30B model on 32 GPUs", None),
+    (14, 4, "Defend a (DP, TP, PP) tuple for a 70B model on 64 GPUs", None),
+]
+
+
+def course_map_markdown(link_prefix: str = "release/") -> str:
+    """The course map as a Markdown table; released drops link to their notebook."""
+    rows = ["| phase | drop | title |", "| --- | --- | --- |"]
+    for number, phase, title, folder in DROPS:
+        cell = f"[{title}]({link_prefix}{folder}/{folder}.ipynb)" if folder else f"{title} *(not written yet)*"
+        rows.append(f"| {phase} {PHASES[phase]} | {number} | {cell} |")
+    return "\n".join(rows)

@@ -5,7 +5,8 @@ communication, cluster and model presets, and a planner that puts them
 together. No torch: plain Python, so every notebook and test can use it.
 """
 from .activations import (RECOMPUTE, ActivationBytes, FirstStageActivations,
-                          activation_bytes, first_stage_activation_bytes)
+                          activation_bytes, first_stage_activation_bytes,
+                          in_flight_micro_batches)
 from .bubble import SCHEDULES, bubble_fraction, bubble_overhead
 from .compute import (TrainingFlops, flops_per_token, megatron_flops, mfu, step_time,
                       training_flops, training_time)
@@ -22,7 +23,8 @@ from .timeline import Event, Timeline, schedule_orders, simulate_schedule
 
 __all__ = [
     "RECOMPUTE", "ActivationBytes", "FirstStageActivations", "activation_bytes",
-    "first_stage_activation_bytes", "SCHEDULES", "bubble_fraction", "bubble_overhead",
+    "first_stage_activation_bytes", "in_flight_micro_batches", "SCHEDULES",
+    "bubble_fraction", "bubble_overhead",
     "TrainingFlops", "flops_per_token", "megatron_flops", "mfu", "step_time",
     "training_flops", "training_time", "GB", "GiB", "PRECISIONS", "ModelStateBytes",
     "bytes_per_param", "model_state_bytes", "COLLECTIVES", "CommTime", "Link",

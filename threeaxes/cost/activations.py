@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 __all__ = ["RECOMPUTE", "ActivationBytes", "FirstStageActivations",
-           "activation_bytes", "first_stage_activation_bytes"]
+           "activation_bytes", "first_stage_activation_bytes", "in_flight_micro_batches"]
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -82,6 +82,25 @@ def activation_bytes(seq_len: int, micro_batch: int, d_model: int, n_heads: int,
     return ActivationBytes(linear, attention, per_layer, n_layers, per_layer * n_layers)
 
 
+def in_flight_micro_batches(pp: int, micro_batches: int, *, stage: int = 0,
+                            schedule: str = "1f1b") -> int:
+    """Micro-batches whose activations ``stage`` holds at its peak.
+
+    GPipe (Huang et al. 2019) runs every forward before any backward: m.
+    1F1B (Narayanan et al. 2021, Section 2.2.1) lets stage r run p - r
+    forwards before its first backward: min(p - r, m). Korthikanti et al.
+    2022, Appendix B (Figure 9) shows this linear fall along the pipeline.
+    """
+    p, m, r = _check("pp", pp), _check("micro_batches", micro_batches), stage
+    if isinstance(r, bool) or int(r) != r or not 0 <= r < p:
+        raise ValueError(f"stage={stage!r}; choose stage in 0..{p - 1}")
+    if schedule == "gpipe":
+        return m
+    if schedule in ("1f1b", "interleaved"):
+        return min(p - int(r), m)
+    raise ValueError(f"schedule={schedule!r}; choose schedule in {{'gpipe', '1f1b'}}")
+
+
 class FirstStageActivations(NamedTuple):
     """Activations held by the first pipeline stage at its peak, by term."""
     per_layer: float           # one layer, one micro-batch (Table 2)
@@ -135,11 +154,8 @@ def first_stage_activation_bytes(seq_len: int, micro_batch: int, d_model: int,
     layer = activation_bytes(seq_len, micro_batch, d_model, n_heads, tp=tp,
                              sequence_parallel=sequence_parallel, recompute=recompute)
     layers_per_stage = n_layers / p
-    if schedule == "gpipe":
-        in_flight, factor = m, 1.0
-    else:
-        in_flight = min(p, m)
-        factor = 1.0 + (p - 1) / (p * v) if v > 1 else 1.0
+    in_flight = in_flight_micro_batches(p, m, schedule=schedule)
+    factor = 1.0 + (p - 1) / (p * v) if v > 1 else 1.0
     transformer = layer.per_layer * layers_per_stage * in_flight * factor
 
     embeddings = 0.0

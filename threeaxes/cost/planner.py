@@ -215,17 +215,16 @@ def _check_config(ctx, dp, tp, pp, mbs, micro_batches, zero, recompute, v,
         hint = f"; try dp={n // (tp * pp)}" if n % (tp * pp) == 0 else ""
         raise ValueError(f"dp({dp}) * tp({tp}) * pp({pp}) = {dp * tp * pp} != "
                          f"n_gpus({n}){hint}")
+    good_tp = _fmt(_valid_tp(model, cluster, allow_tp_across_nodes))
     if model.n_heads % tp:
-        good = [t for t in divisors(model.n_heads) if n % t == 0]
         raise ValueError(f"tp={tp} does not divide n_heads={model.n_heads}; "
-                         f"choose tp in {_fmt(good)}")
+                         f"choose tp in {good_tp}")
     if model.kv_heads % tp:
         raise ValueError(f"tp={tp} does not divide n_kv_heads={model.kv_heads}; "
-                         f"choose tp in {_fmt(divisors(model.kv_heads))}")
+                         f"choose tp in {good_tp}")
     if not allow_tp_across_nodes and (tp > cluster.gpus_per_node or cluster.gpus_per_node % tp):
-        good = [t for t in divisors(cluster.gpus_per_node) if model.n_heads % t == 0]
         raise ValueError(f"tp={tp} does not fit in one node of {cluster.gpus_per_node} GPUs; "
-                         f"choose tp in {_fmt(good)} or pass allow_tp_across_nodes=True")
+                         f"choose tp in {good_tp} or pass allow_tp_across_nodes=True")
     if model.n_layers % pp:
         raise ValueError(f"pp={pp} does not divide n_layers={model.n_layers}; "
                          f"choose pp in {_fmt(divisors(model.n_layers))}")

@@ -44,7 +44,7 @@ def split_microbatches(batch: torch.Tensor, m: int) -> list[torch.Tensor]:
         raise ValueError(f"m={m!r}; the number of microbatches must be an int >= 1")
     n = batch.shape[0]
     if n % m:
-        options = {d for d in range(1, n + 1) if n % d == 0}
+        options = "{" + ", ".join(str(d) for d in range(1, n + 1) if n % d == 0) + "}"
         raise ValueError(f"global batch {n} is not divisible by m={m}; choose m in {options}")
     return list(batch.chunk(m))
 

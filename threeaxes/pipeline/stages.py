@@ -18,8 +18,9 @@ from ..toy import ToyConfig, ToyTransformer
 __all__ = ["split_stages", "check_stage_layers", "StageModule", "build_stage", "build_stages"]
 
 
-def _divisors(n: int) -> set[int]:
-    return {d for d in range(1, n + 1) if n % d == 0}
+def _divisors(n: int) -> str:
+    """'{1, 2, 4}': the stage counts that split n layers evenly."""
+    return "{" + ", ".join(str(d) for d in range(1, n + 1) if n % d == 0) + "}"
 
 
 def split_stages(n_layers: int, pp: int, *, uneven: bool = False) -> list[list[int]]:

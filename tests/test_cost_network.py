@@ -1,0 +1,80 @@
+"""Collective costs: hand-derived alpha-beta times (Thakur et al. 2005)."""
+import pytest
+
+from threeaxes.cost import (a100_cluster, all_gather_time, all_reduce_time,
+                            bytes_sent_per_gpu, collective_time, group_inside_node,
+                            group_link, p2p_time, reduce_scatter_time)
+
+GB = 1e9
+
+
+def test_ring_all_reduce_by_hand():
+    # 8 GPUs, 1 GB, 100 GB/s, 10 us: 2*7/8 GB / 100 GB/s = 17.5 ms, 14 steps of 10 us
+    t = all_reduce_time(1 * GB, 8, 100 * GB, 10e-6)
+    assert t.bandwidth == pytest.approx(0.0175)
+    assert t.latency == pytest.approx(14 * 10e-6)
+    assert t.total == pytest.approx(0.0175 + 140e-6)
+
+
+def test_all_gather_and_reduce_scatter_by_hand():
+    for fn in (all_gather_time, reduce_scatter_time):
+        t = fn(4 * GB, 4, 50 * GB, 1e-6)
+        assert t.bandwidth == pytest.approx(3 / 4 * 4 / 50)
+        assert t.latency == pytest.approx(3e-6)
+
+
+def test_all_reduce_is_reduce_scatter_plus_all_gather():
+    # the identity sequence parallelism relies on (Korthikanti et al. 2022, 4.2.2)
+    for n in (2, 3, 8, 64):
+        ar = all_reduce_time(3 * GB, n, 25 * GB, 5e-6).total
+        rs = reduce_scatter_time(3 * GB, n, 25 * GB, 5e-6).total
+        ag = all_gather_time(3 * GB, n, 25 * GB, 5e-6).total
+        assert ar == pytest.approx(rs + ag)
+
+
+def test_p2p_by_hand():
+    t = p2p_time(2 * GB, 25 * GB, 10e-6)
+    assert t.total == pytest.approx(2 / 25 + 10e-6)
+
+
+def test_bytes_each_gpu_sends():
+    # all-reduce 2(n-1)/n S: the factor nccl-tests uses for bus bandwidth
+    assert bytes_sent_per_gpu("all_reduce", 800, 8) == pytest.approx(1400)
+    assert bytes_sent_per_gpu("all_gather", 800, 8) == pytest.approx(700)
+    assert bytes_sent_per_gpu("reduce_scatter", 800, 8) == pytest.approx(700)
+    assert bytes_sent_per_gpu("p2p", 800, 2) == 800
+    # approaches 2S for large n: the ring's bandwidth optimality (Patarasuk & Yuan 2009)
+    assert bytes_sent_per_gpu("all_reduce", 1.0, 1024) == pytest.approx(2, rel=1e-3)
+
+
+def test_one_gpu_moves_nothing():
+    for op in ("all_reduce", "all_gather", "reduce_scatter"):
+        assert collective_time(op, GB, 1, 100 * GB, 1e-5).total == 0
+
+
+@pytest.mark.parametrize("stride, size, per_node, inside", [
+    (1, 8, 8, True),     # tp=8 in a DGX
+    (1, 16, 8, False),   # tp=16 spans two nodes
+    (8, 4, 8, False),    # dp group of 4 with tp=8: one GPU per node
+    (2, 4, 8, True),     # dp=4 with tp=2: 8 ranks in one node
+    (4, 4, 8, False),    # dp=4 with tp=4: 16 ranks
+    (1, 1, 8, True),
+    (3, 2, 8, False),    # groups would straddle a node boundary
+])
+def test_group_placement(stride, size, per_node, inside):
+    assert group_inside_node(stride, size, per_node) is inside
+
+
+def test_group_link_picks_nvlink_or_infiniband():
+    c = a100_cluster(4)
+    assert group_link(c, 1, 8).bandwidth == c.intra_node_bandwidth
+    assert group_link(c, 8, 4).bandwidth == c.inter_node_bandwidth
+    assert not group_link(c, 8, 4).inside_node
+
+
+@pytest.mark.parametrize("args", [(-1, 8, GB), (GB, 0, GB), (GB, 8, 0)])
+def test_bad_arguments_raise(args):
+    with pytest.raises(ValueError):
+        all_reduce_time(*args)
+    with pytest.raises(ValueError, match="choose op"):
+        collective_time("broadcast", GB, 8, GB)

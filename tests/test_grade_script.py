@@ -1,0 +1,35 @@
+"""`make grade` end to end on the sample submissions, in a temporary copy of the course."""
+import csv
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autograder import grade
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+def test_grade_all_autogrades_writes_feedback_and_exports_csv(tmp_path, monkeypatch):
+    course = tmp_path / "course"
+    shutil.copytree(ROOT / "source", course / "source")
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    monkeypatch.setattr(grade, "SAMPLES", ROOT / "autograder" / "samples")
+    grade.copy_samples(course)
+    names = grade.grade_all(course)
+    assert names == ["drop01-three-kinds-of-parallel"]
+    rows = {r["student_id"]: r for r in csv.DictReader((course / "grades.csv").open())}
+    # alice typed in the solutions (5 auto points) and a written answer still to be marked by hand;
+    # bob forgot the fp32 master copy, which costs the 2 points of that one cell.
+    assert float(rows["alice"]["raw_score"]) == 5.0
+    assert float(rows["bob"]["raw_score"]) == 3.0
+    for student in ("alice", "bob"):
+        page = course / "feedback" / student / names[0] / f"{names[0]}.html"
+        assert page.exists() and "BEGIN HIDDEN TESTS" not in page.read_text()
+
+
+def test_grade_all_says_what_to_do_when_nothing_was_submitted(tmp_path):
+    (tmp_path / "submitted").mkdir()
+    with pytest.raises(SystemExit, match="make grade-demo"):
+        grade.grade_all(tmp_path)
