@@ -50,7 +50,8 @@ def run_rank(rank, world_size, backend, port, timeout_s, payload, conn, environ)
     watchdog.start()
 
     saved_streams = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _RankStream("stdout", send), _RankStream("stderr", send)
+    rank_streams = _RankStream("stdout", send), _RankStream("stderr", send)
+    sys.stdout, sys.stderr = rank_streams
     store, finished = None, False
     try:
         fn, args, kwargs = cloudpickle.loads(payload)
@@ -62,10 +63,10 @@ def run_rank(rank, world_size, backend, port, timeout_s, payload, conn, environ)
     except BaseException as exc:  # noqa: BLE001 -- every failure, even SystemExit, goes to the caller
         reply = ("err", _format_exception(exc))
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in rank_streams:
+            stream.flush()  # a last line without a newline still reaches the caller
         sys.stdout, sys.stderr = saved_streams
-    send(*reply)
+    send(*reply)  # after all output: the caller prints every line before it returns
 
     # Leave the group. Nobody may tear down its gloo/NCCL connections while another
     # rank is still inside fn (it would see "connection closed by peer" in the middle

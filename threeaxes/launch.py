@@ -68,7 +68,8 @@ def launch(fn, world_size, *args, timeout=60.0, backend=None, **kwargs):
     launch's own keywords, not passed on to fn.
 
     Under torchrun, fn runs in this process on the real group instead, and the list
-    holds every rank's result (gathered with all_gather_object).
+    holds every rank's result (gathered with all_gather_object); there, torchrun owns
+    the processes, so ``timeout`` and output prefixes are torchrun's business.
     """
     _check_args(fn, world_size, timeout, backend)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:

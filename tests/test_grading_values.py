@@ -1,0 +1,63 @@
+"""threeaxes.grading: answers become plain values, and impostors are refused."""
+import numpy as np
+import pytest
+import torch
+
+from threeaxes.grading import as_choice, as_int, as_int_tuple, as_number, assert_close, check_on_ranks
+
+
+class AlwaysEqual:
+    def __eq__(self, other):
+        return True
+
+    def __float__(self):
+        return 5.0
+
+
+class FloatThatEqualsEverything(float):
+    def __eq__(self, other):
+        return True
+
+
+def test_numbers_from_python_numpy_and_zero_dim_tensors_become_floats():
+    assert as_number(3) == 3.0 and type(as_number(3)) is float
+    assert as_number(np.float32(2.5)) == 2.5
+    assert as_number(torch.tensor(4.0)) == 4.0
+
+
+@pytest.mark.parametrize("impostor", [AlwaysEqual(), FloatThatEqualsEverything(1.0), True, "5", [5.0]])
+def test_objects_that_are_not_plain_numbers_are_refused(impostor):
+    with pytest.raises(AssertionError, match="should be a number"):
+        as_number(impostor)
+
+
+def test_arrays_and_nan_are_refused_with_a_hint():
+    with pytest.raises(AssertionError, match="single number"):
+        as_number(torch.ones(3))
+    with pytest.raises(AssertionError, match="finite"):
+        as_number(float("nan"))
+
+
+def test_ints_choices_and_tuples():
+    assert as_int(4.0) == 4 and as_int(np.int64(3)) == 3
+    with pytest.raises(AssertionError, match="whole number"):
+        as_int(2.5)
+    assert as_choice("  Batch ", {"batch", "layers"}) == "batch"
+    with pytest.raises(AssertionError, match="not one of"):
+        as_choice("heads", {"batch", "layers"})
+    with pytest.raises(AssertionError, match="should be a string"):
+        as_choice(AlwaysEqual(), {"batch"})
+    assert as_int_tuple([2, 2, 4], length=3) == (2, 2, 4)
+    with pytest.raises(AssertionError, match="3 entries"):
+        as_int_tuple((2, 2), length=3)
+
+
+def test_assert_close_uses_a_relative_tolerance():
+    assert_close(1e9 + 1, 1e9, rel=1e-6)
+    with pytest.raises(AssertionError, match="is not right. check the units"):
+        assert_close(2e9, 1e9, hint="check the units")
+
+
+def test_check_on_ranks_only_takes_reference_checks_from_the_grading_package():
+    with pytest.raises(ValueError, match="reference check from threeaxes.grading"):
+        check_on_ranks(lambda rank, world_size: True, 2)
