@@ -147,3 +147,50 @@ def test_in_flight_falls_along_the_pipeline():
     assert in_flight_micro_batches(4, 8, stage=3, schedule="gpipe") == 8
     with pytest.raises(ValueError, match="choose stage in 0..3"):
         in_flight_micro_batches(4, 8, stage=4)
+
+
+def _peak_held(timeline, rank):
+    """Most model-chunk micro-batches a rank holds: a forward stores its
+    activations when it starts, the matching backward frees them when it ends."""
+    points = sorted([(e.start, 1, +1) if e.kind == "F" else (e.end, 0, -1)
+                     for e in timeline.events if e.stage == rank])
+    held = peak = 0
+    for _, _, step in points:
+        held += step
+        peak = max(peak, held)
+    return peak
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("v", [1, 2, 3, 4])
+def test_in_flight_matches_a_simulated_schedule(p, v):
+    # an independent code path: run the schedule, count what each rank holds
+    from threeaxes.cost import in_flight_micro_batches, simulate_schedule
+    for m in ([p, 2 * p, 4 * p] if v > 1 else [1, 2, 3, 5, 16]):
+        timeline = simulate_schedule(p, m, "1f1b", v)
+        for r in range(p):
+            expected = in_flight_micro_batches(p, m, stage=r, virtual_stages=v) * v
+            assert _peak_held(timeline, r) == expected, (p, v, m, r)
+
+
+def test_in_flight_matches_pipeline_plans():
+    schedules = pytest.importorskip("threeaxes.pipeline.schedules")
+    peak = getattr(schedules, "peak_in_flight", None)
+    if peak is None or not hasattr(schedules, "one_f_one_b"):
+        pytest.skip("threeaxes.pipeline.schedules has no one_f_one_b/peak_in_flight yet")
+    from threeaxes.cost import in_flight_micro_batches
+    for p, m in [(4, 8), (4, 2), (3, 7)]:
+        plan = schedules.one_f_one_b(p, m)
+        for s in range(p):
+            assert peak(plan, s) == in_flight_micro_batches(p, m, stage=s)
+        plan = schedules.gpipe(p, m)
+        assert peak(plan, 0) == in_flight_micro_batches(p, m, schedule="gpipe")
+
+
+def test_interleaved_with_m_equal_p_holds_everything():
+    # Megatron-LM runs every forward first when m == p: all m v chunks, L layers
+    from threeaxes.cost import in_flight_micro_batches
+    assert in_flight_micro_batches(4, 4, virtual_stages=2) == 4
+    got = first_stage_activation_bytes(16, 1, 32, 4, n_layers=8, pp=4, micro_batches=4,
+                                       virtual_stages=2)
+    assert got.transformer == pytest.approx(activation_bytes(16, 1, 32, 4).per_layer * 8)

@@ -181,3 +181,13 @@ def test_search_is_fast_enough():
 def test_bad_assumptions_raise(kwargs):
     with pytest.raises(ValueError):
         plan(SEVENTY, A64, 128, dp=8, tp=8, pp=1, micro_batch=1, **kwargs)
+
+
+def test_fp32_counts_four_byte_states_and_activations():
+    kw = dict(dp=8, tp=8, pp=1, micro_batch=1)
+    mixed = plan(SEVENTY, A64, 128, **kw)
+    fp32 = plan(SEVENTY, A64, 128, precision="fp32", **kw)
+    assert fp32.memory.activations == pytest.approx(2 * mixed.memory.activations)
+    assert fp32.memory.params == pytest.approx(2 * mixed.memory.params)      # 4 vs 2 bytes
+    # twice the bytes on the wire, the same per-step latency
+    assert mixed.time.tp_comm < fp32.time.tp_comm < 2 * mixed.time.tp_comm

@@ -268,6 +268,17 @@ def _tp_training(rank, world_size, dp, tp, cfg, steps, batch, lr):
         "row.weight.grad": (dense2.weight.grad.chunk(tp, 1)[coords["tp"]], row.weight.grad),
         "row.bias.grad": (dense2.bias.grad, row.bias.grad),
     }
+
+    errors = {}
+    for name, call in {
+        "wrong_tp_rank": lambda: TPBlock(cfg, (coords["tp"] + 1) % tp, tp, group),
+        "wrong_tp": lambda: ColumnParallelLinear(cfg.d_model, cfg.d_model, tp=2 * tp, group=group),
+    }.items():
+        try:
+            call()
+        except ValueError as exc:
+            errors[name] = str(exc)
+    out["errors"] = errors
     return out
 
 
@@ -340,6 +351,17 @@ def test_standalone_column_and_row_layers_equal_nn_linear(tp_run):
             # small differences of large terms, hence the looser 1e-10
             torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10,
                                        msg=lambda m: f"rank coords {r['coords']}, {name}: {m}")
+
+
+@pytest.mark.slow
+def test_layers_on_ranks_refuse_a_group_that_does_not_match(tp_run):
+    _, tp, results, _ = tp_run
+    for r in results:
+        rank = r["coords"]["tp"]
+        assert r["errors"]["wrong_tp_rank"].startswith(
+            f"tp_rank={(rank + 1) % tp} but this process is rank {rank} of its tp group")
+        assert r["errors"]["wrong_tp"].startswith(
+            f"ColumnParallelLinear(tp={2 * tp}) needs a tp group of {2 * tp} ranks but the group has {tp} ranks")
 
 
 def _ours_and_torchs(rank, world_size, cfg, steps, batch, lr):

@@ -28,7 +28,10 @@ STARTUP_TIMEOUT_S = 120.0
 _EXIT_GRACE_S = 10.0  # finished ranks get this long to leave the group before being stopped
 _STACK_WAIT_S = 1.0  # how long a timeout waits for stuck ranks to say where they are
 # Imported once in the forkserver; never anything that initialises CUDA.
-_PRELOAD = ["torch", "torch.distributed", "cloudpickle", "threeaxes._launch_worker"]
+# torch.fx.experimental.symbolic_shapes (sympy, ~1 s) is imported lazily by the first
+# backward given an explicit gradient, which every pipeline stage but the last runs.
+_PRELOAD = ["torch", "torch.distributed", "cloudpickle", "threeaxes._launch_worker",
+            "torch.fx.experimental.symbolic_shapes"]
 
 
 def _forkserver():
@@ -106,6 +109,7 @@ class LocalLaunch:
                 except EOFError:  # the rank's process has exited
                     del open_conns[conn]
                     if rank not in self.results:
+                        self._drain_output()
                         raise self._died(rank) from None
                     continue
                 self._handle(rank, message)
@@ -126,9 +130,22 @@ class LocalLaunch:
             except Exception as exc:
                 raise RankError(f"the result of rank {rank} could not be unpickled here: {exc}", [rank]) from exc
         elif kind == "err":
+            self._drain_output()
             raise RankError(f"rank {rank} of {self.world_size} raised:\n\n{_with_source(message[1])}", [rank])
         elif kind == "stack":
             self.stacks[rank] = message[1]
+
+    def _drain_output(self):
+        """Before raising, print what the other ranks had already sent: it often explains the error."""
+        give_up = time.monotonic() + _STACK_WAIT_S
+        for rank, conn in self.conns.items():
+            try:
+                while time.monotonic() < give_up and conn.poll():
+                    message = conn.recv()
+                    if message[0] == "out":
+                        self._handle(rank, message)
+            except (EOFError, OSError):
+                pass
 
     def _died(self, rank):
         proc = self.procs[rank]

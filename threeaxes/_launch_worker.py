@@ -171,17 +171,17 @@ class _RankStream(io.TextIOBase):
     def write(self, text):
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        with self._lock:
+        with self._lock:  # held while sending too, so lines from several threads keep their order
             *lines, self._pending = (self._pending + text).split("\n")
-        if lines:
-            self._send("out", self._stream, lines)
+            if lines:
+                self._send("out", self._stream, lines)
         return len(text)
 
     def flush(self):
         with self._lock:
-            pending, self._pending = self._pending, ""
-        if pending:
-            self._send("out", self._stream, [pending])
+            if self._pending:
+                self._send("out", self._stream, [self._pending])
+                self._pending = ""
 
 
 def _watch_caller(conn, send, main_thread_id):

@@ -20,7 +20,8 @@ from .cost.memory import GB
 from .cost.timeline import Event, simulate_schedule
 
 __all__ = ["TimelineData", "schedule_timeline", "draw_timeline", "draw_memory_bars",
-           "draw_time_breakdown", "FigureDisplay", "show", "MEMORY_TERMS", "TIME_TERMS"]
+           "draw_time_breakdown", "plan_table_html", "FigureDisplay", "show", "MEMORY_TERMS",
+           "TIME_TERMS"]
 
 FORWARD = ["#9ecae1", "#6baed6", "#4292c6", "#2171b5"]    # one shade per model chunk
 BACKWARD = ["#fdae6b", "#fd8d3c", "#f16913", "#d94801"]
@@ -199,6 +200,23 @@ def draw_time_breakdown(rows, *, ax=None, title: str | None = None):
     if title:
         ax.set_title(title, fontsize=10)
     return fig
+
+
+def plan_table_html(rows, chosen=None) -> str:
+    """An HTML table of ranked PlanResults, the chosen one highlighted."""
+    head = ("rank", "dp", "tp", "pp", "mbs", "m", "ZeRO", "recompute", "v", "SP",
+            "GB/GPU", "s/step", "tokens/s", "MFU", "bubble")
+    cells = "".join(f"<th style='padding:2px 6px'>{h}</th>" for h in head)
+    lines = [f"<tr>{cells}</tr>"]
+    for i, r in enumerate(rows, 1):
+        values = (i, r.dp, r.tp, r.pp, r.micro_batch, r.micro_batches, r.zero_stage,
+                  r.recompute, r.virtual_stages, "yes" if r.sequence_parallel else "",
+                  f"{r.memory.total / GB:.1f}", f"{r.time.total:.2f}",
+                  f"{r.tokens_per_second:,.0f}", f"{r.mfu:.1%}", f"{r.bubble_fraction:.1%}")
+        style = " style='background:#e8f0fe'" if r is chosen else ""
+        row = "".join(f"<td style='padding:2px 6px;text-align:right'>{x}</td>" for x in values)
+        lines.append(f"<tr{style}>{row}</tr>")
+    return "<table style='font-size:12px'>" + "".join(lines) + "</table>"
 
 
 class FigureDisplay:

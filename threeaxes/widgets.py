@@ -22,12 +22,11 @@ import ipywidgets as widgets
 from IPython.display import display
 from matplotlib.figure import Figure
 
-from .cost import (MODELS, RECOMPUTE, MemoryBreakdown, activation_bytes, bubble_fraction,
-                   bubble_overhead, custom_model, first_stage_activation_bytes, get_cluster,
-                   in_flight_micro_batches, model_state_bytes, search)
+from .cost import (MODELS, RECOMPUTE, MemoryBreakdown, bubble_fraction, bubble_overhead,
+                   custom_model, get_cluster, search, stage_memory)
 from .cost.memory import GB
 from .plots import (FigureDisplay, draw_memory_bars, draw_time_breakdown, draw_timeline,
-                    schedule_timeline)
+                    plan_table_html, schedule_timeline)
 
 __all__ = ["BubbleExplorer", "MemoryExplorer", "ConfigExplorer", "BubbleData",
            "MemoryData", "ConfigData"]
@@ -35,10 +34,6 @@ __all__ = ["BubbleExplorer", "MemoryExplorer", "ConfigExplorer", "BubbleData",
 _WIDE = {"description_width": "initial"}
 _CLUSTERS = [("A100 80GB nodes", "a100-80gb"), ("H100 80GB nodes", "h100-80gb")]
 _MODEL_OPTIONS = [(f"{m.name} ({m.n_params / 1e9:.1f}B)", key) for key, m in MODELS.items()]
-
-
-def _fmt(values) -> str:
-    return "{" + ", ".join(str(v) for v in values) + "}"
 
 
 class _Explorer:
@@ -227,45 +222,16 @@ class MemoryExplorer(_Explorer):
     def compute(self) -> MemoryData:
         v = self.values()
         model = self._model()
-        dp, tp, pp = v["dp"], v["tp"], v["pp"]
-        if model.n_heads % tp or model.kv_heads % tp:
-            good = [t for t in range(1, 17) if model.n_heads % t == 0 and model.kv_heads % t == 0]
-            which = "n_heads" if model.n_heads % tp else "n_kv_heads"
-            count = model.n_heads if which == "n_heads" else model.kv_heads
-            raise ValueError(f"tp={tp} does not divide {which}={count}; choose tp in {_fmt(good)}")
-        if model.n_layers % pp:
-            good = [p for p in range(1, 33) if model.n_layers % p == 0]
-            raise ValueError(f"pp={pp} does not divide n_layers={model.n_layers}; "
-                             f"choose pp in {_fmt(good)}")
-        if v["zero_stage"] >= 2 and pp > 1:
-            raise ValueError(f"ZeRO stage {v['zero_stage']} with pp={pp}: sharding gradients or "
-                             "parameters fights pipeline micro-batching (DeepSpeed allows only "
-                             "ZeRO-1 with pipelines); choose ZeRO stage 0 or 1, or pp=1")
-        s, b, sp, rc = v["seq_len"], v["micro_batch"], v["sequence_parallel"], v["recompute"]
-        states = model_state_bytes(model.n_params, dp=dp, tp=tp, pp=pp,
-                                   zero_stage=v["zero_stage"], precision=v["precision"])
-        if v["precision"] == "fp32":
-            scale = 2.0      # Korthikanti's bytes assume 16-bit activations
-        else:
-            scale = 1.0
-        per_layer = activation_bytes(s, b, model.d_model, model.n_heads, tp=tp,
-                                     sequence_parallel=sp, recompute=rc).per_layer * scale
-        stage0 = first_stage_activation_bytes(
-            s, b, model.d_model, model.n_heads, n_layers=model.n_layers, tp=tp, pp=pp,
-            micro_batches=pp, sequence_parallel=sp, recompute=rc,
-            vocab_size=model.vocab_size).total * scale
-        shown = list(range(pp)) if pp <= 8 else sorted({0, 1, pp // 2, pp - 2, pp - 1})
-        bars = []
-        for r in shown:
-            acts = stage0 if r == 0 else per_layer * model.n_layers / pp * \
-                in_flight_micro_batches(pp, pp, stage=r)
-            total = states.total + acts
-            label = "GPU" if pp == 1 else f"stage {r}"
-            bars.append((label, MemoryBreakdown(states.params, states.grads, states.optimizer,
-                                                acts, total)))
+        stages = stage_memory(model, v["seq_len"], v["micro_batch"], dp=v["dp"], tp=v["tp"],
+                              pp=v["pp"], zero_stage=v["zero_stage"], precision=v["precision"],
+                              recompute=v["recompute"],
+                              sequence_parallel=v["sequence_parallel"])
+        pp = v["pp"]
+        shown = range(pp) if pp <= 8 else sorted({0, 1, pp // 2, pp - 2, pp - 1})
+        bars = [("GPU" if pp == 1 else f"stage {r}", stages[r]) for r in shown]
         capacity = get_cluster(v["gpu"]).hbm_bytes
         return MemoryData(model, bars, capacity, all(t.total <= capacity for _, t in bars),
-                          bars[0][1])
+                          stages[0])
 
     def summary(self, d: MemoryData) -> str:
         w = d.worst
@@ -371,23 +337,8 @@ class ConfigExplorer(_Explorer):
                 f"{r.time.total:.2f} s per step, {r.tokens_per_second:,.0f} tokens/s, "
                 f"MFU {r.mfu:.1%}.")
 
-    def _table_html(self, d: ConfigData) -> str:
-        head = ("rank", "dp", "tp", "pp", "mbs", "m", "ZeRO", "recompute", "v", "SP",
-                "GB/GPU", "s/step", "tokens/s", "MFU", "bubble")
-        cells = "".join(f"<th style='padding:2px 6px'>{h}</th>" for h in head)
-        lines = [f"<tr>{cells}</tr>"]
-        for i, r in enumerate(d.rows, 1):
-            values = (i, r.dp, r.tp, r.pp, r.micro_batch, r.micro_batches, r.zero_stage,
-                      r.recompute, r.virtual_stages, "yes" if r.sequence_parallel else "",
-                      f"{r.memory.total / GB:.1f}", f"{r.time.total:.2f}",
-                      f"{r.tokens_per_second:,.0f}", f"{r.mfu:.1%}", f"{r.bubble_fraction:.1%}")
-            style = " style='background:#e8f0fe'" if r is d.chosen else ""
-            row = "".join(f"<td style='padding:2px 6px;text-align:right'>{x}</td>" for x in values)
-            lines.append(f"<tr{style}>{row}</tr>")
-        return "<table style='font-size:12px'>" + "".join(lines) + "</table>"
-
     def draw(self, d: ConfigData) -> Figure:
-        self.table.value = self._table_html(d)
+        self.table.value = plan_table_html(d.rows, d.chosen)
         fig = Figure(figsize=(11.0, 3.4), layout="constrained")
         left, right = fig.subplots(1, 2, width_ratios=[1.3, 2.2])
         draw_memory_bars([("chosen", d.chosen.memory)], d.chosen.capacity, ax=left,

@@ -10,15 +10,17 @@ from .activations import (RECOMPUTE, ActivationBytes, FirstStageActivations,
 from .bubble import SCHEDULES, bubble_fraction, bubble_overhead
 from .compute import (TrainingFlops, flops_per_token, megatron_flops, mfu, step_time,
                       training_flops, training_time)
-from .memory import GB, GiB, PRECISIONS, ModelStateBytes, bytes_per_param, model_state_bytes
+from .constraints import check_config, check_model_split, divisors, valid_tp
+from .memory import (GB, GiB, PRECISIONS, MemoryBreakdown, ModelStateBytes, bytes_per_param,
+                     model_state_bytes)
 from .network import (COLLECTIVES, CommTime, Link, all_gather_time, all_reduce_time,
                       bytes_sent_per_gpu, collective_time, group_inside_node, group_link,
                       p2p_time, reduce_scatter_time)
 from .params import ParamCount, transformer_params
-from .planner import (DEFAULT_COMPUTE_EFFICIENCY, MemoryBreakdown, PlanResult,
-                      TimeBreakdown, divisors, plan, search)
+from .planner import DEFAULT_COMPUTE_EFFICIENCY, PlanResult, TimeBreakdown, plan, search
 from .presets import (CLUSTERS, MODELS, Cluster, Model, a100_cluster, custom_model,
                       get_cluster, get_model, h100_cluster)
+from .stage_memory import ACTIVATION_SCALE, stage_memory
 from .timeline import Event, Timeline, schedule_orders, simulate_schedule
 
 __all__ = [
@@ -33,5 +35,6 @@ __all__ = [
     "transformer_params", "DEFAULT_COMPUTE_EFFICIENCY", "MemoryBreakdown", "PlanResult",
     "TimeBreakdown", "divisors", "plan", "search", "CLUSTERS", "MODELS", "Cluster", "Model",
     "a100_cluster", "custom_model", "get_cluster", "get_model", "h100_cluster", "Event",
-    "Timeline", "schedule_orders", "simulate_schedule",
+    "Timeline", "schedule_orders", "simulate_schedule", "check_config", "check_model_split",
+    "valid_tp", "ACTIVATION_SCALE", "stage_memory",
 ]

@@ -83,31 +83,41 @@ def activation_bytes(seq_len: int, micro_batch: int, d_model: int, n_heads: int,
 
 
 def in_flight_micro_batches(pp: int, micro_batches: int, *, stage: int = 0,
-                            schedule: str = "1f1b") -> int:
-    """Micro-batches whose activations ``stage`` holds at its peak.
+                            schedule: str = "1f1b", virtual_stages: int = 1) -> float:
+    """Micro-batches whose activations ``stage`` holds at its peak, counted in
+    whole stages' worth (a model chunk of an interleaved schedule is 1/v).
 
     GPipe (Huang et al. 2019) runs every forward before any backward: m.
     1F1B (Narayanan et al. 2021, Section 2.2.1) lets stage r run p - r
-    forwards before its first backward: min(p - r, m). Korthikanti et al.
-    2022, Appendix B (Figure 9) shows this linear fall along the pipeline.
+    forwards before its first backward: min(p - r, m); Korthikanti et al.
+    2022, Appendix B (Figure 9) shows this fall along the pipeline.
+    Interleaved 1F1B (Section 2.2.2, Megatron-LM's warm-up) holds
+    2 (p - r - 1) + (v - 1) p + 1 chunks, all m v of them when m = p: for
+    stage 0 that is p (1 + (p - 1)/(p v)), Korthikanti's Section 4.2.3 factor.
     """
-    p, m, r = _check("pp", pp), _check("micro_batches", micro_batches), stage
+    p, m, v = (_check("pp", pp), _check("micro_batches", micro_batches),
+               _check("virtual_stages", virtual_stages))
+    r = stage
     if isinstance(r, bool) or int(r) != r or not 0 <= r < p:
         raise ValueError(f"stage={stage!r}; choose stage in 0..{p - 1}")
+    r = int(r)
     if schedule == "gpipe":
         return m
-    if schedule in ("1f1b", "interleaved"):
-        return min(p - int(r), m)
-    raise ValueError(f"schedule={schedule!r}; choose schedule in {{'gpipe', '1f1b'}}")
+    if schedule not in ("1f1b", "interleaved"):
+        raise ValueError(f"schedule={schedule!r}; choose schedule in {{'gpipe', '1f1b'}}")
+    if v == 1:
+        return min(p - r, m)
+    chunks = m * v if m == p else min(m * v, 2 * (p - r - 1) + (v - 1) * p + 1)
+    return chunks / v
 
 
 class FirstStageActivations(NamedTuple):
     """Activations held by the first pipeline stage at its peak, by term."""
     per_layer: float           # one layer, one micro-batch (Table 2)
     layers_per_stage: float    # L / p
-    in_flight: float           # micro-batches whose backward is still pending
-    interleave_factor: float   # 1 + (p - 1)/(p v) for v > 1, else 1
-    transformer: float         # per_layer * layers_per_stage * in_flight * factor
+    in_flight: float           # micro-batches (stages' worth) awaiting their backward
+    interleave_factor: float   # in_flight over 1F1B's min(p, m): 1 + (p - 1)/(p v) when m > p
+    transformer: float         # per_layer * layers_per_stage * in_flight
     embeddings: float          # Section 4.3 extras (0 unless vocab_size is given)
     total: float
 
@@ -127,12 +137,14 @@ def first_stage_activation_bytes(seq_len: int, micro_batch: int, d_model: int,
     parallelism). With fewer micro-batches than stages only m are in flight.
     The interleaved schedule with v model chunks per GPU scales this by
     1 + (p - 1)/(p v) (same section; Narayanan et al. 2021 Section 2.2.2
-    gives the schedule). GPipe (Huang et al. 2019) keeps all m micro-batches.
+    gives the schedule; see ``in_flight_micro_batches`` for m = p). GPipe
+    (Huang et al. 2019) keeps all m micro-batches.
 
     With ``vocab_size``, adds Section 4.3's extras on the first stage: the
-    embedding dropout mask sbhp/t (one per micro-batch in flight) and, when p = 1 (the stage also holds the
-    output layer), 4sbh/t (1 + v/h) for the final norm, output projection
-    and fp32 logits (the paper assumes sequence parallelism for these).
+    embedding dropout mask sbhp/t (one per micro-batch in flight) and, when
+    p = 1 (the stage also holds the output layer), 4sbh/t (1 + v/h) for the
+    final norm, output projection and fp32 logits (the paper assumes
+    sequence parallelism for these).
     """
     p = _check("pp", pp)
     n_layers = _check("n_layers", n_layers)
@@ -154,14 +166,14 @@ def first_stage_activation_bytes(seq_len: int, micro_batch: int, d_model: int,
     layer = activation_bytes(seq_len, micro_batch, d_model, n_heads, tp=tp,
                              sequence_parallel=sequence_parallel, recompute=recompute)
     layers_per_stage = n_layers / p
-    in_flight = in_flight_micro_batches(p, m, schedule=schedule)
-    factor = 1.0 + (p - 1) / (p * v) if v > 1 else 1.0
-    transformer = layer.per_layer * layers_per_stage * in_flight * factor
+    in_flight = in_flight_micro_batches(p, m, schedule=schedule, virtual_stages=v)
+    factor = in_flight / min(p, m) if schedule != "gpipe" else 1.0
+    transformer = layer.per_layer * layers_per_stage * in_flight
 
     embeddings = 0.0
     if vocab_size is not None:
         s, b, h, t = seq_len, micro_batch, d_model, tp
-        embeddings = s * b * h * in_flight / t              # embedding dropout masks
+        embeddings = s * b * h * min(in_flight, m) / t      # embedding dropout masks
         if p == 1:
             embeddings += 4 * s * b * h / t * (1 + _check("vocab_size", vocab_size) / h)
     return FirstStageActivations(layer.per_layer, layers_per_stage, in_flight, factor,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["GB", "GiB", "PRECISIONS", "ModelStateBytes", "bytes_per_param",
-           "model_state_bytes"]
+__all__ = ["GB", "GiB", "PRECISIONS", "ModelStateBytes", "MemoryBreakdown",
+           "bytes_per_param", "model_state_bytes"]
 
 GB = 10**9      # the papers' and datasheets' gigabyte (ZeRO's 120 GB is 120e9)
 GiB = 2**30
@@ -31,6 +31,15 @@ class ModelStateBytes(NamedTuple):
     params: float
     grads: float
     optimizer: float
+    total: float
+
+
+class MemoryBreakdown(NamedTuple):
+    """Bytes one GPU holds, model states and activations, by term."""
+    params: float
+    grads: float
+    optimizer: float
+    activations: float
     total: float
 
 

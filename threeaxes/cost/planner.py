@@ -29,25 +29,18 @@ from typing import NamedTuple
 
 from .activations import RECOMPUTE, first_stage_activation_bytes
 from .bubble import bubble_fraction, bubble_overhead
-from .memory import PRECISIONS, model_state_bytes
+from .constraints import check_config, divisors, valid_tp
+from .memory import PRECISIONS, MemoryBreakdown, model_state_bytes
 from .network import all_gather_time, all_reduce_time, group_link, p2p_time, reduce_scatter_time
+from .stage_memory import ACTIVATION_SCALE
 
-__all__ = ["MemoryBreakdown", "TimeBreakdown", "PlanResult", "plan", "search",
-           "divisors", "DEFAULT_COMPUTE_EFFICIENCY"]
+__all__ = ["TimeBreakdown", "PlanResult", "plan", "search", "DEFAULT_COMPUTE_EFFICIENCY"]
 
 # Fraction of peak FLOP/s the matmuls reach. Published end-to-end figures on
 # A100 clusters, which also pay for communication and bubbles, are 44-52% of
 # peak (Narayanan et al. 2021, Table 1) and 43.7-57.0% HFU (Korthikanti et al.
 # 2022, Table 5); compute alone must run faster than that, so 0.6 is assumed.
 DEFAULT_COMPUTE_EFFICIENCY = 0.6
-
-
-class MemoryBreakdown(NamedTuple):
-    params: float
-    grads: float
-    optimizer: float
-    activations: float
-    total: float
 
 
 class TimeBreakdown(NamedTuple):
@@ -87,14 +80,6 @@ class PlanResult(NamedTuple):
                 f"m={self.micro_batches} " + " ".join(e for e in extras if e)).strip()
 
 
-def divisors(n: int) -> list:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _fmt(values) -> str:
-    return "{" + ", ".join(str(v) for v in values) + "}"
-
-
 class _Context:
     """What stays fixed across configurations: model, cluster, batch, assumptions."""
 
@@ -118,6 +103,7 @@ class _Context:
             raise ValueError(f"seq_len={seq_len!r} must be >= 1")
         self.precision = precision
         self.act_dtype_bytes = PRECISIONS[precision][0]
+        self.act_scale = ACTIVATION_SCALE[precision]
         self.grad_dtype_bytes = PRECISIONS[precision][1]
         self.efficiency = compute_efficiency
         self.dp_overlap = dp_overlap
@@ -148,7 +134,7 @@ def _evaluate(ctx: _Context, dp, tp, pp, mbs, zero, recompute, v, sp) -> PlanRes
     acts = first_stage_activation_bytes(
         s, mbs, h, model.n_heads, n_layers=model.n_layers, tp=tp, pp=pp, micro_batches=m,
         virtual_stages=v, sequence_parallel=sp, recompute=recompute,
-        vocab_size=model.vocab_size).total
+        vocab_size=model.vocab_size).total * ctx.act_scale
     total_mem = states.total + acts
     memory = MemoryBreakdown(states.params, states.grads, states.optimizer, acts, total_mem)
 
@@ -193,83 +179,6 @@ def _evaluate(ctx: _Context, dp, tp, pp, mbs, zero, recompute, v, sp) -> PlanRes
                       ctx.model_flops / (total * ctx.n_gpus * ctx.peak), frac)
 
 
-def _valid_tp(model, cluster, allow_tp_across_nodes):
-    out = []
-    for t in divisors(cluster.n_gpus):
-        if model.n_heads % t or model.kv_heads % t:
-            continue
-        if not allow_tp_across_nodes and (t > cluster.gpus_per_node or cluster.gpus_per_node % t):
-            continue
-        out.append(t)
-    return out
-
-
-def _check_config(ctx, dp, tp, pp, mbs, micro_batches, zero, recompute, v,
-                  allow_tp_across_nodes):
-    model, cluster = ctx.model, ctx.cluster
-    for name, value in (("dp", dp), ("tp", tp), ("pp", pp), ("virtual_stages", v)):
-        if isinstance(value, bool) or int(value) != value or value < 1:
-            raise ValueError(f"{name}={value!r} must be a positive integer")
-    n = cluster.n_gpus
-    if dp * tp * pp != n:
-        hint = f"; try dp={n // (tp * pp)}" if n % (tp * pp) == 0 else ""
-        raise ValueError(f"dp({dp}) * tp({tp}) * pp({pp}) = {dp * tp * pp} != "
-                         f"n_gpus({n}){hint}")
-    good_tp = _fmt(_valid_tp(model, cluster, allow_tp_across_nodes))
-    if model.n_heads % tp:
-        raise ValueError(f"tp={tp} does not divide n_heads={model.n_heads}; "
-                         f"choose tp in {good_tp}")
-    if model.kv_heads % tp:
-        raise ValueError(f"tp={tp} does not divide n_kv_heads={model.kv_heads}; "
-                         f"choose tp in {good_tp}")
-    if not allow_tp_across_nodes and (tp > cluster.gpus_per_node or cluster.gpus_per_node % tp):
-        raise ValueError(f"tp={tp} does not fit in one node of {cluster.gpus_per_node} GPUs; "
-                         f"choose tp in {good_tp} or pass allow_tp_across_nodes=True")
-    if model.n_layers % pp:
-        raise ValueError(f"pp={pp} does not divide n_layers={model.n_layers}; "
-                         f"choose pp in {_fmt(divisors(model.n_layers))}")
-    if ctx.global_batch % dp:
-        raise ValueError(f"global_batch={ctx.global_batch} does not split evenly over "
-                         f"dp={dp}; choose a global batch that is a multiple of {dp}")
-    per_replica = ctx.global_batch // dp
-    if mbs is None:
-        if micro_batches is None:
-            raise ValueError("give micro_batch (sequences per micro-batch) or micro_batches")
-        if per_replica % micro_batches:
-            raise ValueError(f"micro_batches={micro_batches} does not divide the per-replica "
-                             f"batch {per_replica} (global_batch={ctx.global_batch} / dp={dp}); "
-                             f"choose micro_batches in {_fmt(divisors(per_replica))}")
-        mbs = per_replica // micro_batches
-    if isinstance(mbs, bool) or int(mbs) != mbs or mbs < 1 or per_replica % mbs:
-        raise ValueError(f"micro_batch={mbs} does not divide the per-replica batch "
-                         f"{per_replica} (global_batch={ctx.global_batch} / dp={dp}); "
-                         f"choose micro_batch in {_fmt(divisors(per_replica))}")
-    m = per_replica // mbs
-    if micro_batches is not None and micro_batches != m:
-        raise ValueError(f"micro_batch={mbs} gives {m} micro-batches, not {micro_batches}; "
-                         "give one of the two")
-    if zero not in (0, 1, 2, 3):
-        raise ValueError(f"zero_stage={zero!r}; choose zero_stage in {{0, 1, 2, 3}}")
-    if zero >= 2 and pp > 1:
-        raise ValueError(f"zero_stage={zero} with pp={pp}: sharding gradients or parameters "
-                         "fights pipeline micro-batching (DeepSpeed's pipeline engine allows "
-                         "only ZeRO-1); choose zero_stage in {0, 1} or pp=1")
-    if recompute not in RECOMPUTE:
-        raise ValueError(f"recompute={recompute!r}; choose recompute in {set(RECOMPUTE)}")
-    if v > 1:
-        if pp == 1:
-            raise ValueError(f"virtual_stages={v} needs pipeline parallelism; "
-                             "use virtual_stages=1 or pp > 1")
-        if model.n_layers % (pp * v):
-            good = [k for k in divisors(model.n_layers // pp)]
-            raise ValueError(f"n_layers={model.n_layers} does not split into pp*virtual_stages"
-                             f"={pp * v} chunks; choose virtual_stages in {_fmt(good)}")
-        if m % pp:
-            raise ValueError(f"{m} micro-batches is not a multiple of pp={pp}; the interleaved "
-                             "schedule needs it (change micro_batch or virtual_stages=1)")
-    return int(mbs)
-
-
 def plan(model, cluster, global_batch: int, seq_len: int | None = None, *, dp: int,
          tp: int = 1, pp: int = 1, micro_batch: int | None = None,
          micro_batches: int | None = None, zero_stage: int = 0, recompute: str = "none",
@@ -299,8 +208,11 @@ def plan(model, cluster, global_batch: int, seq_len: int | None = None, *, dp: i
     """
     ctx = _Context(model, cluster, global_batch, seq_len, precision, compute_efficiency,
                    dp_overlap, usable_memory_fraction)
-    mbs = _check_config(ctx, dp, tp, pp, micro_batch, micro_batches, zero_stage, recompute,
-                        virtual_stages, allow_tp_across_nodes)
+    mbs = check_config(model, cluster, ctx.global_batch, dp=dp, tp=tp, pp=pp,
+                       micro_batch=micro_batch, micro_batches=micro_batches,
+                       zero_stage=zero_stage, recompute=recompute,
+                       virtual_stages=virtual_stages,
+                       allow_tp_across_nodes=allow_tp_across_nodes)
     return _evaluate(ctx, int(dp), int(tp), int(pp), mbs, zero_stage, recompute,
                      int(virtual_stages), bool(sequence_parallel) and tp > 1)
 
@@ -327,7 +239,7 @@ def search(model, cluster, global_batch: int, seq_len: int | None = None, *,
                    dp_overlap, usable_memory_fraction)
     n = cluster.n_gpus
     results = []
-    for tp in _valid_tp(model, cluster, allow_tp_across_nodes):
+    for tp in valid_tp(model, cluster, allow_tp_across_nodes):
         for pp in divisors(n // tp):
             if model.n_layers % pp:
                 continue

@@ -42,7 +42,8 @@ def split_stages(n_layers: int, pp: int, *, uneven: bool = False) -> list[list[i
     if n_layers % pp and not uneven:
         raise ValueError(
             f"pp={pp} does not divide n_layers={n_layers}; choose pp in {_divisors(n_layers)}, "
-            f"or pass uneven=True to give the first {n_layers % pp} stages one layer more")
+            f"or pass uneven=True to let the first {n_layers % pp} of the {pp} stages take "
+            f"one layer more than the others")
     base, extra = divmod(n_layers, pp)
     stages, start = [], 0
     for s in range(pp):

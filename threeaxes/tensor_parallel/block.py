@@ -22,7 +22,7 @@ import copy
 import torch.nn as nn
 
 from threeaxes.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
-from threeaxes.tensor_parallel.maps import copy_to_tp_region
+from threeaxes.tensor_parallel.maps import copy_to_tp_region, tp_rank_in, tp_size
 from threeaxes.tensor_parallel.shard import check_tp_layout, shard_block_state
 from threeaxes.toy import MLP, Block, CausalSelfAttention, ToyConfig, ToyTransformer
 
@@ -75,6 +75,10 @@ class TPBlock(Block):
     def __init__(self, cfg: ToyConfig, tp_rank: int, tp: int, group=None):
         nn.Module.__init__(self)
         check_tp_layout(tp, cfg.n_heads, cfg.d_mlp, tp_rank)
+        if tp > 1 and tp_size(group) == tp and tp_rank_in(group) != tp_rank:
+            raise ValueError(f"tp_rank={tp_rank} but this process is rank {tp_rank_in(group)} of its "
+                             f"tp group; pass tp_rank=torch.distributed.get_rank(group), or the "
+                             f"shard would not match the collectives")
         self.cfg, self.tp_rank, self.tp, self.group = cfg, tp_rank, tp, group
         self.ln1 = nn.LayerNorm(cfg.d_model, dtype=cfg.dtype)  # replicated
         self.attn = TPCausalSelfAttention(cfg, tp, group)

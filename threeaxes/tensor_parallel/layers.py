@@ -67,9 +67,11 @@ class ColumnParallelLinear(nn.Module):
 
     def forward(self, x):  # x: (..., in_features), the same on every tp rank
         if not self.input_is_copied:
+            # communication (backward only): all-reduce x's gradient over the tp ranks
             x = copy_to_tp_region(x, self.group)
         y = F.linear(x, self.weight, self.bias)  # (..., out_features / tp)
         if self.gather_output:
+            # communication: all-gather the output slices; backward keeps this rank's slice
             y = gather_from_tp_region(y, self.group)  # (..., out_features)
         return y
 
@@ -100,8 +102,10 @@ class RowParallelLinear(nn.Module):
 
     def forward(self, x):  # x: (..., in_features / tp) if input_is_parallel
         if not self.input_is_parallel:
+            # communication (backward only): all-gather the input gradient's slices
             x = scatter_to_tp_region(x, self.group)
         partial = F.linear(x, self.weight)  # (..., out_features), this rank's partial sum
+        # communication: all-reduce the partial sums; backward passes the gradient through
         y = reduce_from_tp_region(partial, self.group)  # (..., out_features), the full sum
         return y + self.bias if self.bias is not None else y
 

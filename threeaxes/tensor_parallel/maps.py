@@ -77,12 +77,14 @@ class _CopyToTPRegion(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        # communication: all-reduce the input's gradient (each rank holds one part of it)
         return _all_reduce(grad, ctx.group), None
 
 
 class _ReduceFromTPRegion(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, group):
+        # communication: all-reduce the partial outputs into the full sum
         return _all_reduce(x, group)
 
     @staticmethod
@@ -94,6 +96,7 @@ class _GatherFromTPRegion(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, group):
         ctx.group = group
+        # communication: all-gather every rank's slice of the last dim
         return _all_gather_last_dim(x, group)
 
     @staticmethod
@@ -109,6 +112,7 @@ class _ScatterToTPRegion(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        # communication: all-gather the gradient slices back to the full width
         return _all_gather_last_dim(grad, ctx.group), None
 
 

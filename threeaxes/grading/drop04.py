@@ -1,0 +1,101 @@
+"""Reference checks for drop 4 (pipeline parallelism).
+
+`check_stage_split` runs on fresh ranks through `threeaxes.grading.check_on_ranks`::
+
+    check_on_ranks(drop04.check_stage_split, 4, stage_layers)
+
+It cuts the toy model with the student's boundaries, trains one step with
+the course's executor, and compares every parameter with one process; only
+plain values come back: {"ok": bool, "message": str, "max_abs_diff": float}.
+
+The pure answers (a bubble fraction, a count of microbatches) are compared
+with `expected_bubble_fraction` and `expected_stage0_held`, written from the
+formulas, and with what the plans themselves count.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import torch
+
+from threeaxes.grading import as_int
+from threeaxes.toy import ToyConfig, ToyTransformer, make_batch, train_steps
+
+CHECK_CONFIG = ToyConfig(dtype=torch.float64, seq_len=8)
+BATCH, MICROBATCHES = 8, 4
+_TOL = 1e-10
+
+__all__ = ["CHECK_CONFIG", "plain_stage_layers", "check_stage_split",
+           "expected_stage_layers", "expected_bubble_fraction", "expected_stage0_held"]
+
+
+def expected_stage_layers(n_layers: int, pp: int) -> list[list[int]]:
+    """Contiguous, equal stages: stage s holds layers s*k .. s*k+k-1, k = n_layers/pp."""
+    k = n_layers // pp
+    return [list(range(s * k, (s + 1) * k)) for s in range(pp)]
+
+
+def expected_bubble_fraction(pp: int, m: int) -> Fraction:
+    """GPipe and 1F1B: idle over the whole step, (p-1)/(m+p-1) (Huang et al. 2019)."""
+    return Fraction(pp - 1, m + pp - 1)
+
+
+def expected_stage0_held(schedule: str, pp: int, m: int) -> int:
+    """Microbatch activations stage 0 holds at its peak: all m under GPipe; under
+    1F1B its p-1 warmup forwards and one more, never more than m."""
+    return m if schedule == "gpipe" else min(pp, m)
+
+
+def plain_stage_layers(answer, name: str = "stage_layers(...)") -> list[list[int]]:
+    """A student's boundaries as a plain list of lists of ints, or AssertionError."""
+    if type(answer) not in (list, tuple):
+        raise AssertionError(f"{name} should return a list of lists of layer indices, "
+                             f"got {type(answer).__name__}")
+    stages = []
+    for s, stage in enumerate(answer):
+        if type(stage) not in (list, tuple, range):
+            raise AssertionError(f"{name}[{s}] should be a list of ints, got {type(stage).__name__}")
+        stages.append([as_int(i, f"{name}[{s}] entry") for i in stage])
+    return stages
+
+
+def check_stage_split(rank, world_size, student_fn):
+    """Do `student_fn(n_layers, pp)`'s stages, run as a pipeline on world_size
+    ranks, train exactly like one process?"""
+    cfg, pp = CHECK_CONFIG, world_size
+    try:
+        stages = plain_stage_layers(student_fn(cfg.n_layers, pp))
+    except AssertionError as exc:
+        return {"ok": False, "max_abs_diff": float("inf"), "message": str(exc)}
+    except Exception as exc:  # the student's code; report it, do not crash the rank
+        return {"ok": False, "max_abs_diff": float("inf"),
+                "message": f"stage_layers({cfg.n_layers}, {pp}) raised {type(exc).__name__}: {exc}"}
+    flat = sorted(i for s in stages for i in s)
+    if len(stages) != pp or flat != list(range(cfg.n_layers)):
+        missing = sorted(set(range(cfg.n_layers)) - set(flat))
+        extra = sorted(i for i in set(flat) if flat.count(i) > 1 or not 0 <= i < cfg.n_layers)
+        return {"ok": False, "max_abs_diff": float("inf"),
+                "message": f"stage_layers({cfg.n_layers}, {pp}) = {stages}: want {pp} stages that "
+                           f"hold every layer 0..{cfg.n_layers - 1} exactly once"
+                           + (f"; layers {missing} are on no stage" if missing else "")
+                           + (f"; layers {extra} are repeated or do not exist" if extra else "")}
+
+    # the course's executor, imported here in the worker, never the notebook's copy
+    from threeaxes.pipeline.executor import pipeline_train
+
+    batches = [make_batch(cfg, BATCH, seed=7)]
+    try:
+        ours = pipeline_train(rank, world_size, cfg, batches, schedule="1f1b",
+                              m=MICROBATCHES, stage_layers=stages)
+    except ValueError as exc:  # boundaries out of order: every rank raises the same
+        return {"ok": False, "max_abs_diff": float("inf"), "message": f"rank {rank}: {exc}"}
+    single = ToyTransformer(cfg, seed=0)
+    train_steps(single, batches)
+    reference = {name: value.detach() for name, value in single.named_parameters()}
+    diff = max(float((value - reference[name]).abs().max()) for name, value in ours["params"].items())
+    if diff <= _TOL:
+        return {"ok": True, "max_abs_diff": diff,
+                "message": f"rank {rank} holds layers {stages[rank]}: matches one process "
+                           f"(max abs diff {diff:.1e})"}
+    return {"ok": False, "max_abs_diff": diff,
+            "message": f"rank {rank}: parameters differ from one process by {diff:.3g}"}
