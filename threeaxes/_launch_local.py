@@ -30,8 +30,11 @@ _STACK_WAIT_S = 1.0  # how long a timeout waits for stuck ranks to say where the
 # Imported once in the forkserver; never anything that initialises CUDA.
 # torch.fx.experimental.symbolic_shapes (sympy, ~1 s) is imported lazily by the first
 # backward given an explicit gradient, which every pipeline stage but the last runs.
+# Imported once by the forkserver, so every rank forks with them loaded. torch._dynamo
+# is what torch.optim and parallelize_module pull in on first use: 2-5 s per rank otherwise.
 _PRELOAD = ["torch", "torch.distributed", "cloudpickle", "threeaxes._launch_worker",
-            "torch.fx.experimental.symbolic_shapes"]
+            "torch.fx.experimental.symbolic_shapes", "torch._dynamo",
+            "torch.distributed.tensor.parallel", "torch.distributed.pipelining", "threeaxes.toy"]
 
 
 def _forkserver():

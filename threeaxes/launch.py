@@ -61,7 +61,9 @@ def launch(fn, world_size, *args, timeout=60.0, backend=None, **kwargs):
     list in rank order. Arguments and results travel by pickle, so results must be
     picklable; tensors come back on the CPU (detached, if they were inside a graph).
 
-    Everything a rank prints appears here, each line prefixed ``[rank r]``. An
+    Everything a rank prints appears here, each line prefixed ``[rank r]`` (Python's
+    sys.stdout / sys.stderr; what C++ code such as NCCL_DEBUG writes straight to the
+    file descriptors goes wherever this process's own does, e.g. Jupyter's terminal). An
     exception on any rank raises RankError at once and stops the others. ``timeout``
     is how many seconds fn may run once every rank has started; past it, LaunchTimeout
     (usually a rank skipped or added a collective). ``timeout`` and ``backend`` are
