@@ -23,7 +23,7 @@ from threeaxes.tensor_parallel import (
     gather_from_tp_region, gather_model_state, layout_of, reduce_from_tp_region,
     scatter_to_tp_region, shard_block_state, shard_model_state, tensor_parallel_toy,
 )
-from threeaxes.toy import Block, ToyConfig, ToyTransformer, lm_loss, make_batch, make_optimizer, train_steps
+from threeaxes.toy import Block, ToyConfig, ToyTransformer, lm_loss, make_batch, train_steps
 
 # The toy model as every drop uses it (4 heads, 4 layers, width 32), in float64.
 CFG = ToyConfig(dtype=torch.float64)

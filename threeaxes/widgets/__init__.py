@@ -1,0 +1,21 @@
+"""Calculators students move: the bubble, memory and configuration explorers.
+
+Each explorer is a class with a pure step, ``compute()``, that turns the
+controls' values into the data to draw (tests check it without rendering),
+and a drawing step that renders it with matplotlib into an
+``ipywidgets.Output``. A combination that breaks a constraint shows a plain
+message in the widget, saying what to change, never a traceback.
+
+    BubbleExplorer()   p, m, v, schedule -> bubble fraction, overhead, timeline
+    MemoryExplorer()   model, precision, dp/tp/pp, ZeRO, recompute, s, b -> bars
+    ConfigExplorer()   model and cluster -> ranked feasible (dp, tp, pp, ...) table
+
+Display one by making it the last expression of a cell, or ``.widget``.
+``explorer.set(name=value, ...)`` moves several controls and redraws once.
+"""
+from .bubble import BubbleData, BubbleExplorer
+from .config import ConfigData, ConfigExplorer
+from .memory import MemoryData, MemoryExplorer
+
+__all__ = ["BubbleExplorer", "MemoryExplorer", "ConfigExplorer", "BubbleData",
+           "MemoryData", "ConfigData"]

@@ -1,0 +1,81 @@
+"""What the three explorers share: controls that redraw on change, a message
+line for invalid combinations, and a plot."""
+from __future__ import annotations
+
+import html
+
+import ipywidgets as widgets
+from IPython.display import display
+
+from ..cost import MODELS
+from ..plots import FigureDisplay
+
+_WIDE = {"description_width": "initial"}
+_CLUSTERS = [("A100 80GB nodes", "a100-80gb"), ("H100 80GB nodes", "h100-80gb")]
+_MODEL_OPTIONS = [(f"{m.name} ({m.n_params / 1e9:.1f}B)", key) for key, m in MODELS.items()]
+
+
+class _Explorer:
+    """Controls, a message line and a plot; subclasses give compute/draw/summary."""
+
+    title = ""
+
+    def __init__(self, controls: dict, rows: list, initial: dict):
+        self.controls = controls
+        self.message = widgets.HTML()
+        self.output = widgets.Output()
+        self.data = None          # what compute() returned last (None when invalid)
+        self.error = None         # the message shown instead, when invalid
+        self.figure = None        # the matplotlib Figure drawn last
+        self._hold = False
+        self.widget = widgets.VBox([widgets.HTML(f"<b>{self.title}</b>"), *rows,
+                                    self.message, *self._extra_views(), self.output])
+        for name, control in controls.items():
+            control.observe(self._on_change, names="value")
+        unknown = set(initial) - set(controls)
+        if unknown:
+            raise ValueError(f"unknown controls {sorted(unknown)}; choose from {sorted(controls)}")
+        self.set(**initial)
+
+    def _extra_views(self):
+        return []
+
+    def _on_change(self, change):
+        if not self._hold:
+            self.update()
+
+    def set(self, **values):
+        """Move several controls, then recompute and redraw once."""
+        self._hold = True
+        try:
+            for name, value in values.items():
+                self.controls[name].value = value
+        finally:
+            self._hold = False
+        self.update()
+
+    def values(self) -> dict:
+        return {name: control.value for name, control in self.controls.items()}
+
+    def update(self):
+        try:
+            data = self.compute()
+        except ValueError as exc:
+            # an invalid combination: say what to change, draw nothing
+            self.data, self.error, self.figure = None, str(exc), None
+            self.message.value = (f'<div style="color:#a0302a">{html.escape(str(exc))}</div>')
+            self.output.clear_output()
+            self._clear_extra()
+            return
+        self.data, self.error = data, None
+        self.message.value = self.summary(data)
+        self.figure = self.draw(data)
+        self.output.clear_output(wait=True)
+        with self.output:
+            display(FigureDisplay(self.figure))
+
+    def _clear_extra(self):
+        pass
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
