@@ -61,3 +61,19 @@ def test_assert_close_uses_a_relative_tolerance():
 def test_check_on_ranks_only_takes_reference_checks_from_the_grading_package():
     with pytest.raises(ValueError, match="reference check from threeaxes.grading"):
         check_on_ranks(lambda rank, world_size: True, 2)
+
+
+def test_check_on_ranks_runs_the_check_imported_fresh_not_a_forgery():
+    from threeaxes.grading import drop02
+
+    def forged(rank, world_size, student_fn):          # claims to be the reference check
+        return {"ok": True, "message": "forged"}
+    forged.__module__, forged.__name__ = drop02.__name__, "check_average_gradients"
+
+    def no_division(grads_model, world_size):          # a wrong student answer: sums, never divides
+        import torch.distributed as dist
+        for p in grads_model.parameters():
+            dist.all_reduce(p.grad)
+
+    results = check_on_ranks(forged, 2, no_division)
+    assert [r["ok"] for r in results] == [False, False]

@@ -79,18 +79,29 @@ def assert_close(answer, expected: float, *, rel: float = 1e-6, name: str = "ans
 
 
 def check_on_ranks(check, world_size: int, *args, timeout: float = 60.0) -> list:
-    """Run `check(rank, world_size, *args)` on fresh ranks; return plain results.
+    """Run the reference check `check(rank, world_size, *args)` on fresh ranks;
+    return the plain values it returns.
 
-    `check` must be a module-level function of `threeaxes.grading.*` (so it
-    is imported fresh in every worker); student functions go in `args` and
-    travel by value.
+    `check` must be a module-level function of a `threeaxes.grading.*` module.
+    Only its module and name travel; each worker imports it fresh from disk, so
+    a function defined in the notebook (even one that claims a grading module
+    as its `__module__`) cannot stand in for it. Student functions go in
+    `args` and travel by value.
     """
     from threeaxes.launch import launch
 
-    if not getattr(check, "__module__", "").startswith("threeaxes.grading"):
+    module, name = getattr(check, "__module__", "") or "", getattr(check, "__name__", "")
+    if not module.startswith("threeaxes.grading."):
         raise ValueError("check_on_ranks takes a reference check from threeaxes.grading")
-    results = launch(check, world_size, *args, timeout=timeout)
+    results = launch(_run_check_by_name, world_size, module, name, *args, timeout=timeout)
     for r in results:
         if type(r) not in (bool, int, float, str, tuple, dict, type(None)):
             raise AssertionError(f"a check returned {type(r).__name__}, not a plain value")
     return results
+
+
+def _run_check_by_name(rank, world_size, module, name, *args):
+    """Inside a fresh rank: import the reference check by name, then run it."""
+    import importlib
+
+    return getattr(importlib.import_module(module), name)(rank, world_size, *args)
