@@ -59,4 +59,4 @@ def test_off_by_one_boundaries_lose_exactly_the_boundary_points(graded):
 def test_feedback_names_the_mistake(graded):
     graded.generate_feedback(DROP)
     html = graded.feedback_html(DROP, "off_by_one_boundaries")
-    assert "repeated or do not exist" in html        # the visible check's message reaches the student
+    assert "should each appear exactly once" in html   # the visible check's message reaches the student

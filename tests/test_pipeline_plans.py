@@ -201,3 +201,22 @@ def test_text_timeline_draws_idle_time():
     text = format_timeline(sim.events, width=9)
     # makespan 9: rank 0 does F F for 2, waits 3, then B B for 4
     assert text.splitlines() == ["rank 0 |FF...BBBB|", "rank 1 |.FFBBBB..|"]
+
+
+def test_standard_plans_send_in_the_order_they_are_received():
+    # NCCL has no tags: GPipe, 1F1B and interleaved 1F1B must cross each link in FIFO order
+    from threeaxes.pipeline.executor import _check_fifo
+    for name, p, m, plan in plans():
+        _check_fifo(plan)
+    for p, v in [(2, 2), (4, 2), (3, 3)]:
+        _check_fifo(interleaved_1f1b(p, 2 * p, v))
+    F, B = (lambda s, k: Action(s, k, "F")), (lambda s, k: Action(s, k, "B"))
+    swapped = Plan.from_orders({0: [F(0, 0), F(0, 1), B(0, 0), B(0, 1)],
+                                1: [F(1, 1), F(1, 0), B(1, 0), B(1, 1)]})
+    with pytest.raises(ValueError, match="gloo"):
+        _check_fifo(swapped)
+
+
+def test_interleaving_more_chunks_than_layers_says_what_to_change():
+    with pytest.raises(ValueError, match=r"pp=2 ranks x v=4 chunks = 8 stages do not divide n_layers=4"):
+        pipeline_train(0, 2, ToyConfig(), [], schedule="interleaved", m=2, v=4)

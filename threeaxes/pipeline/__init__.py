@@ -5,6 +5,7 @@ and an executor that runs any plan on real ranks.
     simulate.py   dependency rules, simulate(plan), peak_in_flight, text timelines
     stages.py     split_stages(n_layers, p), StageModule built from full toy weights
     executor.py   run_plan on ranks (send/recv through threeaxes.comms), pipeline training
+    reference.py  the same training with torch.distributed.pipelining
 """
 from .schedules import (SCHEDULES, Action, Event, Plan, Simulation, gpipe, interleaved_1f1b,
                         one_f_one_b, peak_in_flight, simulate)

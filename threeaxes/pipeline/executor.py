@@ -78,12 +78,15 @@ def run_plan(plan: Plan, stages: dict, inputs: torch.Tensor, targets: torch.Tens
     if set(stages) != mine:
         raise ValueError(f"pipeline rank {r} must hold stages {sorted(mine)} for this plan, "
                          f"got {sorted(stages)}")
+    if dist.get_backend() == "nccl":
+        _check_fifo(plan)
     last = plan.n_stages - 1
-    tokens, labels = split_microbatches(inputs, m), split_microbatches(targets, m)
     some = next(iter(stages.values()))
+    device, dtype = next(some.parameters()).device, some.cfg.dtype
+    tokens = split_microbatches(inputs.to(device), m)
+    labels = split_microbatches(targets.to(device), m)
     # (micro_batch, seq, d_model): what crosses between stages, both ways
     shape = (tokens[0].shape[0], tokens[0].shape[1], some.cfg.d_model)
-    dtype = some.cfg.dtype
 
     def peer(stage):
         return pp_ranks[stage % p]
@@ -102,7 +105,7 @@ def run_plan(plan: Plan, stages: dict, inputs: torch.Tensor, targets: torch.Tens
         if (stage, k, kind) in local:
             return local.pop((stage, k, kind))
         # communication: receive from the rank that holds `from_stage`
-        buf = torch.empty(shape, dtype=dtype)
+        buf = torch.empty(shape, dtype=dtype, device=device)
         return comms.recv(buf, src=peer(from_stage), axis=axis, tag=_tag(stage, k, kind, m))
 
     for a in plan.actions(r):
@@ -130,6 +133,26 @@ def run_plan(plan: Plan, stages: dict, inputs: torch.Tensor, targets: torch.Tens
     for work in sends:
         work.wait()
     return StepResult(loss if last in stages else None, events)
+
+
+def _check_fifo(plan: Plan) -> None:
+    """NCCL ignores tags and matches messages between two ranks in order, so
+    every receiver must take its messages in the order its sender sends them
+    (true of GPipe, 1F1B and interleaved 1F1B; not of every valid plan)."""
+    sent, received = {}, {}
+    for r in plan:
+        for a in plan.actions(r):
+            to = a.stage + 1 if a.kind == "F" else a.stage - 1
+            if 0 <= to < plan.n_stages and to % plan.p != r:
+                sent.setdefault((r, to % plan.p), []).append((to, a.microbatch, a.kind))
+            frm = a.stage - 1 if a.kind == "F" else a.stage + 1
+            if 0 <= frm < plan.n_stages and frm % plan.p != r:
+                received.setdefault((frm % plan.p, r), []).append((a.stage, a.microbatch, a.kind))
+    for pair, order in sent.items():
+        if received.get(pair) != order:
+            raise ValueError(f"rank {pair[1]} receives from rank {pair[0]} in another order than it "
+                             f"is sent; NCCL cannot match that (it has no tags): run this plan on "
+                             f"gloo, or reorder it so microbatches cross in the same order")
 
 
 def make_plan(schedule: str, p: int, m: int, v: int = 1) -> Plan:
@@ -160,8 +183,14 @@ def pipeline_train(rank: int, world_size: int, cfg: ToyConfig, batches, *, pp: i
     plan = schedule if isinstance(schedule, Plan) else make_plan(schedule, pp, m, v)
     if plan.p != pp:
         raise ValueError(f"the plan is for p={plan.p} ranks but pp={pp}")
+    if plan.v > 1 and cfg.n_layers % plan.n_stages:
+        raise ValueError(f"pp={pp} ranks x v={plan.v} chunks = {plan.n_stages} stages do not divide "
+                         f"n_layers={cfg.n_layers}; choose pp * v among the divisors of {cfg.n_layers}")
     mine = [s for s in range(plan.n_stages) if s % pp == rank]
     stages = build_stages(cfg, plan.n_stages, seed=seed, stage_layers=stage_layers, ranks=mine)
+    if dist.get_backend() == "nccl":    # one GPU per rank (launch set the device)
+        device = torch.device("cuda", torch.cuda.current_device())
+        stages = {s: module.to(device) for s, module in stages.items()}
     params = [q for mod in stages.values() for q in mod.parameters()]
     opt = make_optimizer(torch.nn.ParameterList(params), lr, optimizer)
     losses, events = [], []

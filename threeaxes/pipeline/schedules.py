@@ -213,14 +213,15 @@ def interleaved_1f1b(p: int, m: int, v: int) -> Plan:
         chunk = within // p
         return (chunk if forward else v - 1 - chunk), group * p + within % p
 
+    if v == 1:
+        return one_f_one_b(p, m)
     orders = {}
     for r in range(p):
         def act(i, kind):
             chunk, mb = unit(i, kind == "F")
             return Action(chunk * p + r, mb, kind)
+        # Megatron-LM's warmup count; with m == p every forward comes first
         warmup = total if m == p else min(total, (p - r - 1) * 2 + (v - 1) * p)
-        if v == 1:
-            warmup = min(p - 1 - r, m)
         # Warmup: forwards through this rank's chunks until the first backward can come
         acts = [act(i, "F") for i in range(warmup)]
         # 1F1B: one forward, one backward
@@ -229,7 +230,7 @@ def interleaved_1f1b(p: int, m: int, v: int) -> Plan:
         # Cooldown: the backwards still owed
         acts += [act(i, "B") for i in range(total - warmup, total)]
         orders[r] = acts
-    return Plan.from_orders(orders, f"interleaved 1F1B")
+    return Plan.from_orders(orders, "interleaved 1F1B")
 
 
 SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b}

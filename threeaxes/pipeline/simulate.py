@@ -149,11 +149,13 @@ def format_timeline(events: Mapping[int, Sequence[Event]], width: int = 72) -> s
     span = max(e.end for e in flat) - t0 or 1
     rows = []
     for r in sorted(events):
-        cells = ["."] * width
-        for e in events[r]:
-            a = int((e.start - t0) / span * width)
+        cells, taken = ["."] * width, 0
+        for e in sorted(events[r], key=lambda e: e.start):
+            # every event gets at least one cell, after the previous one's
+            a = min(max(int((e.start - t0) / span * width), taken), width - 1)
             b = max(a + 1, int(round((e.end - t0) / span * width)))
             for i in range(a, min(b, width)):
                 cells[i] = e.kind
+            taken = b
         rows.append(f"rank {r} |{''.join(cells)}|")
     return "\n".join(rows)
