@@ -25,8 +25,11 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
+# Jupyter refuses to run as root unless told; containers often are root.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
+
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks/00-start-here.ipynb
+	$(BIN)/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=. notebooks/00-start-here.ipynb
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile -p no:cacheprovider \

@@ -6,7 +6,6 @@ Run nbgrader from the repository root (the Makefile does), or use
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
 c.CourseDirectory.course_id = "three-axes"
-c.CourseDirectory.root = "."
 c.CourseDirectory.source_directory = "source"
 c.CourseDirectory.release_directory = "release"
 c.CourseDirectory.submitted_directory = "submitted"

@@ -15,6 +15,7 @@ from the gradebook database.
 from __future__ import annotations
 
 import copy
+import html
 import shutil
 from pathlib import Path
 
@@ -64,6 +65,19 @@ class Course:
     def feedback_html(self, assignment: str, student: str) -> str:
         return (self.root / "feedback" / student / assignment / f"{assignment}.html").read_text()
 
+    def solved_release(self, assignment: str):
+        """The released notebook with every answer cell's solution typed in."""
+        source, nb = self.source(assignment), self.released(assignment)
+        for grade_id in answer_ids(source):
+            nb = set_answer(nb, grade_id, solution_of(source, grade_id))
+        return nb
+
+    def assert_feedback_hides_hidden_tests(self, assignment: str, student: str) -> None:
+        """No line of a hidden test (as code or HTML-escaped) is in the student's feedback."""
+        page = self.feedback_html(assignment, student)
+        for code in hidden_test_lines(self.source(assignment)):
+            assert code not in page and html.escape(code) not in page, f"feedback reveals: {code}"
+
     # -- scores -------------------------------------------------------------------
     def _grades(self, assignment: str, student: str):
         from nbgrader.api import Gradebook
@@ -107,3 +121,14 @@ def solution_of(source_nb, grade_id: str) -> str:
 def answer_ids(nb) -> list[str]:
     return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
             if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"]
+
+
+def hidden_test_lines(source_nb) -> list[str]:
+    """Every substantial line between the hidden-test markers of a source notebook."""
+    lines = []
+    for cell in source_nb.cells:
+        if "### BEGIN HIDDEN TESTS" in cell.source:
+            hidden = cell.source.split("### BEGIN HIDDEN TESTS")[1].split("### END HIDDEN TESTS")[0]
+            lines += [ln.strip() for ln in hidden.splitlines()
+                      if len(ln.strip()) > 20 and not ln.strip().startswith("#")]
+    return lines

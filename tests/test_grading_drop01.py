@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from grading_harness import Course, set_answer, solution_of
+from grading_harness import Course, set_answer
 
 DROP = "drop01-three-kinds-of-parallel"
 POINTS = {"training_bytes_match_adam_accounting": 2.0,
@@ -22,9 +22,7 @@ def graded(tmp_path_factory):
     course = Course(tmp_path_factory.mktemp("drop01"), [DROP])
     course.release()
     source, release = course.source(DROP), course.released(DROP)
-    solved = release
-    for grade_id in ("training_bytes_answer", "largest_model_answer", "axis_roles_answer"):
-        solved = set_answer(solved, grade_id, solution_of(source, grade_id))
+    solved = course.solved_release(DROP)
     course.submit("solved_source", DROP, source)
     course.submit("untouched_release", DROP, release)
     course.submit("solved_release", DROP, solved)
@@ -78,17 +76,6 @@ def test_feedback_and_export_do_not_reveal_hidden_tests(graded):
     graded.generate_feedback(DROP)
     html = graded.feedback_html(DROP, "forgets_master_copy")
     assert "remember the fp32 master copy" in html          # the failing check's message reaches the student
-    source = graded.source(DROP)
-    for cell in source.cells:
-        if "### BEGIN HIDDEN TESTS" in cell.source:
-            hidden = cell.source.split("### BEGIN HIDDEN TESTS")[1].split("### END HIDDEN TESTS")[0]
-            for line in hidden.splitlines():
-                code = line.strip()
-                if len(code) > 20 and not code.startswith("#"):
-                    assert code not in html and _html_escape(code) not in html, f"feedback reveals: {code}"
+    graded.assert_feedback_hides_hidden_tests(DROP, "forgets_master_copy")
     csv = graded.export_csv()
     assert re.search(r"solved_source.*,5\.0", csv), csv
-
-
-def _html_escape(text):
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")

@@ -60,3 +60,4 @@ def test_feedback_names_the_mistake(graded):
     graded.generate_feedback(DROP)
     html = graded.feedback_html(DROP, "off_by_one_boundaries")
     assert "should each appear exactly once" in html   # the visible check's message reaches the student
+    graded.assert_feedback_hides_hidden_tests(DROP, "off_by_one_boundaries")
