@@ -425,9 +425,11 @@ def test_under_torchrun_fn_runs_on_the_real_group(tmp_path):
                 mismatch = None
             except ValueError as exc:
                 mismatch = str(exc)
-            print("RESULT " + json.dumps({"rank": int(os.environ["RANK"]), "pid": os.getpid(),
-                                          "results": results, "mismatch": mismatch,
-                                          "backend": dist.get_backend()}), flush=True)
+            # one file per rank: the ranks' stdout lines would interleave in torchrun's pipe
+            with open(f"result-{os.environ['RANK']}.json", "w") as out:
+                json.dump({"rank": int(os.environ["RANK"]), "pid": os.getpid(),
+                           "results": results, "mismatch": mismatch,
+                           "backend": dist.get_backend()}, out)
     """))
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.pop("RANK", None), env.pop("WORLD_SIZE", None)
@@ -436,8 +438,7 @@ def test_under_torchrun_fn_runs_on_the_real_group(tmp_path):
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    reports = sorted((json.loads(line.split("RESULT ", 1)[1]) for line in run.stdout.splitlines()
-                      if "RESULT " in line), key=lambda r: r["rank"])
+    reports = [json.loads((tmp_path / f"result-{rank}.json").read_text()) for rank in (0, 1)]
     assert [r["rank"] for r in reports] == [0, 1]
     pids = [r["pid"] for r in reports]
     for report in reports:

@@ -24,6 +24,7 @@ on the real group, and every rank's result is gathered to every rank.
 
 from __future__ import annotations
 
+import atexit
 import math
 import numbers
 import os
@@ -143,9 +144,19 @@ def _launch_under_torchrun(fn, world_size, backend, args, kwargs):
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend)  # env:// rendezvous, set up by torchrun
+        # The group lives for the rest of the script (later launches reuse it); leave it
+        # cleanly at exit, or gloo's threads abort the process as the interpreter stops.
+        atexit.register(_leave_group_at_exit)
     rank = dist.get_rank()
     result = fn(rank, world_size, *args, **kwargs)
     # communication: every rank gets every rank's (pickled, CPU-only) result
     blobs = [None] * world_size
     dist.all_gather_object(blobs, _launch_worker.dumps_result(result, rank))
     return [pickle.loads(blob) for blob in blobs]
+
+
+def _leave_group_at_exit():
+    if dist.is_initialized():
+        # communication: wait until every rank is done before rank 0's store goes away
+        dist.barrier()
+        dist.destroy_process_group()
