@@ -341,9 +341,9 @@ def test_destroy_process_group_runs_on_every_rank(tmp_path):
 
 def _python(script, *args, **popen):
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
-                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, **popen)
+                            env=env, cwd=ROOT, **popen)
 
 
 _SLEEPER = """
@@ -362,7 +362,8 @@ _SLEEPER = """
 @pytest.mark.slow  # a fresh Python (and torch import) per test
 def test_keyboard_interrupt_stops_the_ranks_and_propagates(tmp_path):
     script = _SLEEPER + """
-    import json, multiprocessing
+    import faulthandler, json, multiprocessing, signal
+    faulthandler.register(signal.SIGUSR1)  # the test asks for a stack dump if this hangs
 
     start = time.monotonic()
     try:
@@ -373,19 +374,30 @@ def test_keyboard_interrupt_stops_the_ranks_and_propagates(tmp_path):
     report = {"outcome": outcome, "seconds": time.monotonic() - start,
               "children": [p.name for p in multiprocessing.active_children()]}
     report["next_launch"] = launch(lambda rank, world_size: rank, 2)  # the forkserver survived
-    print(json.dumps(report))
+    print(json.dumps(report), flush=True)
     """
-    proc = _python(script, tmp_path, start_new_session=True)  # its own process group, like a kernel
+    # Output goes to files, not pipes: the forkserver inherits them, and a pipe would
+    # keep the test waiting for its exit rather than the script's.
+    out_path, err_path = tmp_path / "stdout", tmp_path / "stderr"
+    with out_path.open("w") as out, err_path.open("w") as err:
+        proc = _python(script, tmp_path, start_new_session=True,  # its own process group, like a kernel
+                       stdout=out, stderr=err)
     try:
         pids = _pids_in(tmp_path, 2, within=60)
         # "Interrupt kernel": Jupyter sends SIGINT to the kernel's whole process group,
         # so the ranks and the forkserver get it too.
         os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            raise AssertionError("the interrupted script hung; its stack:\n" + err_path.read_text())
     finally:
         proc.kill()
-    assert proc.returncode == 0, err
-    report = json.loads(out.strip().splitlines()[-1])
+        proc.wait()
+    assert proc.returncode == 0, err_path.read_text()
+    report = json.loads(out_path.read_text().strip().splitlines()[-1])
     assert report["outcome"] == "KeyboardInterrupt"
     assert report["seconds"] < 55  # not by waiting out the ranks' 60 s sleep
     assert report["children"] == []
