@@ -406,6 +406,34 @@ def test_keyboard_interrupt_stops_the_ranks_and_propagates(tmp_path):
 
 
 @pytest.mark.slow  # a fresh Python (and torch import) per test
+def test_an_interrupt_caught_by_another_thread_still_stops_the_launch_at_once(tmp_path):
+    # The kernel may take SIGINT on any thread (torch's store threads included); then
+    # only the main thread's next return to Python raises KeyboardInterrupt.
+    script = _SLEEPER + """
+    import signal, threading
+
+    def interrupt_from_another_thread():
+        while len(list(Path(sys.argv[1]).glob("pid?"))) < 2:
+            time.sleep(0.05)
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # this thread, not the main one
+
+    threading.Thread(target=interrupt_from_another_thread, daemon=True).start()
+    start = time.monotonic()
+    try:
+        launch(sleeper, 2, sys.argv[1], timeout=120)
+    except KeyboardInterrupt:
+        print(f"interrupted after {time.monotonic() - start:.1f} s", flush=True)
+    """
+    proc = _python(script, tmp_path)
+    out, err = proc.communicate(timeout=150)
+    assert "interrupted after" in out, err
+    pids = _pids_in(tmp_path, 2)
+    _assert_gone(pids, within=5)
+    seconds = float(out.split("interrupted after ")[1].split()[0])
+    assert seconds < 30, f"the interrupt took {seconds} s to stop launch; the ranks sleep 60 s"
+
+
+@pytest.mark.slow  # a fresh Python (and torch import) per test
 def test_ranks_exit_when_the_caller_dies(tmp_path):
     proc = _python(_SLEEPER + "\n    launch(sleeper, 2, sys.argv[1])\n", tmp_path)
     try:

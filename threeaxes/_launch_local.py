@@ -32,6 +32,8 @@ _STACK_WAIT_S = 1.0  # how long a timeout waits for stuck ranks to say where the
 # backward given an explicit gradient, which every pipeline stage but the last runs.
 # Imported once by the forkserver, so every rank forks with them loaded. torch._dynamo
 # is what torch.optim and parallelize_module pull in on first use: 2-5 s per rank otherwise.
+_POLL_S = 0.2  # the longest the wait loop blocks before it checks for an interrupt
+
 _PRELOAD = ["torch", "torch.distributed", "cloudpickle", "threeaxes._launch_worker",
             "torch.fx.experimental.symbolic_shapes", "torch._dynamo",
             "torch.distributed.tensor.parallel", "torch.distributed.pipelining", "threeaxes.toy"]
@@ -105,7 +107,10 @@ class LocalLaunch:
             left = deadline - time.monotonic()
             if left <= 0:
                 self._timed_out(all_started)
-            for conn in multiprocessing.connection.wait(list(open_conns), timeout=left):
+            # Wake up at least every _POLL_S: a SIGINT ("interrupt kernel") may be delivered
+            # to one of torch's store threads, and then only the main thread's next return
+            # to Python raises KeyboardInterrupt; a long wait would delay it by minutes.
+            for conn in multiprocessing.connection.wait(list(open_conns), timeout=min(left, _POLL_S)):
                 rank = open_conns[conn]
                 try:
                     message = conn.recv()
