@@ -339,6 +339,9 @@ def test_destroy_process_group_runs_on_every_rank(tmp_path):
 # ---- the caller going away: run in a separate Python, to keep signals out of pytest ------
 
 
+# _INTERRUPTIBLE: pytest-xdist workers ignore SIGINT, and an ignored signal stays ignored
+# in every child they start, so the scripts that test interrupts put Python's
+# KeyboardInterrupt handler back first, as a Jupyter kernel has it.
 def _python(script, *args, **popen):
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **popen}
@@ -364,6 +367,7 @@ def test_keyboard_interrupt_stops_the_ranks_and_propagates(tmp_path):
     script = _SLEEPER + """
     import faulthandler, json, multiprocessing, signal
     faulthandler.register(signal.SIGUSR1)  # the test asks for a stack dump if this hangs
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a kernel: see _INTERRUPTIBLE
 
     start = time.monotonic()
     try:
@@ -411,6 +415,7 @@ def test_an_interrupt_caught_by_another_thread_still_stops_the_launch_at_once(tm
     # only the main thread's next return to Python raises KeyboardInterrupt.
     script = _SLEEPER + """
     import signal, threading
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a kernel: see _INTERRUPTIBLE
 
     def interrupt_from_another_thread():
         while len(list(Path(sys.argv[1]).glob("pid?"))) < 2:
