@@ -96,6 +96,17 @@ class Course:
                 if kind == "code"}
 
 
+def released_course(tmp_path_factory, assignment: str) -> Course:
+    """A course with `assignment` released and the two submissions every drop's
+    grading test starts from: `solved_source` (the instructor's notebook, full
+    marks expected) and `untouched_release` (the student copy as handed out, 0 expected)."""
+    course = Course(tmp_path_factory.mktemp(assignment), [assignment])
+    course.release()
+    course.submit("solved_source", assignment, course.source(assignment))
+    course.submit("untouched_release", assignment, course.released(assignment))
+    return course
+
+
 # -- editing a notebook like a student ---------------------------------------------
 def cell_by_grade_id(nb, grade_id: str):
     for cell in nb.cells:

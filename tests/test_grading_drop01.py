@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from grading_harness import Course, set_answer
+from grading_harness import released_course, set_answer
 
 DROP = "drop01-three-kinds-of-parallel"
 POINTS = {"training_bytes_match_adam_accounting": 2.0,
@@ -19,12 +19,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """One course, six students, one autograde run (each notebook runs once)."""
-    course = Course(tmp_path_factory.mktemp("drop01"), [DROP])
-    course.release()
-    source, release = course.source(DROP), course.released(DROP)
+    course = released_course(tmp_path_factory, DROP)
     solved = course.solved_release(DROP)
-    course.submit("solved_source", DROP, source)
-    course.submit("untouched_release", DROP, release)
     course.submit("solved_release", DROP, solved)
     # Mixed precision counted without the fp32 master copy: 8 optimizer bytes, not 12.
     course.submit("forgets_master_copy", DROP, set_answer(solved, "training_bytes_answer", (
@@ -33,10 +29,6 @@ def graded(tmp_path_factory):
         "    return dict(zip(('params', 'grads', 'optimizer'), (b * n_params for b in split)))\n")))
     # An answer that claims to equal everything.
     course.submit("always_equal", DROP, set_answer(solved, "largest_model_answer", (
-        "class AlwaysEqual(float):\n"
-        "    def __eq__(self, other): return True\n"
-        "    def __lt__(self, other): return True\n"
-        "    def __gt__(self, other): return True\n"
         "class Sneaky:\n"
         "    __eq__ = lambda self, other: True\n"
         "    __lt__ = __gt__ = __le__ = __ge__ = __eq__\n"

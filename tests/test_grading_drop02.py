@@ -6,7 +6,7 @@ The written answer is graded by hand and is not counted here.
 """
 import pytest
 
-from grading_harness import Course, set_answer
+from grading_harness import released_course, set_answer
 
 DROP = "drop02-data-parallel"
 GRADS = "dp_grads_match_single_process"
@@ -49,12 +49,8 @@ threeaxes.data_parallel.average_gradients = lambda model, **kw: average_gradient
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """One course, five students, one autograde run (each notebook runs once)."""
-    course = Course(tmp_path_factory.mktemp("drop02"), [DROP])
-    course.release()
-    source, release = course.source(DROP), course.released(DROP)
+    course = released_course(tmp_path_factory, DROP)
     solved = course.solved_release(DROP)
-    course.submit("solved_source", DROP, source)
-    course.submit("untouched_release", DROP, release)
     course.submit("no_divide", DROP, set_answer(solved, "average_gradients_answer", NO_DIVIDE))
     course.submit("no_all_reduce", DROP, set_answer(solved, "average_gradients_answer", NO_ALL_REDUCE))
     course.submit("monkeypatch", DROP, set_answer(solved, "average_gradients_answer", MONKEYPATCH))

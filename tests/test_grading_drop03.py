@@ -6,7 +6,7 @@ Every notebook runs once, in one autograde call.
 """
 import pytest
 
-from grading_harness import Course, set_answer
+from grading_harness import released_course, set_answer
 
 DROP = "drop03-tensor-parallel"
 POINTS = {"column_split_matches_full_matmul": 3.0,
@@ -49,12 +49,8 @@ threeaxes.tensor_parallel.shard_block_state = lambda *args, **kwargs: {}
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    course = Course(tmp_path_factory.mktemp("drop03"), [DROP])
-    course.release()
-    source, release = course.source(DROP), course.released(DROP)
+    course = released_course(tmp_path_factory, DROP)
     solved = course.solved_release(DROP)
-    course.submit("solved_source", DROP, source)
-    course.submit("untouched_release", DROP, release)
     course.submit("row_for_column", DROP, set_answer(solved, "column_split_answer", ROW_SPLIT))
     course.submit("monkeypatcher", DROP, set_answer(solved, "column_split_answer", MONKEYPATCH))
     course.autograde(DROP)

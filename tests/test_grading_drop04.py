@@ -6,7 +6,7 @@ bubble_fraction_matches_plan 2, stage0_holds_m_under_gpipe_and_at_most_p_under_1
 """
 import pytest
 
-from grading_harness import Course, set_answer
+from grading_harness import released_course, set_answer
 
 DROP = "drop04-pipeline-parallel"
 POINTS = {"stage_boundaries_cover_layers_evenly": 2.0,
@@ -18,11 +18,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """One course, four students, one autograde run (each notebook runs once)."""
-    course = Course(tmp_path_factory.mktemp("drop04"), [DROP])
-    course.release()
-    source, release = course.source(DROP), course.released(DROP)
-    course.submit("solved_source", DROP, source)
-    course.submit("untouched_release", DROP, release)
+    course = released_course(tmp_path_factory, DROP)
+    source = course.source(DROP)
     # Megatron's overhead ratio (idle over useful time) where the fraction of the step is asked.
     course.submit("bubble_over_m", DROP, set_answer(source, "bubble_fraction_answer", (
         "def bubble_fraction(p, m):\n"
