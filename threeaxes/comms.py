@@ -1,128 +1,136 @@
-"""Every collective the course runs goes through here, so it can be traced.
+"""Every collective the course runs goes through here, on the group of a mesh axis.
 
-Each call records one `CommEvent` (op, axis, bytes, seconds) into the active
-`trace()` if there is one. Later drops print these traces next to what the
-cost model predicts. "bytes" is the size of the tensor handed to the call on
-this rank (the payload), not what the ring algorithm puts on the wire; the
-cost model converts between the two.
+    comms.all_reduce(grad, "dp")          # the group is the layout's dp group
+    comms.send(x, dst=dims.next_rank, axis="pp")
+
+The group always comes from the axis (`dims.group(axis)`, the current layout
+when no `dims` is passed), so an event's axis is always the group it ran on;
+there is no default group and no fallback to the whole world.
+
+Each call emits one `threeaxes.trace.Event` (op, axis, the group's global
+ranks, bytes, start, end) into the traces being recorded.
+
+Bytes, one convention for every op: S, the size of the whole tensor the
+collective is about, as one rank sees it:
+
+    all_reduce, broadcast   the tensor
+    all_gather              the gathered output (n times the local shard)
+    reduce_scatter          the full input (n times the shard kept)
+    send, recv              the message
+
+This is the S of `threeaxes.cost.network`'s table, so
+`network.bytes_sent_per_gpu(op, event.bytes, n)` is what the ring algorithm
+puts on the wire per rank.
 """
 from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
+from threeaxes import trace
+from threeaxes.dims import ParallelDims, check_axis, resolve
 
-@dataclass(frozen=True)
-class CommEvent:
-    op: str        # "all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv"
-    axis: str      # "dp", "tp", "pp" or "world"
-    bytes: int     # payload on this rank
-    seconds: float
-    peer: int | None = None  # the other rank of a send/recv
-
-    def __str__(self):
-        peer = f" peer={self.peer}" if self.peer is not None else ""
-        return f"{self.op:<14} axis={self.axis:<5} {self.bytes:>9,d} B{peer}"
+__all__ = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "isend", "recv"]
 
 
-@dataclass
-class Trace:
-    events: list[CommEvent] = field(default_factory=list)
-
-    def total_bytes(self, op: str | None = None, axis: str | None = None) -> int:
-        return sum(e.bytes for e in self.events
-                   if (op is None or e.op == op) and (axis is None or e.axis == axis))
-
-    def count(self, op: str | None = None, axis: str | None = None) -> int:
-        return sum(1 for e in self.events
-                   if (op is None or e.op == op) and (axis is None or e.axis == axis))
-
-
-_active: list[Trace] = []
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
 
 
 @contextlib.contextmanager
-def trace():
-    """Record every collective made inside the block: `with trace() as t: ...`."""
-    t = Trace()
-    _active.append(t)
-    try:
-        yield t
-    finally:
-        _active.remove(t)
-
-
-@contextlib.contextmanager
-def _timed(op: str, axis: str, tensor: torch.Tensor, peer: int | None = None):
-    start = time.perf_counter()
+def _traced(op: str, axis: str, dims: ParallelDims, nbytes: int, peer: int | None = None):
+    start = time.time()
     yield
-    event = CommEvent(op, axis, tensor.numel() * tensor.element_size(),
-                      time.perf_counter() - start, peer)
-    for t in _active:
-        t.events.append(event)
+    if trace.recording():
+        trace.emit(trace.Event(dims.rank, trace.COMM, op, start, time.time(), axis=axis,
+                               group=tuple(dims.ranks(axis)), bytes=nbytes, peer=peer))
 
 
-def all_reduce(tensor, *, group=None, axis="world", op=dist.ReduceOp.SUM):
-    """In place: every rank of `group` ends with the sum over the group."""
-    with _timed("all_reduce", axis, tensor):
-        dist.all_reduce(tensor, op=op, group=group)
+def _layout(axis, dims):
+    return check_axis(axis), resolve(dims)
+
+
+def all_reduce(tensor, axis: str, *, dims=None, op=dist.ReduceOp.SUM):
+    """In place: every rank of this rank's `axis` group ends with the sum over the group."""
+    axis, dims = _layout(axis, dims)
+    with _traced("all_reduce", axis, dims, _nbytes(tensor)):
+        dist.all_reduce(tensor, op=op, group=dims.group(axis))
     return tensor
 
 
-def all_gather(tensor, *, group=None, axis="world", dim=0):
-    """Concatenate every rank's `tensor` along `dim`, in group-rank order."""
-    parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
-    with _timed("all_gather", axis, tensor):
-        dist.all_gather(parts, tensor.contiguous(), group=group)
+def all_gather(tensor, axis: str, *, dims=None, dim: int = 0):
+    """Concatenate every rank's `tensor` along `dim`, in axis order."""
+    axis, dims = _layout(axis, dims)
+    parts = [torch.empty_like(tensor) for _ in range(dims.size(axis))]
+    with _traced("all_gather", axis, dims, _nbytes(tensor) * len(parts)):
+        dist.all_gather(parts, tensor.contiguous(), group=dims.group(axis))
     return torch.cat(parts, dim=dim)
 
 
-def reduce_scatter(tensor, *, group=None, axis="world", dim=0):
+def reduce_scatter(tensor, axis: str, *, dims=None, dim: int = 0):
     """Sum over the group, then keep only this rank's 1/n slice along `dim`."""
-    n = dist.get_world_size(group)
+    axis, dims = _layout(axis, dims)
+    n, group = dims.size(axis), dims.group(axis)
+    if tensor.shape[dim] % n:
+        raise ValueError(f"reduce_scatter over {axis}={n} ranks needs dim {dim} "
+                         f"({tensor.shape[dim]}) to be a multiple of {n}; pad the tensor")
     chunks = [c.contiguous() for c in tensor.chunk(n, dim=dim)]
     out = torch.empty_like(chunks[0])
-    with _timed("reduce_scatter", axis, tensor):
+    with _traced("reduce_scatter", axis, dims, _nbytes(tensor)):
         if dist.get_backend(group) == "gloo":
             # gloo has no reduce_scatter: all-reduce, then keep our slice
             full = tensor.contiguous().clone()
             dist.all_reduce(full, group=group)
-            out.copy_(full.chunk(n, dim=dim)[dist.get_rank(group)])
+            out.copy_(full.chunk(n, dim=dim)[dims.coord(axis)])
         else:
             dist.reduce_scatter(out, chunks, group=group)
     return out
 
 
-def broadcast(tensor, *, src, group=None, axis="world"):
-    """In place: every rank ends with `src`'s tensor (src is a global rank)."""
-    with _timed("broadcast", axis, tensor):
-        dist.broadcast(tensor, src=src, group=group)
+def _check_member(peer, axis, dims, what):
+    members = dims.ranks(axis)
+    if peer not in members:
+        raise ValueError(f"{what}={peer!r} is not in this rank's {axis} group {members}; "
+                         f"pass a global rank from dims.ranks({axis!r})")
+
+
+def broadcast(tensor, axis: str, *, src: int, dims=None):
+    """In place: every rank of the `axis` group ends with `src`'s tensor (a global rank)."""
+    axis, dims = _layout(axis, dims)
+    _check_member(src, axis, dims, "src")
+    with _traced("broadcast", axis, dims, _nbytes(tensor)):
+        dist.broadcast(tensor, src=src, group=dims.group(axis))
     return tensor
 
 
-def send(tensor, *, dst, axis="pp", tag=0):
-    """Point-to-point: hand `tensor` to global rank `dst` (blocks until taken).
-    A recv matches a send with the same `tag` from the same peer."""
-    with _timed("send", axis, tensor, peer=dst):
+def send(tensor, *, dst: int, axis: str = "pp", dims=None, tag: int = 0):
+    """Point-to-point: hand `tensor` to global rank `dst` of this rank's `axis` group
+    (blocks until taken). A recv matches a send with the same `tag` from the same peer."""
+    axis, dims = _layout(axis, dims)
+    _check_member(dst, axis, dims, "dst")
+    with _traced("send", axis, dims, _nbytes(tensor), peer=dst):
         dist.send(tensor.contiguous(), dst=dst, tag=tag)
 
 
-def isend(tensor, *, dst, axis="pp", tag=0):
+def isend(tensor, *, dst: int, axis: str = "pp", dims=None, tag: int = 0):
     """Point-to-point without waiting: post the send, return its work handle.
-    Call `.wait()` on it before changing `tensor`. Traced as a "send"; its
-    seconds are only the time to post it."""
+    Call `.wait()` on it before changing `tensor`. Traced as a "send" whose
+    time is only the time to post it."""
+    axis, dims = _layout(axis, dims)
+    _check_member(dst, axis, dims, "dst")
     tensor = tensor.contiguous()
-    with _timed("send", axis, tensor, peer=dst):
+    with _traced("send", axis, dims, _nbytes(tensor), peer=dst):
         work = dist.isend(tensor, dst=dst, tag=tag)
     return work
 
 
-def recv(tensor, *, src, axis="pp", tag=0):
+def recv(tensor, *, src: int, axis: str = "pp", dims=None, tag: int = 0):
     """Point-to-point: fill `tensor` (right shape and dtype) from global rank `src`."""
-    with _timed("recv", axis, tensor, peer=src):
+    axis, dims = _layout(axis, dims)
+    _check_member(src, axis, dims, "src")
+    with _traced("recv", axis, dims, _nbytes(tensor), peer=src):
         dist.recv(tensor, src=src, tag=tag)
     return tensor

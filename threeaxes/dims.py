@@ -1,80 +1,203 @@
-"""ParallelDims: the (dp, tp, pp) layout of a run, and one process group per axis.
+"""ParallelDims: the (dp, tp, pp) layout of a run, the one answer to "my group,
+coordinate, size and neighbour along this axis".
 
-Ranks are laid out with tp fastest, then dp, then pp (as in Megatron-LM), so
-the tp ranks of one replica are neighbours, which on a real cluster keeps them
-inside one node:
+Ranks are laid out on a DeviceMesh of shape (pp, dp, tp), tp fastest (as in
+Megatron-LM), so the tp ranks of one replica are neighbours, which on a real
+cluster keeps them inside one node:
 
     rank = pp_rank * (dp * tp) + dp_rank * tp + tp_rank
+
+Two ways to hold a layout:
+
+* pure arithmetic, no processes: `ParallelDims(dp=2, tp=2, pp=2)` answers
+  `coords(rank)`, `axis_ranks(axis, rank)`, `all_groups(axis)`; `.at(rank)`
+  answers the same for one rank as `coord(axis)`, `ranks(axis)`, `prev_rank`;
+* on launched ranks: `ParallelDims.init(dp=2, tp=2, pp=2)` builds the mesh
+  with `torch.distributed.device_mesh.init_device_mesh` (PyTorch's own groups,
+  so `dims.mesh["tp"]` also feeds `parallelize_module`), and makes it the
+  run's current layout: modules given no `dims` use `current()`.
 
 Vocabulary: an "axis" is one of dp, tp, pp; a "dim" is a tensor dimension.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 
-AXES = ("dp", "tp", "pp")
+AXES = ("pp", "dp", "tp")  # mesh order: tp fastest
+
+__all__ = ["AXES", "ParallelDims", "current", "resolve"]
+
+
+def _divisors(n: int) -> str:
+    return "{" + ", ".join(str(d) for d in range(1, n + 1) if n % d == 0) + "}"
+
+
+def check_axis(axis) -> str:
+    if axis not in AXES:
+        raise ValueError(f"axis={axis!r} does not exist; choose one of 'dp', 'tp', 'pp'")
+    return axis
 
 
 @dataclass(frozen=True)
 class ParallelDims:
-    dp: int
-    tp: int
-    pp: int
-    world_size: int
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    world_size: int | None = None   # defaults to dp * tp * pp
+    rank: int | None = None         # this process's global rank, when the layout is bound to one
+    mesh: object = field(default=None, compare=False, repr=False)  # the DeviceMesh, on ranks
 
     def __post_init__(self):
-        for axis in AXES:
+        for axis in ("dp", "tp", "pp"):
             size = getattr(self, axis)
-            if not isinstance(size, int) or size < 1:
+            if type(size) is not int or size < 1:
                 raise ValueError(f"{axis}={size!r}; every axis size must be a positive integer")
-        if self.dp * self.tp * self.pp != self.world_size:
+        product = self.dp * self.tp * self.pp
+        if self.world_size is None:
+            object.__setattr__(self, "world_size", product)
+        if product != self.world_size:
             raise ValueError(
-                f"dp({self.dp}) * tp({self.tp}) * pp({self.pp}) = "
-                f"{self.dp * self.tp * self.pp} != world_size({self.world_size}); "
-                f"change one axis so the product is {self.world_size}")
+                f"dp({self.dp}) * tp({self.tp}) * pp({self.pp}) = {product} != "
+                f"world_size({self.world_size}); change one axis so the product is {self.world_size}")
+        if self.rank is not None:
+            self._check_rank(self.rank)
+
+    # -- checks against a model ---------------------------------------------------
+    def check_model(self, cfg, v: int = 1) -> "ParallelDims":
+        """Raise a ValueError that says what to change unless this layout splits `cfg`:
+        tp must divide the heads and the MLP width, pp * v stages must not exceed the layers."""
+        if cfg.n_heads % self.tp:
+            raise ValueError(f"tp={self.tp} does not divide n_heads={cfg.n_heads}; "
+                             f"choose tp in {_divisors(cfg.n_heads)}")
+        if cfg.d_mlp % self.tp:
+            raise ValueError(f"tp={self.tp} does not divide d_mlp={cfg.d_mlp}; "
+                             f"choose tp in {_divisors(cfg.d_mlp)}")
+        stages = self.pp * v
+        if stages > cfg.n_layers:
+            raise ValueError(f"pp={self.pp}" + (f" x v={v}" if v > 1 else "")
+                             + f" = {stages} stages > n_layers={cfg.n_layers}: every stage "
+                             f"needs a layer; choose pp in {_divisors(cfg.n_layers)}")
+        return self
+
+    # -- pure arithmetic: any rank ---------------------------------------------------
+    def _check_rank(self, rank):
+        if type(rank) is not int or not 0 <= rank < self.world_size:
+            raise ValueError(f"rank={rank!r} is outside 0..{self.world_size - 1}")
 
     def coords(self, rank: int) -> dict[str, int]:
         """{'dp': i, 'tp': j, 'pp': k} of a global rank."""
-        if not 0 <= rank < self.world_size:
-            raise ValueError(f"rank={rank} is outside 0..{self.world_size - 1}")
-        return {"tp": rank % self.tp,
-                "dp": (rank // self.tp) % self.dp,
+        self._check_rank(rank)
+        return {"dp": (rank // self.tp) % self.dp, "tp": rank % self.tp,
                 "pp": rank // (self.tp * self.dp)}
 
-    def rank_of(self, dp: int, tp: int, pp: int) -> int:
+    def rank_of(self, dp: int = 0, tp: int = 0, pp: int = 0) -> int:
         return pp * self.dp * self.tp + dp * self.tp + tp
 
     def axis_ranks(self, axis: str, rank: int) -> list[int]:
         """The global ranks that share every coordinate with `rank` but `axis`:
-        the members of `rank`'s process group along that axis, in axis order."""
-        if axis not in AXES:
-            raise ValueError(f"axis={axis!r}; choose one of {AXES}")
+        the members of `rank`'s group along that axis, in axis order."""
         c = self.coords(rank)
-        return [self.rank_of(**{**c, axis: i}) for i in range(getattr(self, axis))]
+        return [self.rank_of(**{**c, check_axis(axis): i}) for i in range(getattr(self, axis))]
 
     def all_groups(self, axis: str) -> list[list[int]]:
-        """Every group along `axis`, each a list of global ranks, in a fixed order."""
-        seen, groups = set(), []
-        for rank in range(self.world_size):
-            members = tuple(self.axis_ranks(axis, rank))
-            if members not in seen:
-                seen.add(members)
-                groups.append(list(members))
-        return groups
+        """Every group along `axis`, each a list of global ranks, lowest first."""
+        return sorted({tuple(self.axis_ranks(axis, r)) for r in range(self.world_size)})
 
-    def new_groups(self, rank: int) -> dict:
-        """Create one torch.distributed group per axis; return this rank's.
+    def pp_neighbours(self, rank: int) -> tuple[int | None, int | None]:
+        """(previous, next) global rank in `rank`'s pipeline; None past either end."""
+        ring, k = self.axis_ranks("pp", rank), self.coords(rank)["pp"]
+        return (ring[k - 1] if k > 0 else None, ring[k + 1] if k + 1 < self.pp else None)
 
-        Every rank must call this, in the same order, because `new_group` is
-        itself collective: each rank takes part in creating every group, even
-        those it is not a member of.
-        """
+    # -- one rank's view ------------------------------------------------------------
+    def at(self, rank: int) -> "ParallelDims":
+        """This layout seen from global rank `rank` (no processes needed)."""
+        return dataclasses.replace(self, rank=rank)
+
+    def _me(self) -> int:
+        if self.rank is None:
+            raise ValueError("this layout is not bound to a rank; use dims.at(rank), or "
+                             "ParallelDims.init(...) on launched ranks")
+        return self.rank
+
+    def size(self, axis: str) -> int:
+        return getattr(self, check_axis(axis))
+
+    def coord(self, axis: str) -> int:
+        """This rank's coordinate along `axis` (its rank inside that axis group)."""
+        return self.coords(self._me())[check_axis(axis)]
+
+    def ranks(self, axis: str) -> list[int]:
+        """The global ranks of this rank's group along `axis`."""
+        return self.axis_ranks(axis, self._me())
+
+    @property
+    def prev_rank(self) -> int | None:
+        """The global rank of the previous pipeline stage; None on the first."""
+        return self.pp_neighbours(self._me())[0]
+
+    @property
+    def next_rank(self) -> int | None:
+        """The global rank of the next pipeline stage; None on the last."""
+        return self.pp_neighbours(self._me())[1]
+
+    @property
+    def is_first_stage(self) -> bool:
+        return self.coord("pp") == 0
+
+    @property
+    def is_last_stage(self) -> bool:
+        return self.coord("pp") == self.pp - 1
+
+    def group(self, axis: str):
+        """PyTorch's process group along `axis` for this rank (from the DeviceMesh)."""
+        check_axis(axis)
+        if self.mesh is None:
+            raise ValueError(f"no process groups: this layout was not built on ranks; call "
+                             f"ParallelDims.init(dp={self.dp}, tp={self.tp}, pp={self.pp}) "
+                             f"inside the launched function")
+        return self.mesh.get_group(axis)
+
+    # -- on launched ranks ------------------------------------------------------------
+    @classmethod
+    def init(cls, dp: int = 1, tp: int = 1, pp: int = 1) -> "ParallelDims":
+        """Build the layout's DeviceMesh on every rank of the running group and make it
+        the current layout. Collective: every rank must call it, with the same sizes."""
         import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
 
-        mine = {}
-        for axis in AXES:
-            for members in self.all_groups(axis):
-                group = dist.new_group(members)
-                if rank in members:
-                    mine[axis] = group
-        return mine
+        if not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError("torch.distributed is not running; call ParallelDims.init inside "
+                               "a launched function: threeaxes.launch.launch(fn, dp * tp * pp)")
+        dims = cls(dp, tp, pp, dist.get_world_size(), dist.get_rank())
+        device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+        mesh = init_device_mesh(device, (pp, dp, tp), mesh_dim_names=AXES)
+        dims = dataclasses.replace(dims, mesh=mesh)
+        set_current(dims)
+        return dims
+
+
+_current: list[ParallelDims] = []
+
+
+def set_current(dims: ParallelDims | None) -> None:
+    """Make `dims` the layout that modules given no `dims` use (None forgets it)."""
+    _current[:] = [] if dims is None else [dims]
+
+
+def current() -> ParallelDims:
+    """The run's current layout, or a RuntimeError that says how to make one."""
+    if not _current:
+        raise RuntimeError("no parallel layout in this process; call "
+                           "threeaxes.dims.ParallelDims.init(dp=..., tp=..., pp=...) on every "
+                           "rank first, or pass dims=")
+    return _current[0]
+
+
+def resolve(dims: ParallelDims | None) -> ParallelDims:
+    """`dims` if given, else the current layout."""
+    if dims is None:
+        return current()
+    if not isinstance(dims, ParallelDims):
+        raise TypeError(f"dims must be a threeaxes.dims.ParallelDims, got {type(dims).__name__}")
+    return dims

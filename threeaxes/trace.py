@@ -1,0 +1,159 @@
+"""One trace for the whole package: every compute span and every collective, per rank.
+
+    with trace.record() as t:            # on every rank of a launched function
+        with trace.span("forward", module="stage 1", stage=1, microbatch=0):
+            y = stage(x)                 # a compute Event
+        comms.all_reduce(grad, "dp")     # a communication Event (comms emits it)
+    return t                             # travels back to the notebook by pickle
+
+    merged = Trace.merge(results)        # one Trace of every rank's events
+    merged.rows()                        # plain dicts, one per event, for a table
+    plots.gantt(merged.events)           # one row per rank
+
+The clock: `start` and `end` are `time.time()` seconds. Every process on one
+machine reads the same wall clock, so the events of all ranks of a launch sit
+on one time axis (across torchrun nodes it is each node's NTP-synced clock).
+A plan's predicted timeline (`pipeline.simulate`) uses the same Event type in
+simulated time units, so predicted and measured draw with the same function.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["Event", "Trace", "record", "span", "emit", "COMPUTE", "COMM"]
+
+COMPUTE, COMM = "compute", "comm"
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing a rank did, from `start` to `end` (seconds on the launch's clock).
+
+    kind "compute": `op` is the pass ("forward", "backward", "optimizer"), `module`
+    what ran ("stage 1", "blocks.2", "model"), with the pipeline `stage` and
+    `microbatch` when there is one.
+    kind "comm": `op` is the collective ("all_reduce", "all_gather", "reduce_scatter",
+    "broadcast", "send", "recv"), `axis` the mesh axis it ran on, `group` that
+    axis group's global ranks, `bytes` the size under `threeaxes.comms`'s
+    convention, `peer` the other global rank of a send or recv.
+    """
+    rank: int
+    kind: str
+    op: str
+    start: float
+    end: float
+    module: str | None = None
+    stage: int | None = None
+    microbatch: int | None = None
+    axis: str | None = None
+    group: tuple[int, ...] = ()
+    bytes: int = 0
+    peer: int | None = None
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+    @property
+    def label(self) -> str:
+        """Short text for a Gantt box: '2F0' for a pipeline action, 'all_reduce dp' for a collective."""
+        if self.kind == COMM:
+            return f"{self.op} {self.axis}"
+        if self.stage is not None and self.microbatch is not None:
+            return f"{self.stage}{self.op[0].upper()}{self.microbatch}"
+        return f"{self.op} {self.module}" if self.module else self.op
+
+    def row(self) -> dict:
+        """This event as a plain dict (tuples stay tuples): one row of a table."""
+        return asdict(self)
+
+    def __str__(self):
+        where = f" group={list(self.group)} {self.bytes:,d} B" if self.kind == COMM else ""
+        return f"rank {self.rank} {self.label:<18}{where} [{self.start:.6f}, {self.end:.6f})"
+
+
+@dataclass
+class Trace:
+    """The events of one or more ranks, in the order they were recorded."""
+    events: list[Event] = field(default_factory=list)
+
+    @classmethod
+    def merge(cls, traces) -> "Trace":
+        """One Trace from many (e.g. the per-rank traces a launch returns), sorted by start."""
+        events = [e for t in traces for e in t.events]
+        return cls(sorted(events, key=lambda e: (e.start, e.rank)))
+
+    def select(self, *, kind=None, op=None, axis=None, rank=None) -> list[Event]:
+        """The events that match every filter given."""
+        return [e for e in self.events
+                if (kind is None or e.kind == kind) and (op is None or e.op == op)
+                and (axis is None or e.axis == axis) and (rank is None or e.rank == rank)]
+
+    def comms(self, op=None, axis=None, rank=None) -> list[Event]:
+        return self.select(kind=COMM, op=op, axis=axis, rank=rank)
+
+    def compute(self, op=None, rank=None) -> list[Event]:
+        return self.select(kind=COMPUTE, op=op, rank=rank)
+
+    def count(self, op=None, axis=None, rank=None) -> int:
+        """How many collectives (of `op`, on `axis`, by `rank`) the trace holds."""
+        return len(self.comms(op, axis, rank))
+
+    def total_bytes(self, op=None, axis=None, rank=None) -> int:
+        return sum(e.bytes for e in self.comms(op, axis, rank))
+
+    def ranks(self) -> list[int]:
+        return sorted({e.rank for e in self.events})
+
+    def rows(self) -> list[dict]:
+        """Plain rows, start and end shifted so the earliest event starts at 0."""
+        t0 = min((e.start for e in self.events), default=0.0)
+        return [{**e.row(), "start": e.start - t0, "end": e.end - t0} for e in self.events]
+
+    def __len__(self):
+        return len(self.events)
+
+
+_active: list[Trace] = []  # the traces being recorded in this process, innermost last
+
+
+@contextlib.contextmanager
+def record():
+    """Record every compute span and collective of this process inside the block."""
+    t = Trace()
+    _active.append(t)
+    try:
+        yield t
+    finally:
+        _active.remove(t)
+
+
+def recording() -> bool:
+    return bool(_active)
+
+
+def emit(event: Event) -> None:
+    """Add `event` to every trace being recorded (nothing happens when none is)."""
+    for t in _active:
+        t.events.append(event)
+
+
+def this_rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+@contextlib.contextmanager
+def span(op: str, *, module: str | None = None, stage: int | None = None,
+         microbatch: int | None = None):
+    """Time the block as one compute Event (free when nothing is being recorded)."""
+    if not _active:
+        yield
+        return
+    start = time.time()
+    yield
+    emit(Event(this_rank(), COMPUTE, op, start, time.time(), module=module, stage=stage,
+               microbatch=microbatch))
