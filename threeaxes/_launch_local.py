@@ -20,7 +20,6 @@ import time
 import torch.distributed as dist
 
 from threeaxes import _launch_worker
-from threeaxes.launch import LaunchTimeout, RankError
 
 # Starting the processes and joining the group has its own limit; `timeout` counts
 # from the moment fn is running on every rank.
@@ -37,6 +36,18 @@ _POLL_S = 0.2  # the longest the wait loop blocks before it checks for an interr
 _PRELOAD = ["torch", "torch.distributed", "cloudpickle", "threeaxes._launch_worker",
             "torch.fx.experimental.symbolic_shapes", "torch._dynamo",
             "torch.distributed.tensor.parallel", "torch.distributed.pipelining", "threeaxes.toy"]
+
+
+class RankError(RuntimeError):
+    """A rank raised or died; the message names it and carries its traceback."""
+
+    def __init__(self, message, ranks=()):
+        super().__init__(message)
+        self.ranks = list(ranks)  # the ranks at fault
+
+
+class LaunchTimeout(RankError):
+    """Ranks were still running when the timeout ran out (``ranks`` lists them)."""
 
 
 def _forkserver():

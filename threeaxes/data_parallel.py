@@ -16,15 +16,16 @@ Two ways to average, same result, different number of messages:
   all-reduce per buffer, then copied back. Fewer, larger messages, which is
   what `DistributedDataParallel` does (its default bucket is 25 MiB).
 
-Every collective goes through `threeaxes.comms` with axis="dp", so
-`comms.trace()` sees it.
+Every function takes the run's layout as `dims` (the current layout when
+None); every collective goes through `threeaxes.comms` on the "dp" axis, so
+the trace sees it.
 """
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
-from threeaxes import comms
+from threeaxes import comms, trace
+from threeaxes.dims import ParallelDims, resolve
 from threeaxes.toy import ToyTransformer, lm_loss, make_optimizer
 
 # DDP's default bucket_cap_mb is 25 MiB.
@@ -32,25 +33,6 @@ DEFAULT_BUCKET_BYTES = 25 * 2**20
 
 
 # -- layout checks ------------------------------------------------------------------
-
-def _require_dist():
-    if not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError(
-            "torch.distributed is not initialized; run this function on ranks, "
-            "e.g. threeaxes.launch.launch(fn, 4, ...)")
-
-
-def _dp_size(group, world_size):
-    """The number of dp ranks in `group`, checked against `world_size` if given."""
-    _require_dist()
-    dp = dist.get_world_size(group)
-    if world_size is not None and world_size != dp:
-        where = "the dp group" if group is not None else "torch.distributed"
-        raise ValueError(
-            f"world_size={world_size} but {where} has {dp} ranks; "
-            f"pass world_size={dp} (or leave it out and it is read from the group)")
-    return dp
-
 
 def _check_bucket_bytes(bucket_bytes):
     if type(bucket_bytes) is not int or bucket_bytes <= 0:
@@ -61,17 +43,17 @@ def _check_bucket_bytes(bucket_bytes):
 
 # -- the batch ----------------------------------------------------------------------
 
-def shard_batch(inputs, targets, dp_rank: int, dp: int):
-    """This dp rank's contiguous slice of a global batch (dim 0 is the batch).
+def shard_batch(inputs, targets, dims=None):
+    """This rank's contiguous slice of a global batch (dim 0 is the batch), by its
+    dp coordinate in `dims` (the run's current layout when None).
 
-    Rank i gets examples [i * B/dp, (i+1) * B/dp). The global batch B must be a
-    multiple of dp: with unequal slices the mean of local mean-losses would no
-    longer be the global mean loss.
+    dp rank i gets examples [i * B/dp, (i+1) * B/dp). The global batch B must be
+    a multiple of dp: with unequal slices the mean of local mean-losses would no
+    longer be the global mean loss. Ranks that differ only in tp or pp get the
+    same slice.
     """
-    if type(dp) is not int or dp < 1:
-        raise ValueError(f"dp={dp!r}; it must be a positive integer")
-    if type(dp_rank) is not int or not 0 <= dp_rank < dp:
-        raise ValueError(f"dp_rank={dp_rank!r} is outside 0..{dp - 1}")
+    dims = resolve(dims)
+    dp, dp_rank = dims.dp, dims.coord("dp")
     batch = inputs.shape[0]
     if targets.shape[0] != batch:
         raise ValueError(f"inputs hold {batch} examples but targets hold {targets.shape[0]}; "
@@ -101,18 +83,20 @@ def _grads(model):
     return grads
 
 
-def average_gradients(model, *, group=None, world_size=None):
+def average_gradients(model, dims=None):
     """Replace each parameter's gradient by its mean over the dp ranks.
 
     One all-reduce per parameter tensor, in registration order, then a
     division by dp. Call it after `loss.backward()` and before
-    `optimizer.step()`, on every rank of `group`.
+    `optimizer.step()`, on every rank of the layout (`dims`, or the current one).
     """
-    dp = _dp_size(group, world_size)
+    dims = resolve(dims)
+    if dims.dp == 1:
+        return  # one replica: its gradient is already the mean
     for grad in _grads(model):
         # communication: sum this parameter's gradient over the dp ranks (in place)
-        comms.all_reduce(grad, group=group, axis="dp")
-        grad.div_(dp)
+        comms.all_reduce(grad, "dp", dims=dims)
+        grad.div_(dims.dp)
 
 
 def plan_buckets(sizes_bytes, bucket_bytes: int) -> list[list[int]]:
@@ -154,20 +138,21 @@ def gradient_buckets(model, bucket_bytes: int) -> list[list[torch.Tensor]]:
     return [[grads[i] for i in bucket] for bucket in plan]
 
 
-def average_gradients_bucketed(model, bucket_bytes: int = DEFAULT_BUCKET_BYTES, *,
-                               group=None, world_size=None):
+def average_gradients_bucketed(model, bucket_bytes: int = DEFAULT_BUCKET_BYTES, dims=None):
     """Like `average_gradients`, but one all-reduce per bucket of gradients.
 
     For each bucket (see `gradient_buckets`): copy its gradients into one flat
     buffer, all-reduce the buffer, divide by dp, copy the slices back.
     """
     _check_bucket_bytes(bucket_bytes)
-    dp = _dp_size(group, world_size)
+    dims = resolve(dims)
+    if dims.dp == 1:
+        return  # one replica: its gradient is already the mean
     for bucket in gradient_buckets(model, bucket_bytes):
         flat = torch.cat([g.reshape(-1) for g in bucket])  # (sum of numels,)
         # communication: sum the whole bucket over the dp ranks in one message
-        comms.all_reduce(flat, group=group, axis="dp")
-        flat.div_(dp)
+        comms.all_reduce(flat, "dp", dims=dims)
+        flat.div_(dims.dp)
         for grad, piece in zip(bucket, flat.split([g.numel() for g in bucket])):
             grad.copy_(piece.view_as(grad))
 
@@ -176,8 +161,9 @@ def average_gradients_bucketed(model, bucket_bytes: int = DEFAULT_BUCKET_BYTES, 
 
 def train_data_parallel(rank, world_size, cfg, batches, *, variant: str = "per_param",
                         bucket_bytes: int = DEFAULT_BUCKET_BYTES, lr: float = 1e-2,
-                        optimizer: str = "sgd", seed: int = 0, group=None):
-    """Train a fresh `ToyTransformer(cfg, seed)` with data parallelism; a `launch` target.
+                        optimizer: str = "sgd", seed: int = 0):
+    """Train a fresh `ToyTransformer(cfg, seed)` with pure data parallelism
+    (dp = world_size); a `launch` target.
 
     `batches` is a list of global (inputs, targets); every rank receives all
     of them and keeps its own slice of each. Returns a dict:
@@ -185,34 +171,30 @@ def train_data_parallel(rank, world_size, cfg, batches, *, variant: str = "per_p
     * "state_dict": the final parameters, detached CPU copies (the same on every rank),
     * "losses": this rank's local loss per step (their mean over ranks is the
       single-process loss of the global batch),
-    * "trace": the `comms.Trace` of every collective this rank made.
+    * "trace": the `trace.Trace` of every collective this rank made.
     """
     if variant not in ("per_param", "bucketed"):
         raise ValueError(f"variant={variant!r}; choose 'per_param' or 'bucketed'")
     if variant == "bucketed":
         _check_bucket_bytes(bucket_bytes)
-    _require_dist()
-    if world_size != dist.get_world_size():
-        raise ValueError(f"world_size={world_size} but torch.distributed was started with "
-                         f"{dist.get_world_size()} ranks; pass world_size={dist.get_world_size()}")
-    dp, dp_rank = dist.get_world_size(group), dist.get_rank(group)
+    dims = ParallelDims.init(dp=world_size)
     model = ToyTransformer(cfg, seed)  # same seed on every rank: identical replicas
     opt = make_optimizer(model, lr, optimizer)
     losses = []
-    with comms.trace() as trace:
+    with trace.record() as recorded:
         for inputs, targets in batches:
-            local_inputs, local_targets = shard_batch(inputs, targets, dp_rank, dp)
+            local_inputs, local_targets = shard_batch(inputs, targets, dims)
             opt.zero_grad()
             loss = lm_loss(model(local_inputs), local_targets)
             loss.backward()
             if variant == "per_param":
-                average_gradients(model, group=group)
+                average_gradients(model, dims)
             else:
-                average_gradients_bucketed(model, bucket_bytes, group=group)
+                average_gradients_bucketed(model, bucket_bytes, dims)
             opt.step()
             losses.append(loss.item())
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-    return {"state_dict": state, "losses": losses, "trace": trace}
+    return {"state_dict": state, "losses": losses, "trace": recorded}
 
 
 __all__ = [

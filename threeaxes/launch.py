@@ -35,22 +35,11 @@ import torch
 import torch.distributed as dist
 
 from threeaxes import _launch_worker
+from threeaxes._launch_local import LaunchTimeout, LocalLaunch, RankError
 
 __all__ = ["launch", "RankError", "LaunchTimeout", "MAX_WORLD_SIZE"]
 
 MAX_WORLD_SIZE = 64
-
-
-class RankError(RuntimeError):
-    """A rank raised or died; the message names it and carries its traceback."""
-
-    def __init__(self, message, ranks=()):
-        super().__init__(message)
-        self.ranks = list(ranks)  # the ranks at fault
-
-
-class LaunchTimeout(RankError):
-    """Ranks were still running when the timeout ran out (``ranks`` lists them)."""
 
 
 def launch(fn, world_size, *args, timeout=60.0, backend=None, **kwargs):
@@ -85,9 +74,6 @@ def launch(fn, world_size, *args, timeout=60.0, backend=None, **kwargs):
             f"launch could not pickle fn or its arguments ({exc}); they travel to the ranks "
             "by pickle: pass tensors, numbers and plain data, not open files, locks or generators"
         ) from exc
-    # Imported here, not at the top: _launch_local imports the errors defined above.
-    from threeaxes._launch_local import LocalLaunch
-
     return LocalLaunch(int(world_size), backend, float(timeout), payload).run()
 
 

@@ -12,30 +12,21 @@ on the sending rank. A `Plan` is only made when its slot grid is a valid
 timing of every action (schedules.Plan._check), so that order exists and
 every recv is eventually matched. All sends are waited for before returning.
 
-Every compute action is recorded as an Event (stage, microbatch, kind, start,
-end) with wall-clock times (time.time(), comparable across the processes of
-one machine); simulate.format_timeline draws them.
+Every compute action is a `trace.span` (op forward/backward, stage,
+microbatch) and every send/recv a comms event, in the one trace;
+`plots.gantt` draws them.
 """
 from __future__ import annotations
-
-import time
-from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
-from .. import comms
-from ..toy import ToyConfig, lm_loss, make_optimizer
-from .schedules import SCHEDULES, Event, Plan, interleaved_1f1b
-from .stages import build_stages
+from .. import comms, trace
+from ..dims import ParallelDims, resolve
+from ..toy import lm_loss
+from .schedules import SCHEDULES, Plan, interleaved_1f1b
 
-__all__ = ["StepResult", "run_plan", "split_microbatches", "pipeline_train", "make_plan"]
-
-
-@dataclass
-class StepResult:
-    loss: float | None                   # mean loss over microbatches (on the rank with the last stage)
-    events: list[Event] = field(default_factory=list)
+__all__ = ["run_plan", "split_microbatches", "make_plan"]
 
 
 def split_microbatches(batch: torch.Tensor, m: int) -> list[torch.Tensor]:
@@ -54,26 +45,28 @@ def _tag(stage: int, microbatch: int, kind: str, m: int) -> int:
     return (stage * m + microbatch) * 2 + (kind == "B")
 
 
-def run_plan(plan: Plan, stages: dict, inputs: torch.Tensor, targets: torch.Tensor, *,
-             pp_ranks=None, loss_fn=lm_loss, axis: str = "pp") -> StepResult:
+def run_plan(plan: Plan, stages: dict, inputs: torch.Tensor, targets: torch.Tensor,
+             dims: ParallelDims | None = None, *, loss_fn=lm_loss) -> float | None:
     """Run one training step's forwards and backwards as `plan` orders them.
 
-    stages: {stage index: module} for the stages this rank holds.
-    inputs, targets: the global batch (batch, seq); every rank passes it
+    The pipeline is this rank's pp group in `dims` (the run's current layout
+    when None): this rank runs row `dims.coord("pp")` of the plan, and stage s
+    lives on the pp group's rank s % p. stages: {stage index: module} for the
+    stages this rank holds (tensor-parallel ones included). inputs, targets:
+    this pipeline's batch (batch, seq); every rank of the pipeline passes it
     (only the first stage reads the tokens and the last the targets; the
-    others take the microbatch shape from it). pp_ranks: the global ranks of
-    this pipeline, in stage order (default 0..p-1). Gradients accumulate in
-    the modules' .grad; each microbatch's loss is scaled by 1/m, so they
-    equal the gradients of the mean loss over the whole batch.
+    others take the microbatch shape from it). Gradients accumulate in the
+    modules' .grad; each microbatch's loss is scaled by 1/m, so they equal
+    the gradients of the mean loss over the whole batch. Returns that mean
+    loss on the rank holding the last stage, None elsewhere. Every action is
+    a compute span in the trace being recorded.
     """
+    dims = resolve(dims)
     p, m = plan.p, plan.m
-    pp_ranks = list(range(p)) if pp_ranks is None else list(pp_ranks)
-    if len(pp_ranks) != p:
-        raise ValueError(f"the plan has p={p} ranks but pp_ranks has {len(pp_ranks)}")
-    me = dist.get_rank()
-    if me not in pp_ranks:
-        raise ValueError(f"rank {me} is not in pp_ranks={pp_ranks}")
-    r = pp_ranks.index(me)
+    if p != dims.pp:
+        raise ValueError(f"the plan is for p={p} pipeline ranks but the layout has pp={dims.pp}; "
+                         f"make the plan with p={dims.pp}")
+    r, pp_ranks = dims.coord("pp"), dims.ranks("pp")
     mine = {s for s in range(plan.n_stages) if s % p == r}
     if set(stages) != mine:
         raise ValueError(f"pipeline rank {r} must hold stages {sorted(mine)} for this plan, "
@@ -91,48 +84,46 @@ def run_plan(plan: Plan, stages: dict, inputs: torch.Tensor, targets: torch.Tens
     def peer(stage):
         return pp_ranks[stage % p]
 
-    sends, saved, local, events, loss = [], {}, {}, [], 0.0
+    sends, saved, local, loss = [], {}, {}, 0.0
 
     def hand_over(tensor, to_stage, k, kind):
-        if peer(to_stage) == me:   # the next stage lives on this rank too (interleaved, p=1)
+        if peer(to_stage) == dims.rank:   # the next stage lives on this rank too (interleaved, p=1)
             local[(to_stage, k, kind)] = tensor
         else:
-            # communication: send to the rank that holds `to_stage`, do not wait
-            sends.append(comms.isend(tensor, dst=peer(to_stage), axis=axis,
+            # communication: send to the pp rank that holds `to_stage`, do not wait
+            sends.append(comms.isend(tensor, dst=peer(to_stage), axis="pp", dims=dims,
                                      tag=_tag(to_stage, k, kind, m)))
 
     def take(stage, from_stage, k, kind):
         if (stage, k, kind) in local:
             return local.pop((stage, k, kind))
-        # communication: receive from the rank that holds `from_stage`
+        # communication: receive from the pp rank that holds `from_stage`
         buf = torch.empty(shape, dtype=dtype, device=device)
-        return comms.recv(buf, src=peer(from_stage), axis=axis, tag=_tag(stage, k, kind, m))
+        return comms.recv(buf, src=peer(from_stage), axis="pp", dims=dims,
+                          tag=_tag(stage, k, kind, m))
 
     for a in plan.actions(r):
         s, k, module = a.stage, a.microbatch, stages[a.stage]
         if a.kind == "F":
             x = tokens[k] if s == 0 else take(s, s - 1, k, "F").requires_grad_()
-            start = time.time()
-            y = module(x)
-            if s == last:
-                y = loss_fn(y, labels[k]) / m   # mean over microbatches of each one's mean loss
-                loss += y.item()
-            end = time.time()
+            with trace.span("forward", module=f"stage {s}", stage=s, microbatch=k):
+                y = module(x)
+                if s == last:
+                    y = loss_fn(y, labels[k]) / m   # mean over microbatches of each one's mean loss
+                    loss += y.item()
             saved[(s, k)] = (x, y)
             if s != last:
                 hand_over(y.detach(), s + 1, k, "F")
         else:
             x, y = saved.pop((s, k))
             grad = None if s == last else take(s, s + 1, k, "B")
-            start = time.time()
-            torch.autograd.backward(y, grad)
-            end = time.time()
+            with trace.span("backward", module=f"stage {s}", stage=s, microbatch=k):
+                torch.autograd.backward(y, grad)
             if s != 0:
                 hand_over(x.grad, s - 1, k, "B")
-        events.append(Event(s, k, a.kind, start, end))
     for work in sends:
         work.wait()
-    return StepResult(loss if last in stages else None, events)
+    return loss if last in stages else None
 
 
 def _check_fifo(plan: Plan) -> None:
@@ -164,42 +155,3 @@ def make_plan(schedule: str, p: int, m: int, v: int = 1) -> Plan:
     if v != 1:
         raise ValueError(f"v={v} needs schedule='interleaved'")
     return SCHEDULES[schedule](p, m)
-
-
-def pipeline_train(rank: int, world_size: int, cfg: ToyConfig, batches, *, pp: int | None = None,
-                   schedule="1f1b", m: int = 1, v: int = 1, lr: float = 1e-2, seed: int = 0,
-                   optimizer: str = "sgd", stage_layers=None) -> dict:
-    """Pipeline-parallel training on ranks, one optimizer step per batch.
-
-    Launch on pp ranks: `launch(pipeline_train, 2, cfg, batches, m=4)`.
-    `schedule` is a name (see make_plan) or a Plan. Returns, per rank, plain
-    values: {"losses": [...] (last stage only, else []), "params": {name:
-    tensor}, "events": [[Event, ...] per step]}.
-    """
-    pp = world_size if pp is None else pp
-    if world_size != pp:
-        raise ValueError(f"world_size={world_size} but pp={pp}: pure pipeline parallelism runs "
-                         f"one pipeline rank per process; launch {pp} ranks or set pp={world_size}")
-    plan = schedule if isinstance(schedule, Plan) else make_plan(schedule, pp, m, v)
-    if plan.p != pp:
-        raise ValueError(f"the plan is for p={plan.p} ranks but pp={pp}")
-    if plan.v > 1 and cfg.n_layers % plan.n_stages:
-        raise ValueError(f"pp={pp} ranks x v={plan.v} chunks = {plan.n_stages} stages do not divide "
-                         f"n_layers={cfg.n_layers}; choose pp * v among the divisors of {cfg.n_layers}")
-    mine = [s for s in range(plan.n_stages) if s % pp == rank]
-    stages = build_stages(cfg, plan.n_stages, seed=seed, stage_layers=stage_layers, ranks=mine)
-    if dist.get_backend() == "nccl":    # one GPU per rank (launch set the device)
-        device = torch.device("cuda", torch.cuda.current_device())
-        stages = {s: module.to(device) for s, module in stages.items()}
-    params = [q for mod in stages.values() for q in mod.parameters()]
-    opt = make_optimizer(torch.nn.ParameterList(params), lr, optimizer)
-    losses, events = [], []
-    for inputs, targets in batches:
-        opt.zero_grad()
-        result = run_plan(plan, stages, inputs, targets)
-        opt.step()
-        if result.loss is not None:
-            losses.append(result.loss)
-        events.append(result.events)
-    named = {n: q.detach().clone() for mod in stages.values() for n, q in mod.named_parameters()}
-    return {"losses": losses, "params": named, "events": events}

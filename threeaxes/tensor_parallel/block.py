@@ -22,7 +22,8 @@ import copy
 import torch.nn as nn
 
 from threeaxes.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
-from threeaxes.tensor_parallel.maps import copy_to_tp_region, tp_rank_in, tp_size
+from threeaxes.dims import ParallelDims, resolve
+from threeaxes.tensor_parallel.maps import copy_to_tp_region
 from threeaxes.tensor_parallel.shard import check_tp_layout, shard_block_state
 from threeaxes.toy import MLP, Block, CausalSelfAttention, ToyConfig, ToyTransformer
 
@@ -30,10 +31,10 @@ from threeaxes.toy import MLP, Block, CausalSelfAttention, ToyConfig, ToyTransfo
 class TPCausalSelfAttention(CausalSelfAttention):
     """The toy's attention with q, k, v column-parallel and proj row-parallel."""
 
-    def __init__(self, cfg: ToyConfig, tp: int, group=None):
+    def __init__(self, cfg: ToyConfig, dims: ParallelDims):
         nn.Module.__init__(self)  # not the parent's: it would build full-size Linears
-        h, kw = cfg.d_model, dict(tp=tp, group=group, dtype=cfg.dtype)
-        self.group = group
+        h, kw = cfg.d_model, dict(dims=dims, dtype=cfg.dtype)
+        self.dims = dims
         self.head_dim = cfg.head_dim
         # q, k, v share one input, so it is copied into the tp region once, in forward
         self.q = ColumnParallelLinear(h, h, input_is_copied=True, **kw)
@@ -43,7 +44,7 @@ class TPCausalSelfAttention(CausalSelfAttention):
 
     def forward(self, x):  # x: (batch, seq, d_model), the same on every tp rank
         # communication (backward only): all-reduce x's gradient over the tp ranks
-        x = copy_to_tp_region(x, self.group)
+        x = copy_to_tp_region(x, self.dims)
         # the toy's own code: q(x) is (batch, seq, n_heads/tp * head_dim), so it
         # runs n_heads/tp heads; proj's all-reduce sums the heads of every rank
         return super().forward(x)
@@ -52,16 +53,16 @@ class TPCausalSelfAttention(CausalSelfAttention):
 class TPMLP(MLP):
     """The toy's MLP with fc1 column-parallel and fc2 row-parallel."""
 
-    def __init__(self, cfg: ToyConfig, tp: int, group=None):
+    def __init__(self, cfg: ToyConfig, dims: ParallelDims):
         nn.Module.__init__(self)
-        kw = dict(tp=tp, group=group, dtype=cfg.dtype)
-        self.group = group
+        kw = dict(dims=dims, dtype=cfg.dtype)
+        self.dims = dims
         self.fc1 = ColumnParallelLinear(cfg.d_model, cfg.d_mlp, input_is_copied=True, **kw)
         self.fc2 = RowParallelLinear(cfg.d_mlp, cfg.d_model, **kw)  # ends with the forward all-reduce
 
     def forward(self, x):  # x: (batch, seq, d_model)
         # communication (backward only): all-reduce x's gradient over the tp ranks
-        x = copy_to_tp_region(x, self.group)
+        x = copy_to_tp_region(x, self.dims)
         # gelu acts feature by feature, so it can run on each rank's d_mlp/tp slice
         return super().forward(x)
 
@@ -69,31 +70,33 @@ class TPMLP(MLP):
 class TPBlock(Block):
     """One tp rank's part of a toy block; Block.forward runs unchanged.
 
-    Build it empty and load `shard_block_state(...)`, or use `TPBlock.from_block`.
+    The tp group, size and this rank's tp coordinate come from `dims` (the run's
+    current layout when None). Build it empty and load `shard_block_state(...)`,
+    or use `TPBlock.from_block`.
     """
 
-    def __init__(self, cfg: ToyConfig, tp_rank: int, tp: int, group=None):
+    def __init__(self, cfg: ToyConfig, dims: ParallelDims | None = None):
         nn.Module.__init__(self)
-        check_tp_layout(tp, cfg.n_heads, cfg.d_mlp, tp_rank)
-        if tp > 1 and tp_size(group) == tp and tp_rank_in(group) != tp_rank:
-            raise ValueError(f"tp_rank={tp_rank} but this process is rank {tp_rank_in(group)} of its "
-                             f"tp group; pass tp_rank=torch.distributed.get_rank(group), or the "
-                             f"shard would not match the collectives")
-        self.cfg, self.tp_rank, self.tp, self.group = cfg, tp_rank, tp, group
+        dims = resolve(dims)
+        check_tp_layout(dims.tp, cfg.n_heads, cfg.d_mlp)
+        self.cfg, self.dims = cfg, dims
         self.ln1 = nn.LayerNorm(cfg.d_model, dtype=cfg.dtype)  # replicated
-        self.attn = TPCausalSelfAttention(cfg, tp, group)
+        self.attn = TPCausalSelfAttention(cfg, dims)
         self.ln2 = nn.LayerNorm(cfg.d_model, dtype=cfg.dtype)  # replicated
-        self.mlp = TPMLP(cfg, tp, group)
+        self.mlp = TPMLP(cfg, dims)
 
     @classmethod
-    def from_block(cls, block: Block, cfg: ToyConfig, tp_rank: int, tp: int, group=None) -> "TPBlock":
-        """This rank's shard of a full toy block (weights copied, not shared)."""
-        tp_block = cls(cfg, tp_rank, tp, group)
-        tp_block.load_state_dict(shard_block_state(block.state_dict(), tp_rank, tp, n_heads=cfg.n_heads))
+    def from_block(cls, block: Block, cfg: ToyConfig, dims: ParallelDims | None = None) -> "TPBlock":
+        """This rank's shard of a full toy block (weights copied, not shared): the
+        shard of tp coordinate `dims.coord("tp")`."""
+        tp_block = cls(cfg, dims)
+        dims = tp_block.dims
+        tp_block.load_state_dict(
+            shard_block_state(block.state_dict(), dims.coord("tp"), dims.tp, n_heads=cfg.n_heads))
         return tp_block
 
 
-def tensor_parallel_toy(model: ToyTransformer, tp_rank: int, tp: int, group=None) -> ToyTransformer:
+def tensor_parallel_toy(model: ToyTransformer, dims: ParallelDims | None = None) -> ToyTransformer:
     """A copy of `model` in which every block is this rank's TPBlock.
 
     The embeddings, the final LayerNorm and the LM head stay whole
@@ -101,10 +104,10 @@ def tensor_parallel_toy(model: ToyTransformer, tp_rank: int, tp: int, group=None
     and the same loss; their gradients are then equal on every rank without
     any extra communication.
     """
-    cfg = model.cfg
-    check_tp_layout(tp, cfg.n_heads, cfg.d_mlp, tp_rank)
+    cfg, dims = model.cfg, resolve(dims)
+    check_tp_layout(dims.tp, cfg.n_heads, cfg.d_mlp)
     tp_model = copy.deepcopy(model)
-    tp_model.blocks = nn.ModuleList(TPBlock.from_block(b, cfg, tp_rank, tp, group) for b in model.blocks)
+    tp_model.blocks = nn.ModuleList(TPBlock.from_block(b, cfg, dims) for b in model.blocks)
     return tp_model
 
 

@@ -23,44 +23,35 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from threeaxes.tensor_parallel.maps import (
-    copy_to_tp_region, gather_from_tp_region, reduce_from_tp_region, scatter_to_tp_region, tp_size)
+    copy_to_tp_region, gather_from_tp_region, reduce_from_tp_region, scatter_to_tp_region)
+from threeaxes.dims import resolve
 from threeaxes.tensor_parallel.shard import _braces, _divisors
 
 
 def _check_split(features: int, what: str, tp: int):
-    if type(tp) is not int or tp < 1:
-        raise ValueError(f"tp={tp!r}; it must be a positive integer")
     if features % tp:
         raise ValueError(f"tp={tp} does not divide {what}={features}; "
                          f"choose tp in {_braces(_divisors(features))}")
 
 
-def _check_group(tp: int, group, layer: str):
-    have = tp_size(group)
-    if have != tp:
-        where = ("torch.distributed is not running" if have == 1 and tp > 1
-                 else f"the group has {have} ranks")
-        raise ValueError(f"{layer}(tp={tp}) needs a tp group of {tp} ranks but {where}; "
-                         f"build it on ranks (threeaxes.launch.launch(fn, {tp})) and pass "
-                         f"the tp group, or use tp={have}")
-
-
 class ColumnParallelLinear(nn.Module):
     """y[..., this rank's out_features/tp] = x @ W[:, cols] + b[cols].
 
+    The tp group and size come from `dims` (the run's current layout when None).
     `input_is_copied=True` skips the `copy_to_tp_region` at the input, for
     when the caller has already applied it once for several layers that
     share one input (q, k and v do). `gather_output=True` all-gathers the
     output slices into the full width.
     """
 
-    def __init__(self, in_features: int, out_features: int, *, tp: int, group=None,
+    def __init__(self, in_features: int, out_features: int, *, dims=None,
                  bias: bool = True, input_is_copied: bool = False, gather_output: bool = False,
                  dtype: torch.dtype = torch.float32):
         super().__init__()
+        self.dims = dims = resolve(dims)
+        tp = self.tp = dims.tp
         _check_split(out_features, "out_features", tp)
-        _check_group(tp, group, "ColumnParallelLinear")
-        self.in_features, self.out_features, self.tp, self.group = in_features, out_features, tp, group
+        self.in_features, self.out_features = in_features, out_features
         self.input_is_copied, self.gather_output = input_is_copied, gather_output
         self.weight = nn.Parameter(torch.empty(out_features // tp, in_features, dtype=dtype))
         self.bias = nn.Parameter(torch.zeros(out_features // tp, dtype=dtype)) if bias else None
@@ -68,11 +59,11 @@ class ColumnParallelLinear(nn.Module):
     def forward(self, x):  # x: (..., in_features), the same on every tp rank
         if not self.input_is_copied:
             # communication (backward only): all-reduce x's gradient over the tp ranks
-            x = copy_to_tp_region(x, self.group)
+            x = copy_to_tp_region(x, self.dims)
         y = F.linear(x, self.weight, self.bias)  # (..., out_features / tp)
         if self.gather_output:
             # communication: all-gather the output slices; backward keeps this rank's slice
-            y = gather_from_tp_region(y, self.group)  # (..., out_features)
+            y = gather_from_tp_region(y, self.dims)  # (..., out_features)
         return y
 
     def extra_repr(self):
@@ -88,13 +79,14 @@ class RowParallelLinear(nn.Module):
     otherwise the full x is cut here with `scatter_to_tp_region`.
     """
 
-    def __init__(self, in_features: int, out_features: int, *, tp: int, group=None,
+    def __init__(self, in_features: int, out_features: int, *, dims=None,
                  bias: bool = True, input_is_parallel: bool = True,
                  dtype: torch.dtype = torch.float32):
         super().__init__()
+        self.dims = dims = resolve(dims)
+        tp = self.tp = dims.tp
         _check_split(in_features, "in_features", tp)
-        _check_group(tp, group, "RowParallelLinear")
-        self.in_features, self.out_features, self.tp, self.group = in_features, out_features, tp, group
+        self.in_features, self.out_features = in_features, out_features
         self.input_is_parallel = input_is_parallel
         self.weight = nn.Parameter(torch.empty(out_features, in_features // tp, dtype=dtype))
         # the bias is replicated: every rank adds the same one after the sum
@@ -103,10 +95,10 @@ class RowParallelLinear(nn.Module):
     def forward(self, x):  # x: (..., in_features / tp) if input_is_parallel
         if not self.input_is_parallel:
             # communication (backward only): all-gather the input gradient's slices
-            x = scatter_to_tp_region(x, self.group)
+            x = scatter_to_tp_region(x, self.dims)
         partial = F.linear(x, self.weight)  # (..., out_features), this rank's partial sum
         # communication: all-reduce the partial sums; backward passes the gradient through
-        y = reduce_from_tp_region(partial, self.group)  # (..., out_features), the full sum
+        y = reduce_from_tp_region(partial, self.dims)  # (..., out_features), the full sum
         return y + self.bias if self.bias is not None else y
 
     def extra_repr(self):

@@ -15,77 +15,68 @@ all-reduce backward. When the ranks' partial outputs are summed forward, each
 partial output's gradient is the full output gradient, which every rank
 already holds, so the all-reduce forward needs only an identity backward.
 
-Every collective goes through `threeaxes.comms` with axis="tp", so
-`comms.trace()` counts it. With a single tp rank every map is the identity
-and nothing is sent, which also lets the maps run in a plain process
-without torch.distributed.
+Every collective goes through `threeaxes.comms` on the "tp" axis of the
+layout (`dims`, or the run's current one), so the trace counts it. With
+tp=1 every map is the identity and nothing is sent, so the maps also run in
+a plain process: pass `dims=ParallelDims().at(0)`.
 """
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from threeaxes import comms
+from threeaxes.dims import resolve
 
 
-def tp_size(group=None) -> int:
-    """Ranks in the tp group; 1 when torch.distributed is not running."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return 1
-    return dist.get_world_size(group)
+def _tp(dims):
+    """The layout whose tp group the maps use: `dims`, or the run's current layout."""
+    return resolve(dims)
 
 
-def tp_rank_in(group=None) -> int:
-    """This process's position in the tp group; 0 when torch.distributed is not running."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return 0
-    return dist.get_rank(group)
-
-
-def _all_reduce(x, group):
-    if tp_size(group) == 1:
+def _all_reduce(x, dims):
+    if dims.tp == 1:
         return x
     # copy first: the collective works in place and x may be needed elsewhere
     x = x.clone(memory_format=torch.contiguous_format)
     # communication: sum this tensor over the tp ranks; every rank gets the sum
-    return comms.all_reduce(x, group=group, axis="tp")
+    return comms.all_reduce(x, "tp", dims=dims)
 
 
-def _all_gather_last_dim(x, group):
-    if tp_size(group) == 1:
+def _all_gather_last_dim(x, dims):
+    if dims.tp == 1:
         return x
     # communication: every tp rank's slice, concatenated along the last dim in rank order
-    return comms.all_gather(x, group=group, axis="tp", dim=-1)
+    return comms.all_gather(x, "tp", dims=dims, dim=-1)
 
 
-def _own_slice_last_dim(x, group):
-    n = tp_size(group)
+def _own_slice_last_dim(x, dims):
+    n = dims.tp
     if n == 1:
         return x
     width = x.shape[-1]
     if width % n:
         raise ValueError(f"the last dim ({width}) does not split over tp={n}; "
                          f"make it a multiple of {n}")
-    return x.chunk(n, dim=-1)[tp_rank_in(group)].contiguous()
+    return x.chunk(n, dim=-1)[dims.coord("tp")].contiguous()
 
 
 class _CopyToTPRegion(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
+    def forward(ctx, x, dims):
+        ctx.dims = dims
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad):
         # communication: all-reduce the input's gradient (each rank holds one part of it)
-        return _all_reduce(grad, ctx.group), None
+        return _all_reduce(grad, ctx.dims), None
 
 
 class _ReduceFromTPRegion(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, group):
+    def forward(ctx, x, dims):
         # communication: all-reduce the partial outputs into the full sum
-        return _all_reduce(x, group)
+        return _all_reduce(x, dims)
 
     @staticmethod
     def backward(ctx, grad):
@@ -94,53 +85,54 @@ class _ReduceFromTPRegion(torch.autograd.Function):
 
 class _GatherFromTPRegion(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
+    def forward(ctx, x, dims):
+        ctx.dims = dims
         # communication: all-gather every rank's slice of the last dim
-        return _all_gather_last_dim(x, group)
+        return _all_gather_last_dim(x, dims)
 
     @staticmethod
     def backward(ctx, grad):
-        return _own_slice_last_dim(grad, ctx.group), None
+        return _own_slice_last_dim(grad, ctx.dims), None
 
 
 class _ScatterToTPRegion(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _own_slice_last_dim(x, group)
+    def forward(ctx, x, dims):
+        ctx.dims = dims
+        return _own_slice_last_dim(x, dims)
 
     @staticmethod
     def backward(ctx, grad):
         # communication: all-gather the gradient slices back to the full width
-        return _all_gather_last_dim(grad, ctx.group), None
+        return _all_gather_last_dim(grad, ctx.dims), None
 
 
-def copy_to_tp_region(x, group=None):
-    """Forward: x unchanged. Backward: all-reduce x's gradient over the tp group.
+def copy_to_tp_region(x, dims=None):
+    """Forward: x unchanged. Backward: all-reduce x's gradient over the tp group of `dims`
+    (the current layout when None).
 
     Put it where a replicated activation enters column-parallel layers."""
-    return _CopyToTPRegion.apply(x, group)
+    return _CopyToTPRegion.apply(x, _tp(dims))
 
 
-def reduce_from_tp_region(x, group=None):
+def reduce_from_tp_region(x, dims=None):
     """Forward: all-reduce (sum) the tp ranks' partial results. Backward: identity.
 
     Put it where the partial outputs of a row-parallel layer leave the region."""
-    return _ReduceFromTPRegion.apply(x, group)
+    return _ReduceFromTPRegion.apply(x, _tp(dims))
 
 
-def gather_from_tp_region(x, group=None):
+def gather_from_tp_region(x, dims=None):
     """Forward: all-gather the last dim (each rank's column slice -> the full
     width). Backward: keep this rank's slice of the gradient."""
-    return _GatherFromTPRegion.apply(x, group)
+    return _GatherFromTPRegion.apply(x, _tp(dims))
 
 
-def scatter_to_tp_region(x, group=None):
+def scatter_to_tp_region(x, dims=None):
     """Forward: keep this rank's slice of the last dim. Backward: all-gather
     the gradient slices back to the full width."""
-    return _ScatterToTPRegion.apply(x, group)
+    return _ScatterToTPRegion.apply(x, _tp(dims))
 
 
 __all__ = ["copy_to_tp_region", "reduce_from_tp_region", "gather_from_tp_region",
-           "scatter_to_tp_region", "tp_size", "tp_rank_in"]
+           "scatter_to_tp_region"]
