@@ -149,11 +149,10 @@ def test_in_flight_falls_along_the_pipeline():
         in_flight_micro_batches(4, 8, stage=4)
 
 
-def _peak_held(timeline, rank):
+def _peak_held(events):
     """Most model-chunk micro-batches a rank holds: a forward stores its
     activations when it starts, the matching backward frees them when it ends."""
-    points = sorted([(e.start, 1, +1) if e.kind == "F" else (e.end, 0, -1)
-                     for e in timeline.events if e.stage == rank])
+    points = sorted([(e.start, 1, +1) if e.op == "forward" else (e.end, 0, -1) for e in events])
     held = peak = 0
     for _, _, step in points:
         held += step
@@ -165,26 +164,24 @@ def _peak_held(timeline, rank):
 @pytest.mark.parametrize("v", [1, 2, 3, 4])
 def test_in_flight_matches_a_simulated_schedule(p, v):
     # an independent code path: run the schedule, count what each rank holds
-    from threeaxes.cost import in_flight_micro_batches, simulate_schedule
+    from threeaxes.cost import in_flight_micro_batches
+    from threeaxes.pipeline import make_plan, simulate
     for m in ([p, 2 * p, 4 * p] if v > 1 else [1, 2, 3, 5, 16]):
-        timeline = simulate_schedule(p, m, "1f1b", v)
+        sim = simulate(make_plan("interleaved" if v > 1 else "1f1b", p, m, v))
         for r in range(p):
             expected = in_flight_micro_batches(p, m, stage=r, virtual_stages=v) * v
-            assert _peak_held(timeline, r) == expected, (p, v, m, r)
+            assert _peak_held(sim.events[r]) == expected, (p, v, m, r)
 
 
 def test_in_flight_matches_pipeline_plans():
-    schedules = pytest.importorskip("threeaxes.pipeline.schedules")
-    peak = getattr(schedules, "peak_in_flight", None)
-    if peak is None or not hasattr(schedules, "one_f_one_b"):
-        pytest.skip("threeaxes.pipeline.schedules has no one_f_one_b/peak_in_flight yet")
     from threeaxes.cost import in_flight_micro_batches
+    from threeaxes.pipeline import gpipe, one_f_one_b, peak_in_flight
     for p, m in [(4, 8), (4, 2), (3, 7)]:
-        plan = schedules.one_f_one_b(p, m)
+        plan = one_f_one_b(p, m)
         for s in range(p):
-            assert peak(plan, s) == in_flight_micro_batches(p, m, stage=s)
-        plan = schedules.gpipe(p, m)
-        assert peak(plan, 0) == in_flight_micro_batches(p, m, schedule="gpipe")
+            assert peak_in_flight(plan, s) == in_flight_micro_batches(p, m, stage=s)
+        plan = gpipe(p, m)
+        assert peak_in_flight(plan, 0) == in_flight_micro_batches(p, m, schedule="gpipe")
 
 
 def test_interleaved_with_m_equal_p_holds_everything():

@@ -1,12 +1,12 @@
-"""The bubble formulas against Megatron-LM Section 2.2, against our own
-unit-cost simulation, and (once it exists) against the plans of
-threeaxes.pipeline.schedules."""
-from collections.abc import Mapping, Sequence
+"""The bubble formulas against Megatron-LM Section 2.2, and against the plans
+of threeaxes.pipeline.schedules simulated action by action (the package's one
+schedule engine). Every expected value is the formula typed in here."""
+from fractions import Fraction
 
 import pytest
 
-from threeaxes.cost import bubble_fraction, bubble_overhead, simulate_schedule
-from threeaxes.cost.timeline import schedule_orders
+from threeaxes.cost import bubble_fraction, bubble_overhead
+from threeaxes.pipeline import make_plan, simulate
 
 GRID = [(p, m) for p in (1, 2, 3, 4, 8) for m in (1, 2, 3, 4, 8, 16, 32)]
 
@@ -46,28 +46,57 @@ def test_the_two_ratios_differ_where_it_matters():
     assert bubble_overhead(8, 8) == pytest.approx(7 / 8)
 
 
-@pytest.mark.parametrize("schedule, v", [("gpipe", 1), ("1f1b", 1), ("1f1b", 2),
-                                         ("1f1b", 3), ("interleaved", 4)])
-@pytest.mark.parametrize("p", [1, 2, 3, 4, 8])
-@pytest.mark.parametrize("k", [1, 2, 3])
-@pytest.mark.parametrize("costs", [(1, 2), (1, 1), (2, 3)])
-def test_agrees_with_unit_cost_simulation(schedule, v, p, k, costs):
-    for m in ({p * k} if v > 1 else {k, p * k, p + k}):
-        sim = simulate_schedule(p, m, schedule, v, forward_cost=costs[0],
-                                backward_cost=costs[1])
-        assert sim.idle_fraction == pytest.approx(
-            bubble_fraction(p, m, schedule=schedule, virtual_stages=v))
-        work = m * (costs[0] + costs[1])
-        assert sim.makespan == pytest.approx(
-            work * (1 + bubble_overhead(p, m, schedule=schedule, virtual_stages=v)))
+# ---- against the plans, simulated --------------------------------------------
+
+PLAN_GRID = [(schedule, p, m, v)
+             for p in (1, 2, 3, 4, 8)
+             for schedule, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2),
+                                 ("interleaved", 3), ("interleaved", 4))
+             # interleaving sends microbatches in groups of p: m a multiple of p
+             for m in sorted({p, 2 * p, 3 * p} if v > 1 else {1, 2, 3, p + 1, 2 * p, 16})]
+
+
+@pytest.mark.parametrize("schedule, p, m, v", PLAN_GRID)
+@pytest.mark.parametrize("t_f, t_b", [(1, 2), (1, 1), (2, 3)])
+def test_formulas_agree_with_the_simulated_plans(schedule, p, m, v, t_f, t_b):
+    # Narayanan et al. 2021, Section 2.2: fill and drain take (p - 1)(t_f + t_b)/v
+    # on each rank, against m (t_f + t_b) of work: idle over work is (p-1)/(v m)
+    sim = simulate(make_plan(schedule, p, m, v), forward_cost=t_f, backward_cost=t_b)
+    overhead = Fraction(p - 1, v * m)
+    fraction = Fraction(p - 1, v * m + p - 1)
+    assert sim.bubble_overhead == overhead, (schedule, p, m, v)
+    assert sim.idle_fraction == fraction, (schedule, p, m, v)
+    # each rank does m micro-batches through v chunks: work m v (t_f + t_b)
+    assert sim.makespan == m * v * (t_f + t_b) * (1 + overhead)
+    assert bubble_fraction(p, m, schedule=schedule, virtual_stages=v) == \
+        pytest.approx(float(fraction))
+    assert bubble_overhead(p, m, schedule=schedule, virtual_stages=v) == \
+        pytest.approx(float(overhead))
+    # '1f1b' with v chunks is the same interleaved schedule to the cost model
+    if v > 1:
+        assert bubble_fraction(p, m, virtual_stages=v) == pytest.approx(float(fraction))
 
 
 @pytest.mark.parametrize("p, m, v", [(4, 8, 1), (4, 8, 2), (3, 6, 3)])
-def test_simulated_orders_run_every_action_once(p, m, v):
-    orders = schedule_orders(p, m, "1f1b", v)
-    for order in orders:
-        assert sorted(order) == sorted({(k, i, c) for k in "FB" for i in range(m)
-                                        for c in range(v)})
+def test_simulated_plans_run_every_action_once(p, m, v):
+    sim = simulate(make_plan("interleaved" if v > 1 else "1f1b", p, m, v))
+    for r, events in sim.events.items():
+        # rank r holds stages r, r + p, ..., r + (v - 1) p
+        assert sorted((e.op, e.microbatch, e.stage) for e in events) == sorted(
+            (op, k, r + c * p) for op in ("forward", "backward") for k in range(m)
+            for c in range(v))
+
+
+def test_plan_slots_bubble_matches_formula_with_equal_costs():
+    # With F and B one slot each, the None slots of a plan are its bubble.
+    p, m = 4, 8
+    for schedule in ("gpipe", "1f1b"):
+        plan = make_plan(schedule, p, m)
+        assert plan.n_slots == 2 * (m + p - 1)
+        for r in plan:
+            busy = sum(a is not None for a in plan[r])
+            assert busy == 2 * m
+            assert 1 - busy / plan.n_slots == pytest.approx(bubble_fraction(p, m))
 
 
 @pytest.mark.parametrize("args, kwargs, match", [
@@ -82,75 +111,3 @@ def test_bad_arguments_say_what_to_change(args, kwargs, match):
     for fn in (bubble_fraction, bubble_overhead):
         with pytest.raises(ValueError, match=match):
             fn(*args, **kwargs)
-
-
-# ---- agreement with the schedules module (skipped until it exists) ---------
-
-def _idle(result):
-    for get in (lambda r: r.idle_fraction, lambda r: r["idle_fraction"]):
-        try:
-            value = get(result)
-        except (AttributeError, KeyError, TypeError):
-            continue
-        return value() if callable(value) else value
-    pytest.fail("simulate(...) returned no idle_fraction")
-
-
-def _values(idle):
-    if isinstance(idle, Mapping):
-        return list(idle.values())
-    if isinstance(idle, Sequence):
-        return list(idle)
-    return [idle]
-
-
-@pytest.mark.parametrize("name, factory", [("gpipe", "gpipe"), ("1f1b", "one_f_one_b")])
-def test_agrees_with_pipeline_schedules(name, factory):
-    schedules = pytest.importorskip("threeaxes.pipeline.schedules")
-    make = getattr(schedules, factory, None)
-    simulate = getattr(schedules, "simulate", None)
-    if make is None or simulate is None:
-        pytest.skip(f"threeaxes.pipeline.schedules has no {factory}/simulate yet")
-    for p in (1, 2, 4):
-        for m in (1, 2, 4, 8):
-            plan = make(p, m)
-            result = simulate(plan, forward_cost=1, backward_cost=2)
-            expected = bubble_fraction(p, m, schedule=name)
-            for value in _values(_idle(result)):
-                assert value == pytest.approx(expected), (name, p, m)
-
-
-@pytest.mark.parametrize("factory", ["gpipe", "one_f_one_b"])
-def test_plan_slots_bubble_matches_formula_with_equal_costs(factory):
-    # With F and B one slot each, the None slots of a plan are its bubble.
-    schedules = pytest.importorskip("threeaxes.pipeline.schedules")
-    make = getattr(schedules, factory, None)
-    if make is None:
-        pytest.skip(f"threeaxes.pipeline.schedules has no {factory} yet")
-    p, m = 4, 8
-    plan = make(p, m)
-    rows = plan if isinstance(plan, Mapping) else getattr(plan, "actions", None)
-    if not isinstance(rows, Mapping):
-        pytest.skip("Plan does not expose rank -> slots as a mapping")
-    width = max(len(slots) for slots in rows.values())
-    for slots in rows.values():
-        busy = sum(a is not None for a in slots)
-        assert busy == 2 * m
-        assert width == 2 * (m + p - 1)
-        assert 1 - busy / width == pytest.approx(bubble_fraction(p, m))
-
-
-@pytest.mark.parametrize("p, v", [(2, 2), (4, 2), (4, 3), (3, 4)])
-def test_interleaved_agrees_with_pipeline_schedules(p, v):
-    schedules = pytest.importorskip("threeaxes.pipeline.schedules")
-    make = getattr(schedules, "interleaved_1f1b", None)
-    if make is None:
-        pytest.skip("threeaxes.pipeline.schedules has no interleaved_1f1b yet")
-    for m in (p, 2 * p, 4 * p):
-        result = schedules.simulate(make(p, m, v), forward_cost=1, backward_cost=2)
-        expected = bubble_fraction(p, m, virtual_stages=v)
-        for value in _values(_idle(result)):
-            assert value == pytest.approx(expected), (p, m, v)
-        # and our own simulation of the same schedule gives the same timeline length
-        ours = simulate_schedule(p, m, "interleaved", v, forward_cost=v, backward_cost=2 * v)
-        assert ours.makespan == pytest.approx(result.makespan)

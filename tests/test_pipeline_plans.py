@@ -1,27 +1,34 @@
 """Pipeline plans, checked without processes (STYLE 9): every rule a plan
-must keep, for every p in 1..8 and m in 1..16, under GPipe and 1F1B.
+must keep, for every p in 1..8 and m in 1..16, under GPipe and 1F1B, and
+the bubble formulas of threeaxes.cost.bubble against the simulated plans.
 
 The expected values are written here from the rules and formulas, not read
 back from the code under test.
 """
+import ast
+import importlib.util
 from fractions import Fraction
 from functools import lru_cache
+from pathlib import Path
 
 import pytest
 import torch
 
-from threeaxes.pipeline import Action, Plan, gpipe, interleaved_1f1b, one_f_one_b, peak_in_flight, simulate
-from threeaxes.pipeline.executor import make_plan, pipeline_train, split_microbatches
+import threeaxes
+from threeaxes.cost import bubble_fraction, bubble_overhead
+from threeaxes.pipeline import (SCHEDULES, Action, Plan, gpipe, interleaved_1f1b, make_plan,
+                                one_f_one_b, peak_in_flight, simulate)
 from threeaxes.pipeline.simulate import format_timeline
 from threeaxes.pipeline.stages import build_stages, check_stage_layers, split_stages
 from threeaxes.toy import ToyConfig, ToyTransformer, count_parameters, make_batch
+from threeaxes.trace import Event
 
 GRID = [(p, m) for p in range(1, 9) for m in range(1, 17)]
-SCHEDULES = {"gpipe": lru_cache(None)(gpipe), "1f1b": lru_cache(None)(one_f_one_b)}
+CACHED = {"gpipe": lru_cache(None)(gpipe), "1f1b": lru_cache(None)(one_f_one_b)}
 
 
 def plans():
-    for name, make in SCHEDULES.items():
+    for name, make in CACHED.items():
         for p, m in GRID:
             yield name, p, m, make(p, m)
 
@@ -69,8 +76,13 @@ def test_one_f_one_b_phases():
 
 # -- timing rules ------------------------------------------------------------------
 
+def _key(e):
+    """(stage, microbatch, 'F' or 'B') of a simulated trace Event."""
+    return (e.stage, e.microbatch, {"forward": "F", "backward": "B"}[e.op])
+
+
 def _check_dependencies(events_by_rank, n_stages):
-    at = {(e.stage, e.microbatch, e.kind): e for evs in events_by_rank.values() for e in evs}
+    at = {_key(e): e for evs in events_by_rank.values() for e in evs}
     for (s, k, kind), e in at.items():
         if kind == "F" and s > 0:
             assert e.start >= at[(s - 1, k, "F")].end, f"{s}F{k} starts before {s - 1}F{k} ends"
@@ -86,10 +98,19 @@ def test_no_action_runs_before_what_it_depends_on_in_simulated_time():
         _check_dependencies(sim.events, p)
         for rank, events in sim.events.items():
             # each rank keeps the plan's order, one action at a time
-            assert [(e.stage, e.microbatch, e.kind) for e in events] == \
+            assert [_key(e) for e in events] == \
                 [(a.stage, a.microbatch, a.kind) for a in plan.actions(rank)], (name, p, m)
             assert all(a.end <= b.start for a, b in zip(events, events[1:]))
-            assert all(e.end - e.start == (1 if e.kind == "F" else 2) for e in events)
+            assert all(e.end - e.start == (1 if e.op == "forward" else 2) for e in events)
+
+
+def test_simulated_events_are_the_package_trace_events():
+    sim = simulate(one_f_one_b(2, 2), forward_cost=1, backward_cost=2)
+    # rank 1 holds stage 1: its first forward waits one unit for stage 0's
+    assert sim.events[1][0] == Event(rank=1, kind="compute", op="forward", start=1, end=2,
+                                     module="stage 1", stage=1, microbatch=0)
+    assert [e.label for e in sim.events[0]] == ["0F0", "0F1", "0B0", "0B1"]
+    assert all(type(e) is Event and e.rank == r for r, evs in sim.events.items() for e in evs)
 
 
 def test_grid_slots_respect_dependencies():
@@ -112,14 +133,16 @@ def test_bubble_fraction_with_unit_costs_is_exact():
         assert sim.makespan == 3 * (m + p - 1)
         assert plan.bubble_fraction() == expected, (name, p, m)   # counted from the grid
         assert plan.idle_slots() == 2 * p * (p - 1)
+        # the cost model's formula says the same
+        assert bubble_fraction(p, m, schedule=name) == pytest.approx(float(expected))
 
 
 def test_activations_held_by_stage_0():
     for p, m in GRID:
         # GPipe runs every forward before any backward
-        assert peak_in_flight(SCHEDULES["gpipe"](p, m), 0) == m
+        assert peak_in_flight(CACHED["gpipe"](p, m), 0) == m
         # 1F1B: the p-1 warmup forwards plus the one of the first 1F1B pair
-        plan = SCHEDULES["1f1b"](p, m)
+        plan = CACHED["1f1b"](p, m)
         assert peak_in_flight(plan, 0) == min(p, m) <= p
         for s in range(p):
             assert peak_in_flight(plan, s) == min(p - s, m)
@@ -136,6 +159,8 @@ def test_interleaved_overhead_is_p_minus_1_over_v_m(p, v):
         _check_dependencies(sim.events, p * v)
         # Narayanan et al. 2021, Section 2.2.2: bubble over ideal time = (1/v)(p-1)/m
         assert sim.bubble_overhead == Fraction(p - 1, v * m)
+        assert bubble_overhead(p, m, schedule="interleaved", virtual_stages=v) == \
+            pytest.approx(float(sim.bubble_overhead))
     with pytest.raises(ValueError, match="multiple of p"):
         interleaved_1f1b(4, 6, 2)
 
@@ -169,12 +194,45 @@ def test_layout_errors_say_what_to_change():
     for make in (gpipe, one_f_one_b):
         with pytest.raises(ValueError, match=r"m=0.*>= 1"):
             make(2, 0)
+    from threeaxes.pipeline.executor import split_microbatches
     with pytest.raises(ValueError, match=r"global batch 8 is not divisible by m=3; choose m in \{1, 2, 4, 8\}"):
         split_microbatches(torch.zeros(8, 4), 3)
-    with pytest.raises(ValueError, match=r"world_size=3 but pp=2.*launch 2 ranks"):
-        pipeline_train(0, 3, ToyConfig(), [], pp=2)
-    with pytest.raises(ValueError, match="schedule="):
+
+
+# -- plans by name: one table ----------------------------------------------------------
+
+def test_make_plan_builds_every_schedule_by_name():
+    assert sorted(SCHEDULES) == ["1f1b", "gpipe", "interleaved"]
+    assert str(make_plan("gpipe", 3, 4)) == str(gpipe(3, 4))
+    assert str(make_plan("1f1b", 3, 4)) == str(one_f_one_b(3, 4))
+    plan = make_plan("interleaved", 2, 4, v=2)
+    assert (plan.p, plan.m, plan.v, plan.n_stages) == (2, 4, 2, 4)
+    with pytest.raises(ValueError, match=r"schedule='zero-bubble'; choose one of \['1f1b', 'gpipe', 'interleaved'\]"):
         make_plan("zero-bubble", 2, 4)
+    with pytest.raises(ValueError, match="v=2 chunks per rank needs schedule='interleaved'"):
+        make_plan("1f1b", 2, 4, v=2)
+
+
+def test_one_schedule_engine_and_one_schedules_table():
+    # the second engine (threeaxes/cost/timeline.py) is gone, and nothing names it
+    assert importlib.util.find_spec("threeaxes.cost.timeline") is None
+    import threeaxes.cost
+    import threeaxes.plots
+    assert not hasattr(threeaxes.cost, "simulate_schedule")
+    for gone in ("draw_timeline", "TimelineData", "_from_schedules_module"):
+        assert not hasattr(threeaxes.plots, gone), gone
+    # exactly one module of the package defines SCHEDULES
+    root = Path(threeaxes.__file__).parent
+    defines = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, ast.AnnAssign) else []
+            if any(isinstance(t, ast.Name) and t.id == "SCHEDULES" for t in targets):
+                defines.append(path.relative_to(root).as_posix())
+    assert defines == ["pipeline/schedules.py"], (
+        f"SCHEDULES is defined in {defines}; keep the one table in pipeline/schedules.py "
+        f"and import it elsewhere")
 
 
 # -- stages, in one process ------------------------------------------------------------
@@ -203,6 +261,12 @@ def test_text_timeline_draws_idle_time():
     assert text.splitlines() == ["rank 0 |FF...BBBB|", "rank 1 |.FFBBBB..|"]
 
 
+def test_text_timeline_of_trace_events_skips_communication():
+    compute = [Event(0, "compute", "forward", 10.0, 11.0), Event(0, "compute", "backward", 12.0, 14.0)]
+    comm = [Event(0, "comm", "send", 11.0, 12.0, axis="pp", peer=1)]
+    assert format_timeline({0: compute + comm}, width=4) == "rank 0 |F.BB|"
+
+
 def test_standard_plans_send_in_the_order_they_are_received():
     # NCCL has no tags: GPipe, 1F1B and interleaved 1F1B must cross each link in FIFO order
     from threeaxes.pipeline.executor import _check_fifo
@@ -216,7 +280,3 @@ def test_standard_plans_send_in_the_order_they_are_received():
     with pytest.raises(ValueError, match="gloo"):
         _check_fifo(swapped)
 
-
-def test_interleaving_more_chunks_than_layers_says_what_to_change():
-    with pytest.raises(ValueError, match=r"pp=2 ranks x v=4 chunks = 8 stages do not divide n_layers=4"):
-        pipeline_train(0, 2, ToyConfig(), [], schedule="interleaved", m=2, v=4)

@@ -96,3 +96,8 @@ def test_a_layout_that_does_not_fill_the_world_says_what_to_change():
 def test_tp_that_does_not_divide_the_heads_says_which_would():
     with pytest.raises(RankError, match=r"tp=3 does not divide n_heads=4; choose tp in \{1, 2, 4\}"):
         launch(train_3d, 3, CFG, BATCHES, tp=3, timeout=60)
+
+
+def test_more_stages_than_layers_says_what_to_change():
+    with pytest.raises(RankError, match=r"pp=2 x v=4 = 8 stages > n_layers=4"):
+        launch(train_3d, 2, CFG, BATCHES, pp=2, schedule="interleaved", m=2, v=4, timeout=60)

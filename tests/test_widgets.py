@@ -17,17 +17,9 @@ from threeaxes.cost import (  # noqa: E402
 from threeaxes.widgets import BubbleExplorer, ConfigExplorer, MemoryExplorer  # noqa: E402
 
 
-def _work_and_idle(figure):
-    """Rectangles drawn in the timeline: (work, idle lanes)."""
-    ax = figure.axes[0]
-    work = idle = 0
-    for coll in ax.collections:
-        n = len(coll.get_paths())
-        if coll.get_hatch():
-            idle += n
-        else:
-            work += n
-    return work, idle
+def _compute_boxes(figure):
+    """Compute boxes the Gantt chart drew (plots.gantt tags each collection)."""
+    return sum(len(c.get_paths()) for c in figure.axes[0].collections if c.get_gid() == "compute")
 
 
 def _bar_heights_at(ax, x):
@@ -49,8 +41,9 @@ def test_bubble_explorer_default_by_hand():
     assert b.data.fraction == pytest.approx(3 / 11)
     assert b.data.overhead == pytest.approx(3 / 8)
     assert b.data.timeline.idle_fraction == pytest.approx(3 / 11)
-    work, idle = _work_and_idle(b.figure)
-    assert work == 2 * 4 * 8 and idle == 4        # every F and B drawn, one idle lane each
+    assert _compute_boxes(b.figure) == 2 * 4 * 8      # every F and B drawn
+    ax = b.figure.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"rank {r}" for r in range(4)]
     assert "27.3%" in b.message.value and "37.5%" in b.message.value
 
 
@@ -60,7 +53,7 @@ def test_more_micro_batches_shrink_the_bubble_as_the_formula_says():
     assert b.data.fraction == pytest.approx(3 / 19)
     assert b.data.timeline.idle_fraction == pytest.approx(3 / 19)
     assert "15.8%" in b.figure.axes[0].get_title()
-    assert _work_and_idle(b.figure)[0] == 2 * 4 * 16
+    assert _compute_boxes(b.figure) == 2 * 4 * 16
 
 
 def test_interleaving_divides_the_overhead_by_v():
@@ -68,7 +61,8 @@ def test_interleaving_divides_the_overhead_by_v():
     assert b.data.overhead == pytest.approx(3 / 16)          # (p-1)/(v m)
     assert b.data.fraction == pytest.approx(3 / 19)          # (p-1)/(v m + p - 1)
     assert b.data.timeline.idle_fraction == pytest.approx(3 / 19)
-    assert _work_and_idle(b.figure)[0] == 2 * 4 * 8 * 2
+    assert _compute_boxes(b.figure) == 2 * 4 * 8 * 2     # v chunks: v times the boxes
+    assert "interleaved 1F1B" in b.figure.axes[0].get_title()
 
 
 def test_gpipe_and_1f1b_share_the_bubble():

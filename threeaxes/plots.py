@@ -1,5 +1,9 @@
-"""Matplotlib drawings for the calculators: schedule timelines, memory bars,
-step-time bars.
+"""Matplotlib drawings: one Gantt chart for every trace, memory bars, step-time bars.
+
+`gantt(events)` draws any list of `threeaxes.trace.Event`: measured on real
+ranks (compute spans and the collectives `threeaxes.comms` recorded) or
+predicted by `pipeline.simulate(plan)`, so predicted and measured timelines
+look the same and can be compared side by side.
 
 Everything draws on a ``matplotlib.figure.Figure`` made here (never through
 pyplot), so it works with any backend, headless included, and leaves no
@@ -8,24 +12,33 @@ global figure state behind. ``show(fig)`` displays a figure in a notebook.
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 from fractions import Fraction
-from typing import NamedTuple
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch
+from matplotlib.patches import Patch, Rectangle
 
 from .cost.bubble import bubble_fraction
 from .cost.memory import GB
-from .cost.timeline import Event, simulate_schedule
+from .pipeline.schedules import make_plan
+from .pipeline.simulate import Simulation, simulate
+from .trace import COMM, COMPUTE, Event
 
-__all__ = ["TimelineData", "schedule_timeline", "draw_timeline", "draw_memory_bars",
-           "draw_time_breakdown", "plan_table_html", "FigureDisplay", "show", "MEMORY_TERMS",
-           "TIME_TERMS"]
+__all__ = ["draw_mesh", "gantt", "schedule_timeline", "draw_memory_bars", "draw_time_breakdown",
+           "plan_table_html", "FigureDisplay", "show", "MEMORY_TERMS", "TIME_TERMS"]
 
-FORWARD = ["#9ecae1", "#6baed6", "#4292c6", "#2171b5"]    # one shade per model chunk
-BACKWARD = ["#fdae6b", "#fd8d3c", "#f16913", "#d94801"]
-IDLE = "#f0f0f0"
+# compute: one shade per model chunk on a rank (darker = later chunk)
+FORWARD = ["#9ecae1", "#6baed6", "#4292c6", "#2171b5"]     # blues
+BACKWARD = ["#fdae6b", "#fd8d3c", "#f16913", "#d94801"]    # oranges
+OPTIMIZER, OTHER_COMPUTE = "#8c8c8c", "#d0d0d0"            # greys
+# communication: a colour family of its own per mesh axis
+COMM_COLORS = {"dp": "#2ca02c", "tp": "#9467bd", "pp": "#8c564b"}   # green, purple, brown
+OTHER_COMM = "#e377c2"                                     # pink: an axis not named above
+TIME_SCALES = {"s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6}
+FB = ("forward", "backward")
+LEGEND_ORDER = {"forward": 0, "backward": 1, "optimizer": 2, "other compute": 3,
+                "dp comm": 0, "tp comm": 1, "pp comm": 2}
 
 MEMORY_TERMS = (("params", "parameters", "#4c72b0"), ("grads", "gradients", "#55a868"),
                 ("optimizer", "optimizer states", "#e1a21a"),
@@ -35,108 +48,130 @@ TIME_TERMS = (("compute", "compute", "#4c72b0"), ("tp_comm", "TP comm", "#dd8452
               ("bubble", "PP bubble", "#c7c7c7"))
 
 
-class TimelineData(NamedTuple):
-    pp: int
-    micro_batches: int
-    virtual_stages: int
-    schedule: str
-    events: tuple          # threeaxes.cost.timeline.Event, stage = GPU rank
-    makespan: float
-    idle_fraction: float
-    source: str            # which code produced the plan
-
-
-def _from_schedules_module(p, m, schedule, v):
-    """The colleague's plans (threeaxes.pipeline.schedules), when present."""
-    try:
-        from .pipeline import schedules
-    except ImportError:
-        return None
-    if v > 1:
-        make = getattr(schedules, "interleaved_1f1b", None)
-        args = (p, m, v)
-    else:
-        make = getattr(schedules, {"gpipe": "gpipe", "1f1b": "one_f_one_b"}[schedule], None)
-        args = (p, m)
-    simulate = getattr(schedules, "simulate", None)
-    if make is None or simulate is None:
-        return None
-    # each chunk does 1/v of a micro-batch's work: F = 1/v, B = 2/v
-    result = simulate(make(*args), forward_cost=Fraction(1, v), backward_cost=Fraction(2, v))
-    events = []
-    for rank in sorted(result.events):
-        for e in result.events[rank]:
-            events.append(Event(rank, e.kind, e.microbatch, e.stage // p,
-                                float(e.start), float(e.end)))
-    return TimelineData(p, m, v, schedule, tuple(events), float(result.makespan),
-                        float(result.idle_fraction), "threeaxes.pipeline.schedules")
-
-
 def schedule_timeline(pp: int, micro_batches: int, schedule: str = "1f1b",
-                      virtual_stages: int = 1) -> TimelineData:
-    """Timed events of a schedule with forward 1 and backward 2 per micro-batch.
-
-    Uses the plans of ``threeaxes.pipeline.schedules`` (the ones the course
-    runs for real) when that module provides them, and our own unit-cost
-    simulation (``threeaxes.cost.timeline``) otherwise. Checks the arguments
-    with ``bubble_fraction`` first, so a bad combination raises ValueError
-    saying what to change.
+                      virtual_stages: int = 1) -> Simulation:
+    """`simulate(make_plan(...))` with a micro-batch's forward costing 1 and its
+    backward 2 on each rank: with v chunks per rank, a chunk's forward costs
+    1/v and its backward 2/v, so the work per micro-batch per rank is the same
+    for every v. 'interleaved', or '1f1b' with virtual_stages > 1, is
+    Narayanan et al. 2021's interleaved 1F1B. The arguments are checked by
+    `cost.bubble_fraction` first, so a bad combination raises a ValueError
+    that says what to change. Draw the result with `gantt(sim.events)`.
     """
-    if schedule == "interleaved":
-        schedule = "1f1b"
     bubble_fraction(pp, micro_batches, schedule=schedule, virtual_stages=virtual_stages)
     p, m, v = int(pp), int(micro_batches), int(virtual_stages)
-    try:
-        data = _from_schedules_module(p, m, schedule, v)
-    except (AttributeError, TypeError, KeyError):
-        data = None      # the module's API moved: draw our own simulation instead
-    if data is not None:
-        return data
-    sim = simulate_schedule(p, m, schedule, v)
-    return TimelineData(p, m, v, schedule, sim.events, sim.makespan, sim.idle_fraction,
-                        "threeaxes.cost.timeline")
+    plan = make_plan("interleaved" if v > 1 else schedule, p, m, v)
+    return simulate(plan, forward_cost=Fraction(1, v), backward_cost=Fraction(2, v))
 
 
-def draw_timeline(timeline: TimelineData, *, ax=None, title: str | None = None,
-                  max_labels: int = 200):
-    """One lane per GPU, time left to right: forwards blue, backwards orange
-    (darker for later model chunks), idle time hatched grey."""
-    p, span = timeline.pp, timeline.makespan
+def _as_events(events) -> list:
+    """A list of trace.Event from a list, a Trace or a Simulation (or its
+    rank -> events mapping); a TypeError or ValueError says what to pass."""
+    hint = ("pass a list of threeaxes.trace.Event: a Trace's .events (`with trace.record() "
+            "as t:` ... `gantt(t.events)`) or a simulation's (`gantt(simulate(plan).events)`)")
+    if hasattr(events, "events"):                 # a Trace or a Simulation
+        events = events.events
+    if isinstance(events, Mapping):               # rank -> [Event, ...]
+        events = [e for r in sorted(events) for e in events[r]]
+    if isinstance(events, (str, bytes)) or not hasattr(events, "__iter__"):
+        raise TypeError(f"gantt got {type(events).__name__}; {hint}")
+    events = list(events)
+    if not events:
+        raise ValueError(f"gantt got no events to draw; {hint}")
+    for i, e in enumerate(events):
+        if not isinstance(e, Event):
+            raise TypeError(f"gantt: item {i} is a {type(e).__name__}, not an Event; {hint}")
+        if e.end < e.start:
+            raise ValueError(f"gantt: {e} ends before it starts; give it end >= start")
+    return events
+
+
+def _style(e: Event, chunk: int):
+    """(box colour, legend entry, legend colour) of one event."""
+    if e.kind == COMM:
+        color = COMM_COLORS.get(e.axis, OTHER_COMM)
+        return color, f"{e.axis if e.axis in COMM_COLORS else 'other'} comm", color
+    if e.op in ("forward", "backward"):
+        shades = FORWARD if e.op == "forward" else BACKWARD
+        return shades[chunk % len(shades)], e.op, shades[0]
+    if e.op == "optimizer":
+        return OPTIMIZER, "optimizer", OPTIMIZER
+    return OTHER_COMPUTE, "other compute", OTHER_COMPUTE
+
+
+def gantt(events, *, ax=None, title: str | None = None, time_unit: str = "s"):
+    """One row per rank (rank 0 on top), time left to right, a box per Event.
+
+    Compute boxes are coloured by op: forward blue, backward orange (darker
+    for a rank's later model chunks), optimizer grey. Communication boxes
+    take a colour family per mesh axis (dp green, tp purple, pp brown) and
+    are drawn as thin bars in the lower part of the row, so a collective that
+    overlaps compute never hides it. A box carries its `Event.label` ("2F0",
+    "all_reduce dp") only where the text fits, so 8 ranks of many events stay
+    readable; a legend lists what appears. Times are shifted so the earliest
+    event starts at 0. `time_unit` is the unit of the x axis: "s", "ms" or
+    "us" rescale measured seconds; any other text (e.g. "forward = 1" for a
+    simulation) only labels the axis. Returns a matplotlib Figure.
+    """
+    events = _as_events(events)
+    scale = TIME_SCALES.get(time_unit, 1.0)
+    ranks = sorted({e.rank for e in events})
+    row = {r: i for i, r in enumerate(ranks)}
+    t0 = min(e.start for e in events)
+    span = float(max(e.end for e in events) - t0) * scale or 1.0
+    # a rank's model chunks (interleaved pipelines hold several stages) in order
+    chunk = {(r, s): i for r in ranks for i, s in enumerate(
+        sorted({e.stage for e in events if e.rank == r and e.stage is not None}))}
+    has_comm = any(e.kind == COMM for e in events)
+    # (offset from the row centre, height) in rows; compute fills the row when no comm is drawn
+    lanes = {COMPUTE: (-0.42, 0.56) if has_comm else (-0.4, 0.8), COMM: (0.17, 0.25)}
+    per_row = max(sum(e.rank == r for e in events) for r in ranks)
     if ax is None:
-        fig = Figure(figsize=(min(14.0, max(6.0, 0.35 * span + 2)), 0.45 * p + 1.4),
+        fig = Figure(figsize=(min(14.0, max(7.0, 0.35 * per_row + 3)), 0.42 * len(ranks) + 1.4),
                      layout="constrained")
         ax = fig.subplots()
     fig = ax.figure
-    groups = {}
-    for e in timeline.events:
-        groups.setdefault((e.stage, e.kind, e.chunk), []).append((e.start, e.end - e.start))
-    for r in range(p):
-        # the whole lane is idle first; work is drawn over it
-        ax.broken_barh([(0, span)], (r - 0.4, 0.8), facecolors=IDLE, edgecolor="#bdbdbd",
-                       hatch="///", linewidth=0)
-    for (r, kind, chunk), spans in groups.items():
-        colors = FORWARD if kind == "F" else BACKWARD
-        ax.broken_barh(spans, (r - 0.4, 0.8), facecolors=colors[chunk % len(colors)],
-                       edgecolor="white", linewidth=0.6)
-    if len(timeline.events) <= max_labels:
-        points_per_unit = fig.get_figwidth() * 72 * 0.8 / span
-        for e in timeline.events:
-            if (e.end - e.start) * points_per_unit >= 15:    # room for "F12"
-                ax.text((e.start + e.end) / 2, e.stage, f"{e.kind}{e.microbatch}",
-                        ha="center", va="center", fontsize=7)
-    ax.set_yticks(range(p), [f"GPU {r}" for r in range(p)])
-    ax.set_ylim(p - 0.5, -0.5)
+    # the room in points (72 per inch) that the axes' share of the figure gives
+    pts_per_unit = fig.get_figwidth() * 72 * ax.get_position().width / span
+    pts_per_row = fig.get_figheight() * 72 * ax.get_position().height / len(ranks)
+    # white edges separate boxes, but would wash out boxes only a few points wide
+    edge = 0.5 if pts_per_unit * span / per_row >= 6 else 0
+    boxes, legend = {}, {}
+    for e in events:
+        color, name, key_color = _style(e, chunk.get((e.rank, e.stage), 0))
+        lane = COMM if e.kind == COMM else COMPUTE
+        x = (float(e.start - t0) * scale, float(e.end - e.start) * scale)
+        boxes.setdefault((lane, row[e.rank], color), []).append(x)
+        legend.setdefault((lane == COMM, name), key_color)
+    for (lane, y, color), spans in boxes.items():
+        off, height = lanes[lane]
+        ax.broken_barh(spans, (y + off, height), facecolors=color, gid=lane,
+                       edgecolor="white" if lane == COMPUTE else "none", linewidth=edge,
+                       zorder=3 if lane == COMM else 2)
+    # labels only where they fit: a character is ~0.6 of the font size wide
+    for e in events:
+        lane = COMM if e.kind == COMM else COMPUTE
+        off, height = lanes[lane]
+        width = float(e.end - e.start) * scale * pts_per_unit
+        size = next((f for f in (7, 6) if width >= 0.6 * f * len(e.label) + 3
+                     and height * pts_per_row >= f + 2), None)
+        if size is not None:
+            ax.text(float(e.start - t0 + (e.end - e.start) / 2) * scale,
+                    row[e.rank] + off + height / 2, e.label, ha="center", va="center",
+                    fontsize=size, clip_on=True, zorder=4)
+    ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
+    ax.set_ylim(len(ranks) - 0.5, -0.5)           # rank 0 on top
     ax.set_xlim(0, span)
-    ax.set_xlabel("time (one micro-batch's forward = 1, backward = 2)")
-    ax.legend(handles=[Patch(color=FORWARD[0], label="forward"),
-                       Patch(color=BACKWARD[0], label="backward"),
-                       Patch(facecolor=IDLE, edgecolor="#bdbdbd", hatch="///", label="idle")],
-              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    name = "interleaved 1F1B" if timeline.virtual_stages > 1 else \
-        {"gpipe": "GPipe", "1f1b": "1F1B"}[timeline.schedule]
-    ax.set_title(title or f"{name}, p={p}, m={timeline.micro_batches}"
-                 + (f", v={timeline.virtual_stages}" if timeline.virtual_stages > 1 else "")
-                 + f": each GPU idles {timeline.idle_fraction:.1%} of the step", fontsize=10)
+    ax.set_xlabel(f"time ({time_unit})")
+    chunked = " (darker: later chunk)" if any(chunk.values()) else ""
+    order = sorted(legend, key=lambda key: (key[0], LEGEND_ORDER.get(key[1], 9), key[1]))
+    handles = [Patch(color=legend[key], label=key[1] + (chunked if key[1] in FB else ""))
+               for key in order]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
+              frameon=False)
+    n_comm = sum(e.kind == COMM for e in events)
+    ax.set_title(title or f"{len(ranks)} ranks: {len(events) - n_comm} compute and "
+                 f"{n_comm} communication events", fontsize=10)
     return fig
 
 
@@ -238,3 +273,31 @@ def show(figure):
     """Display a figure from these functions in a notebook cell."""
     from IPython.display import display
     display(FigureDisplay(figure))
+
+
+def draw_mesh(dims, *, title: str | None = None):
+    """The layout's ranks as a grid: one panel per pipeline stage, dp down, tp across,
+    each box labelled with its global rank and (dp, tp, pp) coordinates. tp partners
+    share a row, dp partners a column, pp partners the same box in every panel."""
+    fig = Figure(figsize=(2.2 * dims.tp * dims.pp + 0.6, 1.1 * dims.dp + 1.0))
+    axes = fig.subplots(1, dims.pp, squeeze=False)[0]
+    colours = ["#c6dbef", "#fdd0a2", "#c7e9c0", "#dadaeb", "#fcbba1", "#d9d9d9", "#fee391", "#ccebc5"]
+    for pp_i, ax in enumerate(axes):
+        for dp_i in range(dims.dp):
+            for tp_i in range(dims.tp):
+                rank = dims.rank_of(dp=dp_i, tp=tp_i, pp=pp_i)
+                ax.add_patch(Rectangle((tp_i, dims.dp - 1 - dp_i), 0.92, 0.86,
+                                       facecolor=colours[dp_i % len(colours)], edgecolor="#444444"))
+                ax.text(tp_i + 0.46, dims.dp - 1 - dp_i + 0.43,
+                        f"rank {rank}\n(dp {dp_i}, tp {tp_i}, pp {pp_i})", ha="center", va="center",
+                        fontsize=8)
+        ax.set_xlim(-0.05, dims.tp)
+        ax.set_ylim(-0.05, dims.dp)
+        ax.set_xticks([i + 0.46 for i in range(dims.tp)], [f"tp {i}" for i in range(dims.tp)])
+        ax.set_yticks([dims.dp - 1 - i + 0.43 for i in range(dims.dp)], [f"dp {i}" for i in range(dims.dp)])
+        ax.set_title(f"pipeline stage {pp_i}", fontsize=9)
+        for side in ("top", "right", "bottom", "left"):
+            ax.spines[side].set_visible(False)
+    fig.suptitle(title or f"dp={dims.dp} x tp={dims.tp} x pp={dims.pp} = {dims.world_size} ranks "
+                 f"(tp fastest)", fontsize=10)
+    return fig

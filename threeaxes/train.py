@@ -27,8 +27,8 @@ import torch.nn as nn
 from threeaxes import trace
 from threeaxes.data_parallel import average_gradients, shard_batch
 from threeaxes.dims import ParallelDims
-from threeaxes.pipeline.executor import make_plan, run_plan
-from threeaxes.pipeline.schedules import Plan
+from threeaxes.pipeline.executor import run_plan
+from threeaxes.pipeline.schedules import Plan, make_plan
 from threeaxes.pipeline.stages import build_stages
 from threeaxes.tensor_parallel import TPBlock, gather_model_state
 from threeaxes.toy import ToyConfig, make_optimizer

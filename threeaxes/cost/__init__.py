@@ -21,7 +21,6 @@ from .planner import DEFAULT_COMPUTE_EFFICIENCY, PlanResult, TimeBreakdown, plan
 from .presets import (CLUSTERS, MODELS, Cluster, Model, a100_cluster, custom_model,
                       get_cluster, get_model, h100_cluster)
 from .stage_memory import ACTIVATION_SCALE, stage_memory
-from .timeline import Event, Timeline, schedule_orders, simulate_schedule
 
 __all__ = [
     "RECOMPUTE", "ActivationBytes", "FirstStageActivations", "activation_bytes",
@@ -34,7 +33,7 @@ __all__ = [
     "group_inside_node", "group_link", "p2p_time", "reduce_scatter_time", "ParamCount",
     "transformer_params", "DEFAULT_COMPUTE_EFFICIENCY", "MemoryBreakdown", "PlanResult",
     "TimeBreakdown", "divisors", "plan", "search", "CLUSTERS", "MODELS", "Cluster", "Model",
-    "a100_cluster", "custom_model", "get_cluster", "get_model", "h100_cluster", "Event",
-    "Timeline", "schedule_orders", "simulate_schedule", "check_config", "check_model_split",
+    "a100_cluster", "custom_model", "get_cluster", "get_model", "h100_cluster",
+    "check_config", "check_model_split",
     "valid_tp", "ACTIVATION_SCALE", "stage_memory",
 ]

@@ -15,9 +15,10 @@ They describe the same idle time: overhead = fraction / (1 - fraction).
 """
 from __future__ import annotations
 
+from ..pipeline.schedules import SCHEDULES
+
 __all__ = ["SCHEDULES", "bubble_fraction", "bubble_overhead"]
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
 
 def _validate(pp, micro_batches, schedule, virtual_stages):

@@ -24,9 +24,9 @@ import torch.distributed as dist
 from .. import comms, trace
 from ..dims import ParallelDims, resolve
 from ..toy import lm_loss
-from .schedules import SCHEDULES, Plan, interleaved_1f1b
+from .schedules import Plan
 
-__all__ = ["run_plan", "split_microbatches", "make_plan"]
+__all__ = ["run_plan", "split_microbatches"]
 
 
 def split_microbatches(batch: torch.Tensor, m: int) -> list[torch.Tensor]:
@@ -144,14 +144,3 @@ def _check_fifo(plan: Plan) -> None:
             raise ValueError(f"rank {pair[1]} receives from rank {pair[0]} in another order than it "
                              f"is sent; NCCL cannot match that (it has no tags): run this plan on "
                              f"gloo, or reorder it so microbatches cross in the same order")
-
-
-def make_plan(schedule: str, p: int, m: int, v: int = 1) -> Plan:
-    """A plan by name: 'gpipe', '1f1b', or 'interleaved' (with v chunks per rank)."""
-    if schedule == "interleaved":
-        return interleaved_1f1b(p, m, v)
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule={schedule!r}; choose one of {sorted(SCHEDULES) + ['interleaved']}")
-    if v != 1:
-        raise ValueError(f"v={v} needs schedule='interleaved'")
-    return SCHEDULES[schedule](p, m)

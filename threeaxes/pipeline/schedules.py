@@ -6,7 +6,9 @@ The same plan object is printed as a grid (`print(plan)`), simulated with
 costs (`simulate`), counted for its bubble (`plan.bubble_fraction()`,
 `peak_in_flight`) and run for real on ranks (`executor.run_plan`), so those
 four can never disagree (PyTorch's pipelining/schedules.py keeps the same
-`rank -> [action or None]` form and the same `2F0` spelling).
+`rank -> [action or None]` form and the same `2F0` spelling). This module is
+the package's one definition of GPipe, 1F1B and interleaved 1F1B; `SCHEDULES`
+names them and `make_plan` builds one by name.
 
 In the grid every action takes one slot, forward or backward, and a slot
 never holds an action before the slots of what it waits for (see
@@ -20,10 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .simulate import Event, Simulation, dependencies, peak_in_flight, simulate, timings
+from .simulate import Simulation, dependencies, peak_in_flight, simulate, timings
 
 __all__ = ["Action", "Plan", "gpipe", "one_f_one_b", "interleaved_1f1b", "SCHEDULES",
-           "simulate", "peak_in_flight", "Event", "Simulation", "check_layout"]
+           "make_plan", "simulate", "peak_in_flight", "Simulation", "check_layout"]
 
 
 @dataclass(frozen=True)
@@ -233,4 +235,19 @@ def interleaved_1f1b(p: int, m: int, v: int) -> Plan:
     return Plan.from_orders(orders, "interleaved 1F1B")
 
 
-SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b}
+# The one name -> schedule table of the package. "interleaved" also takes v
+# (chunks per rank); make_plan passes it.
+SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved_1f1b}
+
+
+def make_plan(schedule: str, p: int, m: int, v: int = 1) -> Plan:
+    """A plan by name: 'gpipe' (Huang et al. 2019), '1f1b' or 'interleaved'
+    with v chunks per rank (Narayanan et al. 2021, Sections 2.2.1 and 2.2.2)."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule={schedule!r}; choose one of {sorted(SCHEDULES)}")
+    if schedule == "interleaved":
+        return interleaved_1f1b(p, m, v)
+    if v != 1:
+        raise ValueError(f"v={v} chunks per rank needs schedule='interleaved' "
+                         f"(or keep schedule={schedule!r} with v=1)")
+    return SCHEDULES[schedule](p, m)

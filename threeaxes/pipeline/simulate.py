@@ -13,6 +13,10 @@ work leaves ranks idle, which is what the bubble formula counts.
 
 This module works on anything with `.stage`, `.microbatch` and `.kind`, so
 it does not import the `Plan` class (schedules.py imports it instead).
+
+A simulation's events are the package's one `threeaxes.trace.Event`, in
+simulated time units, so `plots.gantt` draws a predicted timeline exactly as
+it draws one measured on real ranks.
 """
 from __future__ import annotations
 
@@ -20,26 +24,16 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Mapping, Sequence
 
-__all__ = ["Event", "Simulation", "simulate", "peak_in_flight", "dependencies",
-           "format_timeline"]
+from ..trace import COMPUTE, Event
 
+__all__ = ["Simulation", "simulate", "peak_in_flight", "dependencies", "format_timeline"]
 
-@dataclass(frozen=True)
-class Event:
-    """One action that ran (or was simulated) on a rank, from start to end."""
-    stage: int
-    microbatch: int
-    kind: str            # "F" forward or "B" backward
-    start: float
-    end: float
-
-    def __str__(self):
-        return f"{self.stage}{self.kind}{self.microbatch} [{self.start}, {self.end})"
+OPS = {"F": "forward", "B": "backward"}   # an Action's kind -> the trace Event's op
 
 
 @dataclass(frozen=True)
 class Simulation:
-    events: dict          # rank -> list[Event], in the order the rank ran them
+    events: dict          # rank -> list[trace.Event], in the order the rank ran them
     makespan: float       # end of the last action
     busy: float           # total time ranks spent computing
     idle_fraction: float  # idle time over (ranks * makespan); a Fraction for exact costs
@@ -110,6 +104,9 @@ def simulate(plan, forward_cost=1, backward_cost=2) -> Simulation:
     With forward_cost=1 and backward_cost=2 (a backward does twice a forward's
     matmuls), GPipe and 1F1B both give (p-1)/(m+p-1) (Narayanan et al. 2021,
     Section 2.2: bubble time (p-1)(t_f+t_b) against m(t_f+t_b) of work).
+
+    Each action becomes a `trace.Event(rank, "compute", "forward"|"backward",
+    start, end, module="stage s", stage=s, microbatch=k)`.
     """
     def cost(a):
         return forward_cost if a.kind == "F" else backward_cost
@@ -117,7 +114,8 @@ def simulate(plan, forward_cost=1, backward_cost=2) -> Simulation:
     done = timings({r: plan[r] for r in plan}, cost)
     events: dict[int, list[Event]] = {r: [] for r in plan}
     for (stage, mb, kind), (r, start, end) in sorted(done.items(), key=lambda kv: kv[1][1]):
-        events[r].append(Event(stage, mb, kind, start, end))
+        events[r].append(Event(r, COMPUTE, OPS[kind], start, end, module=f"stage {stage}",
+                               stage=stage, microbatch=mb))
     makespan = max((e.end for evs in events.values() for e in evs), default=0)
     busy = sum(e.end - e.start for evs in events.values() for e in evs)
     total = len(events) * makespan
@@ -140,8 +138,10 @@ def peak_in_flight(plan, stage: int) -> int:
 
 def format_timeline(events: Mapping[int, Sequence[Event]], width: int = 72) -> str:
     """A text timeline of per-rank events: one row per rank, time left to right,
-    F or B where the rank computes, '.' where it waits. Real (wall-clock)
-    events are shifted so the earliest start is 0."""
+    F or B (the op's first letter) where the rank computes, '.' where it waits.
+    Only compute events are drawn (`plots.gantt` draws communication too).
+    Real (wall-clock) events are shifted so the earliest start is 0."""
+    events = {r: [e for e in evs if e.kind == COMPUTE] for r, evs in events.items()}
     flat = [e for evs in events.values() for e in evs]
     if not flat:
         return "(no events)"
@@ -155,7 +155,7 @@ def format_timeline(events: Mapping[int, Sequence[Event]], width: int = 72) -> s
             a = min(max(int((e.start - t0) / span * width), taken), width - 1)
             b = max(a + 1, int(round((e.end - t0) / span * width)))
             for i in range(a, min(b, width)):
-                cells[i] = e.kind
+                cells[i] = e.op[0].upper()
             taken = b
         rows.append(f"rank {r} |{''.join(cells)}|")
     return "\n".join(rows)

@@ -1,4 +1,4 @@
-"""Bubble explorer: p, m, v and the schedule -> bubble fraction, overhead, timeline."""
+"""Bubble explorer: p, m, v and the schedule -> bubble fraction, overhead, Gantt chart."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -7,7 +7,8 @@ import ipywidgets as widgets
 from matplotlib.figure import Figure
 
 from ..cost import bubble_fraction, bubble_overhead
-from ..plots import draw_timeline, schedule_timeline
+from ..pipeline import Simulation
+from ..plots import gantt, schedule_timeline
 from .base import _WIDE, _Explorer
 
 
@@ -18,11 +19,11 @@ class BubbleData(NamedTuple):
     schedule: str
     fraction: float      # idle share of the step's wall time
     overhead: float      # idle time over ideal compute time (Megatron's ratio)
-    timeline: object     # threeaxes.plots.TimelineData
+    timeline: Simulation  # the plan simulated with forward 1, backward 2 per micro-batch
 
 
 class BubbleExplorer(_Explorer):
-    """p, m, v and the schedule -> bubble fraction, overhead and a timeline."""
+    """p, m, v and the schedule -> bubble fraction, overhead and the simulated plan."""
 
     title = "Pipeline bubble explorer"
 
@@ -55,8 +56,14 @@ class BubbleExplorer(_Explorer):
                 f"(p-1)/(v&middot;m+p-1) = {d.pp - 1}/({vm}+{d.pp - 1}) = "
                 f"<b>{d.fraction:.1%}</b><br><b>bubble overhead</b> (idle time over compute "
                 f"time, Megatron's (p-1)/(v&middot;m)) = {d.pp - 1}/({vm}) = "
-                f"<b>{d.overhead:.1%}</b> &nbsp; <small>timeline: {d.timeline.source}, "
-                f"measured idle {d.timeline.idle_fraction:.1%}</small>")
+                f"<b>{d.overhead:.1%}</b> &nbsp; <small>the plan simulated: idle "
+                f"{float(d.timeline.idle_fraction):.1%}</small>")
 
     def draw(self, d: BubbleData) -> Figure:
-        return draw_timeline(d.timeline)
+        name = "interleaved 1F1B" if d.virtual_stages > 1 else \
+            {"gpipe": "GPipe", "1f1b": "1F1B"}[d.schedule]
+        title = (f"{name}, p={d.pp}, m={d.micro_batches}"
+                 + (f", v={d.virtual_stages}" if d.virtual_stages > 1 else "")
+                 + f": each GPU idles {float(d.timeline.idle_fraction):.1%} of the step")
+        return gantt(d.timeline.events, title=title,
+                     time_unit="one micro-batch's forward = 1, backward = 2")
