@@ -97,12 +97,12 @@ class ParallelDims:
     def axis_ranks(self, axis: str, rank: int) -> list[int]:
         """The global ranks that share every coordinate with `rank` but `axis`:
         the members of `rank`'s group along that axis, in axis order."""
-        c = self.coords(rank)
-        return [self.rank_of(**{**c, check_axis(axis): i}) for i in range(getattr(self, axis))]
+        c, axis = self.coords(rank), check_axis(axis)
+        return [self.rank_of(**{**c, axis: i}) for i in range(getattr(self, axis))]
 
     def all_groups(self, axis: str) -> list[list[int]]:
         """Every group along `axis`, each a list of global ranks, lowest first."""
-        return sorted({tuple(self.axis_ranks(axis, r)) for r in range(self.world_size)})
+        return [list(g) for g in sorted({tuple(self.axis_ranks(axis, r)) for r in range(self.world_size)})]
 
     def pp_neighbours(self, rank: int) -> tuple[int | None, int | None]:
         """(previous, next) global rank in `rank`'s pipeline; None past either end."""
