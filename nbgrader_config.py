@@ -13,6 +13,11 @@ c.CourseDirectory.autograded_directory = "autograded"
 c.CourseDirectory.feedback_directory = "feedback"
 c.CourseDirectory.db_url = "sqlite:///gradebook.db"
 
+# Files of source/<drop>/ that nbgrader never copies (not into release/,
+# autograded/ or feedback/): nbgrader's defaults, and grading.json, the
+# instructor's list of graded cells and typical mistakes (see CONTRIBUTING.md).
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "grading.json"]
+
 # What the release puts where a solution was.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"

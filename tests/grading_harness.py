@@ -1,22 +1,32 @@
-"""A real nbgrader course in a temporary folder, for the grading-path tests.
+"""Every drop through the real nbgrader CLI, in one temporary course.
 
-    course = Course(tmp_path, ["drop01-three-kinds-of-parallel"])
-    course.release()                                   # nbgrader generate_assignment
-    nb = course.released("drop01-three-kinds-of-parallel")
-    set_answer(nb, "fp32_bytes_answer", "fp32_bytes = 1")
-    course.submit("alice", "drop01-three-kinds-of-parallel", nb)
-    course.autograde("drop01-three-kinds-of-parallel")  # nbgrader autograde (every student)
-    course.scores("drop01-three-kinds-of-parallel", "alice")   # {grade_id: points}
+What a drop grades is data beside its notebook, `source/<drop>/grading.json`
+(the format is in CONTRIBUTING.md, "The grading data"). One course holds
+every drop that has such a file; these students submit to each of them:
+
+    solved_source       the instructor's notebook                  full marks
+    solved_release      the release with the solutions typed in    full marks
+    untouched_release   the release as handed out                  0 on every auto-graded cell
+    mistake-1, -2, ...  the solved release with the drop's k-th    the cells in `loses` get 0,
+                        typical mistake in one answer cell          every other one full marks
+
+    course = graded_course(tmp_path, drops())   # one generate_assignment, autograde,
+    course.scores(drop.name, "mistake-1")        # generate_feedback and export for all
+    # {grade_id: points}
 
 Everything goes through the nbgrader CLI with the repository's
-nbgrader_config.py, exactly as an instructor runs it; scores are read back
-from the gradebook database.
+nbgrader_config.py, exactly as an instructor runs it, and each nbgrader
+command takes every drop at once (the assignment id `*` is a glob);
+scores are read back from the gradebook database.
 """
 from __future__ import annotations
 
 import copy
 import html
+import json
 import shutil
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -24,6 +34,65 @@ import nbformat
 from autograder.grade import nbgrader
 
 ROOT = Path(__file__).resolve().parent.parent
+GRADING_FILE = "grading.json"
+# Every cell runs under this limit in the test course (the course allows 90 s),
+# so a submission stuck in a loop costs 30 s. The slowest cell of a solved
+# drop, four ranks launched on a loaded 2-core machine, takes about 10 s.
+CELL_TIMEOUT_S = 30
+FULL_MARKS = ("solved_source", "solved_release")
+ZERO = "untouched_release"
+
+
+@dataclass(frozen=True)
+class Mistake:
+    name: str       # what the student got wrong, e.g. "forgets_master_copy"
+    answer: str     # grade id of the answer cell the mistake replaces
+    code: str       # the student's source for that cell
+    loses: tuple    # grade ids of the test cells that must give 0 (all others full marks)
+    feedback: str   # a phrase the student's feedback page must show
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Drop:
+    name: str       # the assignment: source/<name>/<name>.ipynb
+    points: dict    # {grade id of an auto-graded test cell: points}
+    mistakes: tuple
+
+    def students(self) -> list[str]:
+        return [*FULL_MARKS, ZERO, *(f"mistake-{k}" for k in range(1, len(self.mistakes) + 1))]
+
+    def mistake(self, student: str) -> Mistake | None:
+        return self.mistakes[int(student.split("-")[1]) - 1] if student.startswith("mistake-") else None
+
+    def expected(self, student: str) -> dict[str, float]:
+        if student == ZERO:
+            return {gid: 0.0 for gid in self.points}
+        lost = self.mistake(student).loses if self.mistake(student) else ()
+        return {gid: 0.0 if gid in lost else pts for gid, pts in self.points.items()}
+
+
+def load_drop(folder: Path) -> Drop:
+    """Read and check source/<drop>/grading.json; a mistyped key fails here, by name."""
+    data = json.loads((folder / GRADING_FILE).read_text())
+    where = f"source/{folder.name}/{GRADING_FILE}"
+    if set(data) != {"points", "mistakes"}:
+        raise ValueError(f"{where}: the keys are 'points' and 'mistakes', got {sorted(data)}")
+    mistakes = []
+    for m in data["mistakes"]:
+        keys = set(m) - {"why"}
+        if keys != {"name", "answer", "code", "loses", "feedback"}:
+            raise ValueError(f"{where}: a mistake has name, answer, code, loses, feedback (and why); "
+                             f"got {sorted(m)}")
+        code = "\n".join(m["code"]) if isinstance(m["code"], list) else m["code"]
+        mistakes.append(Mistake(m["name"], m["answer"], code, tuple(m["loses"]), m["feedback"],
+                                m.get("why", "")))
+    return Drop(folder.name, {gid: float(p) for gid, p in data["points"].items()}, tuple(mistakes))
+
+
+def drops(root: Path = ROOT) -> list[Drop]:
+    """Every drop in source/ that has grading data, in order."""
+    return [load_drop(f.parent) for f in sorted((root / "source").glob(f"*/{GRADING_FILE}"))]
 
 
 class Course:
@@ -35,16 +104,15 @@ class Course:
             shutil.copytree(ROOT / "source" / name, self.root / "source" / name)
         self.assignments = list(assignments)
 
-    # -- instructor steps -------------------------------------------------------
+    # -- instructor steps: each one nbgrader call for every assignment ------------
     def release(self) -> None:
-        for name in self.assignments:
-            nbgrader(self.root, "generate_assignment", name, "--force")
+        nbgrader(self.root, "generate_assignment", "*", "--force")
 
-    def autograde(self, assignment: str, *extra: str) -> None:
-        nbgrader(self.root, "autograde", assignment, "--force", *extra)
+    def autograde(self, *extra: str) -> None:
+        nbgrader(self.root, "autograde", "*", "--force", *extra)
 
-    def generate_feedback(self, assignment: str) -> None:
-        nbgrader(self.root, "generate_feedback", assignment, "--force")
+    def generate_feedback(self) -> None:
+        nbgrader(self.root, "generate_feedback", "*", "--force")
 
     def export_csv(self) -> str:
         nbgrader(self.root, "export", "--to=grades.csv")
@@ -96,14 +164,30 @@ class Course:
                 if kind == "code"}
 
 
-def released_course(tmp_path_factory, assignment: str) -> Course:
-    """A course with `assignment` released and the two submissions every drop's
-    grading test starts from: `solved_source` (the instructor's notebook, full
-    marks expected) and `untouched_release` (the student copy as handed out, 0 expected)."""
-    course = Course(tmp_path_factory.mktemp(assignment), [assignment])
-    course.release()
-    course.submit("solved_source", assignment, course.source(assignment))
-    course.submit("untouched_release", assignment, course.released(assignment))
+def submit_all(course: Course, drop: Drop) -> None:
+    """The students of the module docstring, for one drop."""
+    solved = course.solved_release(drop.name)
+    course.submit("solved_source", drop.name, course.source(drop.name))
+    course.submit("solved_release", drop.name, solved)
+    course.submit(ZERO, drop.name, course.released(drop.name))
+    for k, mistake in enumerate(drop.mistakes, start=1):
+        course.submit(f"mistake-{k}", drop.name, set_answer(solved, mistake.answer, mistake.code))
+
+
+def graded_course(tmp_path: Path, all_drops: list[Drop], timings: dict | None = None) -> Course:
+    """One course with every drop released, submitted by every student, autograded,
+    with feedback and grades.csv; `timings` (if given) receives seconds per step."""
+    course = Course(tmp_path, [d.name for d in all_drops])
+    steps = [("release", course.release),
+             ("submit", lambda: [submit_all(course, d) for d in all_drops]),
+             ("autograde", lambda: course.autograde(f"--Execute.timeout={CELL_TIMEOUT_S}")),
+             ("feedback", course.generate_feedback),
+             ("export", course.export_csv)]
+    for step, run in steps:
+        start = time.perf_counter()
+        run()
+        if timings is not None:
+            timings[step] = time.perf_counter() - start
     return course
 
 
@@ -132,6 +216,13 @@ def solution_of(source_nb, grade_id: str) -> str:
 def answer_ids(nb) -> list[str]:
     return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
             if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"]
+
+
+def autograded_ids(nb) -> dict[str, float]:
+    """{grade id: points} of the auto-graded test cells of a source notebook."""
+    return {c.metadata["nbgrader"]["grade_id"]: float(c.metadata["nbgrader"]["points"]) for c in nb.cells
+            if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")
+            and not c.metadata["nbgrader"].get("solution")}
 
 
 def hidden_test_lines(source_nb) -> list[str]:

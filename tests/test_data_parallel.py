@@ -16,10 +16,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from threeaxes import dims as dims_module
 from threeaxes.data_parallel import (
     average_gradients, average_gradients_bucketed, gradient_buckets, plan_buckets,
     shard_batch, train_data_parallel,
 )
+from threeaxes.dims import ParallelDims
 from threeaxes.toy import ToyConfig, ToyTransformer, lm_loss, make_batch, make_optimizer, train_steps
 
 # One block, width 8: 21 parameter tensors, 1,208 float64 numbers. Small enough
@@ -61,7 +63,7 @@ def test_hand_counts_match_the_model():
 
 def test_shard_batch_gives_each_rank_a_contiguous_equal_slice():
     inputs, targets = make_batch(CFG, 8, seed=1)
-    shards = [shard_batch(inputs, targets, rank, 4) for rank in range(4)]
+    shards = [shard_batch(inputs, targets, ParallelDims(dp=4).at(rank)) for rank in range(4)]
     assert all(x.shape == (2, CFG.seq_len) for x, _ in shards)
     torch.testing.assert_close(torch.cat([x for x, _ in shards]), inputs)
     torch.testing.assert_close(torch.cat([y for _, y in shards]), targets)
@@ -77,7 +79,7 @@ def test_equal_shards_average_to_the_global_gradient():
     summed = [torch.zeros_like(p) for p in whole.parameters()]
     for rank in range(4):
         part = ToyTransformer(CFG)
-        local_inputs, local_targets = shard_batch(inputs, targets, rank, 4)
+        local_inputs, local_targets = shard_batch(inputs, targets, ParallelDims(dp=4).at(rank))
         lm_loss(part(local_inputs), local_targets).backward()
         for total, p in zip(summed, part.parameters()):
             total += p.grad
@@ -88,17 +90,34 @@ def test_equal_shards_average_to_the_global_gradient():
 def test_batch_that_does_not_split_says_what_to_use():
     inputs, targets = make_batch(CFG, 6)
     with pytest.raises(ValueError, match=r"^global batch 6 does not split over dp=4; use a multiple of 4$"):
-        shard_batch(inputs, targets, 0, 4)
+        shard_batch(inputs, targets, ParallelDims(dp=4).at(0))
 
 
-@pytest.mark.parametrize("dp_rank, dp, message", [
-    (4, 4, r"dp_rank=4 is outside 0\.\.3"),
-    (0, 0, r"dp=0; it must be a positive integer"),
-])
-def test_bad_rank_or_dp_is_named(dp_rank, dp, message):
+def test_ranks_that_differ_only_in_tp_or_pp_get_the_same_slice():
+    inputs, targets = make_batch(CFG, 8, seed=1)
+    dims = ParallelDims(dp=2, tp=2, pp=2)
+    for rank in range(8):
+        # by hand: rank = pp * 4 + dp * 2 + tp, so the dp coordinate is (rank // 2) % 2
+        dp_rank = (rank // 2) % 2
+        x, y = shard_batch(inputs, targets, dims.at(rank))
+        torch.testing.assert_close(x, inputs[4 * dp_rank:4 * dp_rank + 4], rtol=0, atol=0)
+        torch.testing.assert_close(y, targets[4 * dp_rank:4 * dp_rank + 4], rtol=0, atol=0)
+
+
+def test_a_rank_or_dp_that_does_not_exist_is_named():
+    with pytest.raises(ValueError, match=r"^rank=4 is outside 0\.\.3$"):
+        ParallelDims(dp=4).at(4)
+    with pytest.raises(ValueError, match=r"^dp=0; every axis size must be a positive integer$"):
+        ParallelDims(dp=0)
+
+
+def test_without_a_layout_the_error_says_how_to_make_one(monkeypatch):
+    monkeypatch.setattr(dims_module, "_current", [])
     inputs, targets = make_batch(CFG, 8)
-    with pytest.raises(ValueError, match=message):
-        shard_batch(inputs, targets, dp_rank, dp)
+    for call in (lambda: shard_batch(inputs, targets), lambda: average_gradients(ToyTransformer(CFG))):
+        with pytest.raises(RuntimeError, match=r"^no parallel layout in this process; call "
+                                               r"threeaxes\.dims\.ParallelDims\.init"):
+            call()
 
 
 @pytest.mark.parametrize("bucket_bytes", [0, -1, 1.5])
@@ -115,8 +134,16 @@ def test_unknown_variant_lists_the_choices():
 
 
 def test_averaging_outside_ranks_says_how_to_start_them():
-    with pytest.raises(RuntimeError, match=r"not initialized.*launch"):
-        average_gradients(ToyTransformer(CFG))
+    # a layout made by arithmetic alone has no process groups to all-reduce on
+    with pytest.raises(ValueError, match=r"no process groups.*ParallelDims\.init\(dp=2, tp=1, pp=1\) "
+                                         r"inside the launched function"):
+        average_gradients(ToyTransformer(CFG), ParallelDims(dp=2).at(0))
+    # with one replica there is nothing to average, and nothing is sent
+    model = ToyTransformer(CFG)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    average_gradients(model, ParallelDims().at(0))
+    assert all(torch.equal(p.grad, torch.ones_like(p)) for p in model.parameters())
 
 
 def test_bucket_plan_of_the_toy_model_is_the_hand_derived_one():
@@ -150,23 +177,25 @@ def _run_everything(rank, world_size, cfg, batches, bucket_bytes, lr):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from threeaxes.data_parallel import average_gradients, shard_batch, train_data_parallel
+    from threeaxes.dims import ParallelDims
 
+    dims = ParallelDims.init(dp=world_size)
     out = {variant: train_data_parallel(rank, world_size, cfg, batches, variant=variant,
                                         bucket_bytes=bucket_bytes, lr=lr)
            for variant in ("per_param", "bucketed")}
 
     # Gradients after one backward: ours (per-parameter all-reduce) and DDP's.
-    inputs, targets = shard_batch(*batches[0], rank, world_size)
+    inputs, targets = shard_batch(*batches[0], dims)
     ours = ToyTransformer(cfg, seed=0)
     lm_loss(ours(inputs), targets).backward()
-    average_gradients(ours)
+    average_gradients(ours, dims)
     out["our_grads"] = {n: p.grad.clone() for n, p in ours.named_parameters()}
 
     model = ToyTransformer(cfg, seed=0)
-    ddp = DDP(model)
+    ddp = DDP(model, process_group=dims.group("dp"))
     opt = make_optimizer(model, lr, "sgd")
     for step, (global_inputs, global_targets) in enumerate(batches):
-        inputs, targets = shard_batch(global_inputs, global_targets, rank, world_size)
+        inputs, targets = shard_batch(global_inputs, global_targets, dims)
         opt.zero_grad()
         lm_loss(ddp(inputs), targets).backward()  # DDP all-reduces and averages inside backward
         if step == 0:
@@ -176,9 +205,8 @@ def _run_everything(rank, world_size, cfg, batches, bucket_bytes, lr):
 
     errors = {}
     for name, call in {
-        "average_gradients": lambda: average_gradients(ours, world_size=world_size + 1),
-        "average_gradients_bucketed": lambda: average_gradients_bucketed(ours, 64, world_size=3 * world_size),
         "train_data_parallel": lambda: train_data_parallel(rank, world_size + 2, cfg, batches),
+        "init": lambda: ParallelDims.init(dp=world_size, tp=2),
     }.items():
         try:
             call()
@@ -243,18 +271,20 @@ def test_trace_counts_one_all_reduce_per_tensor_or_per_bucket(run):
             assert trace.count() == trace.count("all_reduce", axis="dp") == STEPS * per_step
             # every gradient number crosses exactly once per step, whatever the bucketing
             assert trace.total_bytes("all_reduce", axis="dp") == STEPS * PARAM_BYTES
+            # every rank is a dp rank, so each all-reduce ran on the group of all of them
+            assert {e.group for e in trace.comms()} == {tuple(range(world_size))}
         bucket_bytes = [e.bytes for e in result["bucketed"]["trace"].events[:len(EXPECTED_BUCKETS)]]
         assert bucket_bytes == [8 * sum(b) for b in EXPECTED_BUCKETS]
 
 
 @pytest.mark.slow
-def test_world_size_mismatch_says_what_to_pass(run):
+def test_a_layout_that_is_not_the_world_says_what_to_change(run):
     world_size, results, _, _ = run
-    errors = results[0]["errors"]
-    assert errors["average_gradients"] == (
-        f"world_size={world_size + 1} but torch.distributed has {world_size} ranks; "
-        f"pass world_size={world_size} (or leave it out and it is read from the group)")
-    assert errors["average_gradients_bucketed"].startswith(f"world_size={3 * world_size} but")
-    assert errors["train_data_parallel"] == (
-        f"world_size={world_size + 2} but torch.distributed was started with {world_size} ranks; "
-        f"pass world_size={world_size}")
+    for result in results:
+        errors = result["errors"]
+        assert errors["train_data_parallel"] == (
+            f"dp({world_size + 2}) * tp(1) * pp(1) = {world_size + 2} != world_size({world_size}); "
+            f"change one axis so the product is {world_size}")
+        assert errors["init"] == (
+            f"dp({world_size}) * tp(2) * pp(1) = {2 * world_size} != world_size({world_size}); "
+            f"change one axis so the product is {world_size}")

@@ -1,9 +1,9 @@
 """Reference checks for drop 3, "Cut the matmul, not the batch".
 
 Each check runs on fresh ranks through `threeaxes.grading.check_on_ranks`:
-it builds the exercise's tensors inside the worker (fixed seed, float64),
-calls the student's function, and compares with the reference computed
-there. Only plain values come back: {"ok": bool, "message": str,
+it builds the layout (`ParallelDims.init(tp=world_size)`) and the exercise's
+tensors inside the worker (fixed seed, float64), calls the student's function
+with the layout, and compares with the reference computed there. Only plain values come back: {"ok": bool, "message": str,
 "max_abs_diff": float}.
 
 The student's function runs to the end on every rank before anything is
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from threeaxes import comms
+from threeaxes import trace
+from threeaxes.dims import ParallelDims
 
 _TOL = 1e-12
 
@@ -42,13 +43,16 @@ def _max_diff(a, b):
 
 
 def column_split_check(rank, world_size, student_fn, tokens=3, d_in=4, d_out=6, seed=0):
-    """Grade `student_fn(x, w, tp_rank, tp) -> (w_shard, y_local, y)` on this rank.
+    """Grade `student_fn(x, w, dims) -> (w_shard, y_local, y)` on this rank.
 
-    The reference: w_shard = w[:, r*c:(r+1)*c] with c = d_out / tp (a column
-    split: every row of w, 1/tp of its columns), y_local = x @ w_shard, and
-    y = x @ w assembled by an all-gather through threeaxes.comms.
+    Every rank is a tp rank: `dims = ParallelDims.init(tp=world_size)`, and
+    r = dims.coord("tp"). The reference: w_shard = w[:, r*c:(r+1)*c] with
+    c = d_out / tp (a column split: every row of w, 1/tp of its columns),
+    y_local = x @ w_shard, and y = x @ w assembled by an all-gather over the
+    "tp" axis through threeaxes.comms.
     """
-    tp, r = world_size, rank
+    dims = ParallelDims.init(tp=world_size)
+    tp, r = dims.size("tp"), dims.coord("tp")
     if d_out % tp or d_in % tp:
         raise ValueError(f"instructor: d_in={d_in} and d_out={d_out} must both be multiples of tp={tp}")
     x, w = exercise_tensors(tokens, d_in, d_out, seed)
@@ -57,8 +61,8 @@ def column_split_check(rank, world_size, student_fn, tokens=3, d_in=4, d_out=6, 
     want_local = x @ want_shard
     want_y = x @ w
 
-    with comms.trace() as sent:
-        got = student_fn(x.clone(), w.clone(), r, tp)
+    with trace.record() as sent:
+        got = student_fn(x.clone(), w.clone(), dims)
 
     where = f"rank {r} of {tp} (x {tokens}x{d_in}, w {d_in}x{d_out})"
     if not isinstance(got, (tuple, list)) or len(got) != 3:
@@ -108,7 +112,7 @@ def column_split_check(rank, world_size, student_fn, tokens=3, d_in=4, d_out=6, 
         return _result(False, (
             f"{where}: y was put together without threeaxes.comms.all_gather. Each rank "
             f"computes only its own {c} columns of Y; gather every rank's y_local with "
-            f"comms.all_gather(y_local, axis=\"tp\", dim=-1)."))
+            f"comms.all_gather(y_local, \"tp\", dims=dims, dim=-1)."))
     if not _same(y, want_y):
         if tuple(y.shape) != (tokens, d_out):
             return _result(False, (

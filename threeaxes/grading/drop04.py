@@ -5,8 +5,10 @@
     check_on_ranks(drop04.check_stage_split, 4, stage_layers)
 
 It cuts the toy model with the student's boundaries, trains one step with
-the course's executor, and compares every parameter with one process; only
-plain values come back: {"ok": bool, "message": str, "max_abs_diff": float}.
+the course's pipeline trainer (`threeaxes.train.pipeline_train`, which builds
+the layout `ParallelDims.init(pp=world_size)` on every rank), and compares
+every parameter with one process; only plain values come back:
+{"ok": bool, "message": str, "max_abs_diff": float}.
 
 The pure answers (a bubble fraction, a count of microbatches) are compared
 with `expected_bubble_fraction` and `expected_stage0_held`, written from the
@@ -80,8 +82,8 @@ def check_stage_split(rank, world_size, student_fn):
                            + (f"; layers {missing} are on no stage" if missing else "")
                            + (f"; layers {extra} are repeated or do not exist" if extra else "")}
 
-    # the course's executor, imported here in the worker, never the notebook's copy
-    from threeaxes.pipeline.executor import pipeline_train
+    # the course's trainer, imported here in the worker, never the notebook's copy
+    from threeaxes.train import pipeline_train
 
     batches = [make_batch(cfg, BATCH, seed=7)]
     try:
@@ -93,9 +95,10 @@ def check_stage_split(rank, world_size, student_fn):
     train_steps(single, batches)
     reference = {name: value.detach() for name, value in single.named_parameters()}
     diff = max(float((value - reference[name]).abs().max()) for name, value in ours["params"].items())
+    stage = ours["coords"]["pp"]
     if diff <= _TOL:
         return {"ok": True, "max_abs_diff": diff,
-                "message": f"rank {rank} holds layers {stages[rank]}: matches one process "
+                "message": f"rank {rank} holds layers {stages[stage]}: matches one process "
                            f"(max abs diff {diff:.1e})"}
     return {"ok": False, "max_abs_diff": diff,
             "message": f"rank {rank}: parameters differ from one process by {diff:.3g}"}
