@@ -50,3 +50,4 @@ grade-demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/launch.py
 	$(BIN)/python benchmarks/planner.py
+	$(BIN)/python benchmarks/train_3d.py
