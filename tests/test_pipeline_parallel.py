@@ -1,9 +1,10 @@
 """Pipeline parallelism on real ranks equals one process (STYLE 8), float64.
 
 Global batch 8, seq 8, two SGD steps. For p in {2, 4} and each schedule one
-launch runs every m in {1, 2, 4, 8} inside the workers (our executor, then
-torch.distributed.pipelining where it accepts that m), so the parametrized
-tests below read cached results instead of starting ranks again.
+launch runs every m in {1, 2, 4, 8} inside the workers (our executor through
+`threeaxes.train.pipeline_train`, then torch.distributed.pipelining where it
+accepts that m; each builds its layout, `ParallelDims.init(pp=p)`), so the
+parametrized tests below read cached results instead of starting ranks again.
 """
 import sys
 
@@ -11,11 +12,10 @@ import cloudpickle
 import pytest
 import torch
 
-from threeaxes import comms
 from threeaxes.launch import launch
 from threeaxes.pipeline import Action, Plan
-from threeaxes.pipeline.executor import pipeline_train
 from threeaxes.pipeline.reference import torch_pipeline_train
+from threeaxes.train import pipeline_train
 from threeaxes.toy import ToyConfig, ToyTransformer, make_batch, parameter_formula, train_steps
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers need not import tests/
@@ -29,9 +29,7 @@ EXACT = dict(rtol=1e-12, atol=1e-12)
 def _sweep(rank, world_size, cfg, batches, schedule, ms):
     out = {}
     for m in ms:
-        with comms.trace() as t:
-            ours = pipeline_train(rank, world_size, cfg, batches, schedule=schedule, m=m)
-        ours["sent_bytes"], ours["sends"] = t.total_bytes("send", "pp"), t.count("send", "pp")
+        ours = pipeline_train(rank, world_size, cfg, batches, schedule=schedule, m=m)
         # PyTorch's Schedule1F1B refuses m < p
         theirs = (torch_pipeline_train(rank, world_size, cfg, batches, schedule=schedule, m=m)
                   if schedule == "gpipe" or m >= world_size else None)
@@ -81,30 +79,51 @@ def test_pp_params_equal_single_process(p, schedule, m, reference):
     assert all(r["losses"] == [] for r in ours[:-1])
 
 
+def _steps(trace):
+    """A rank's forward and backward Events, one list per training step (the
+    optimizer span closes each step)."""
+    steps, current = [], []
+    for e in trace.compute():
+        if e.op == "optimizer":
+            steps.append(current)
+            current = []
+        else:
+            current.append(e)
+    assert current == [], "every step ends with the optimizer"
+    return steps
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("p,schedule,m", CASES)
 def test_pp_events_and_bytes(p, schedule, m):
     ours = [rank_out[m][0] for rank_out in run(p, schedule)]
     at = {}
     for rank, result in enumerate(ours):
-        for step in result["events"]:
-            assert sorted((e.microbatch, e.kind) for e in step) == \
-                sorted((k, kind) for k in range(m) for kind in "FB")
-            assert all(e.stage == rank and e.start <= e.end for e in step)
-        at.update({(e.stage, e.microbatch, e.kind): e for e in result["events"][-1]})
+        steps = _steps(result["trace"])
+        assert len(steps) == STEPS
+        for step in steps:
+            assert sorted((e.microbatch, e.op) for e in step) == \
+                sorted((k, op) for k in range(m) for op in ("forward", "backward"))
+            assert all(e.rank == rank and e.stage == rank and e.start <= e.end for e in step)
+        at.update({(e.stage, e.microbatch, e.op): e for e in steps[-1]})
     # wall clock: a stage starts a microbatch only after its neighbour finished it
-    for (s, k, kind), e in at.items():
-        if kind == "F" and s > 0:
-            assert e.start >= at[(s - 1, k, "F")].end
-        if kind == "B" and s < p - 1:
-            assert e.start >= at[(s + 1, k, "B")].end
+    for (s, k, op), e in at.items():
+        if op == "forward" and s > 0:
+            assert e.start >= at[(s - 1, k, "forward")].end
+        if op == "backward" and s < p - 1:
+            assert e.start >= at[(s + 1, k, "backward")].end
     # every step, each boundary carries the whole batch's activation (batch, seq, d_model)
     # forward and its gradient backward, in m pieces: 8 bytes per float64
     per_step = BATCH * CFG.seq_len * CFG.d_model * 8
     for rank, result in enumerate(ours):
+        trace = result["trace"]
         directions = (rank < p - 1) + (rank > 0)
-        assert result["sent_bytes"] == STEPS * directions * per_step
-        assert result["sends"] == STEPS * directions * m
+        assert trace.total_bytes("send", "pp") == trace.total_bytes("recv", "pp") == STEPS * directions * per_step
+        assert trace.count("send", "pp") == trace.count("recv", "pp") == STEPS * directions * m
+        # only the neighbours along pp: rank - 1 and rank + 1, in the pp group of every rank
+        assert {e.peer for e in trace.comms()} == {q for q in (rank - 1, rank + 1) if 0 <= q < p}
+        assert {e.group for e in trace.comms()} == {tuple(range(p))}
+        assert trace.count() == trace.count(axis="pp")   # dp = tp = 1: nothing else is sent
 
 
 @pytest.mark.slow

@@ -4,9 +4,10 @@ against PyTorch's parallelize_module.
 Fast tests, in one process: the shard layout, shard -> gather round trips, the
 error messages, and the block's arithmetic redone by hand from the shards.
 The numerics run on real gloo ranks, three launches in all, each read by
-several tests: the whole toy model with tp=4 on 4 ranks, dp=2 x tp=2 on 4 ranks
-(two independent tp groups, which proves the collectives stay inside their
-group), and tp=2 next to parallelize_module on 2 ranks.
+several tests: the whole toy model with tp=4 on 4 ranks,
+`ParallelDims.init(dp=2, tp=2)` on 4 ranks (two independent tp groups, each
+training its own data: this proves the collectives stay inside their tp group),
+and tp=2 next to parallelize_module on 2 ranks.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from threeaxes import dims as dims_module
+from threeaxes.dims import ParallelDims
 from threeaxes.tensor_parallel import (
     BLOCK_LAYOUT, TPBlock, check_tp_layout, copy_to_tp_region, gather_block_state,
     gather_from_tp_region, gather_model_state, layout_of, reduce_from_tp_region,
@@ -62,12 +65,23 @@ def test_layout_errors_say_what_to_change():
     with pytest.raises(ValueError, match=r"tp=3 does not divide n_heads=4; choose tp in \{1, 2, 4\}"):
         shard_block_state(Block(CFG).state_dict(), 0, 3, n_heads=4)
     with pytest.raises(ValueError, match=r"tp=3 does not divide n_heads=4"):
-        tensor_parallel_toy(ToyTransformer(CFG), 0, 3)
-    # a tp=2 layer needs a 2-rank group; in a plain process the message says how to get one
-    with pytest.raises(ValueError, match=r"needs a tp group of 2 ranks but torch.distributed is not running.*launch"):
-        TPBlock(CFG, 0, 2)
+        tensor_parallel_toy(ToyTransformer(CFG), ParallelDims(tp=3).at(0))
+    # a tp=2 block made from arithmetic alone has no tp group; its first collective says how to get one
+    block = TPBlock.from_block(Block(CFG), CFG, ParallelDims(tp=2).at(0))
+    with pytest.raises(ValueError, match=r"no process groups.*ParallelDims\.init\(dp=1, tp=2, pp=1\) "
+                                         r"inside the launched function"):
+        block(torch.zeros(1, CFG.seq_len, CFG.d_model, dtype=CFG.dtype))
     with pytest.raises(KeyError, match=r"shard_model_state"):
         shard_block_state(ToyTransformer(CFG).state_dict(), 0, 2, n_heads=4)
+
+
+def test_without_a_layout_the_error_says_how_to_make_one(monkeypatch):
+    monkeypatch.setattr(dims_module, "_current", [])
+    for make in (lambda: TPBlock(CFG), lambda: tensor_parallel_toy(ToyTransformer(CFG)),
+                 lambda: copy_to_tp_region(torch.zeros(2))):
+        with pytest.raises(RuntimeError, match=r"^no parallel layout in this process; call "
+                                               r"threeaxes\.dims\.ParallelDims\.init"):
+            make()
 
 
 def test_layout_names_every_tensor_of_the_block():
@@ -156,7 +170,7 @@ def test_summing_the_shards_partial_outputs_gives_the_full_block(tp):
 
 def test_a_single_tp_rank_is_exactly_the_toy_block():
     block = ToyTransformer(CFG, seed=2).blocks[0]
-    tp_block = TPBlock.from_block(block, CFG, tp_rank=0, tp=1)
+    tp_block = TPBlock.from_block(block, CFG, ParallelDims().at(0))  # tp=1 in a plain process
     x = torch.randn(BATCH, CFG.seq_len, CFG.d_model, dtype=torch.float64, requires_grad=True)
     x_tp = x.detach().clone().requires_grad_()
     y, y_tp = block(x), tp_block(x_tp)
@@ -170,9 +184,10 @@ def test_a_single_tp_rank_is_exactly_the_toy_block():
 
 def test_the_maps_are_the_identity_on_one_rank():
     x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    one_rank = ParallelDims().at(0)
     for fn in (copy_to_tp_region, reduce_from_tp_region, gather_from_tp_region, scatter_to_tp_region):
         x.grad = None
-        y = fn(x)
+        y = fn(x, one_rank)
         assert torch.equal(y, x)
         (2 * y).sum().backward()
         assert torch.equal(x.grad, torch.full_like(x, 2.0)), fn.__name__
@@ -207,45 +222,44 @@ def _tp_training(rank, world_size, dp, tp, cfg, steps, batch, lr):
     group, dp replicas training on different batches (no dp gradient sync: each
     replica is its own single-process run). Also traces one block alone, and
     runs the stand-alone layers against nn.Linear."""
-    from threeaxes import comms
+    from threeaxes import trace
     from threeaxes.dims import ParallelDims
     from threeaxes.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
-    dims = ParallelDims(dp=dp, tp=tp, pp=1, world_size=world_size)
+    dims = ParallelDims.init(dp=dp, tp=tp)
     coords = dims.coords(rank)
-    group = dims.new_groups(rank)["tp"] if dp > 1 else None  # None: the whole world is the tp group
-    model = tensor_parallel_toy(ToyTransformer(cfg, seed=0), coords["tp"], tp, group)
+    model = tensor_parallel_toy(ToyTransformer(cfg, seed=0), dims)
+
+    def seen(recorded):
+        return [(e.op, e.axis, e.bytes, e.group) for e in recorded.comms()]
+
     out = {"coords": coords, "losses": [], "step_events": []}
     for step in range(steps):
         inputs, targets = make_batch(cfg, batch, seed=100 * coords["dp"] + step)
         model.zero_grad()
-        with comms.trace() as fwd:
+        with trace.record() as fwd:
             loss = lm_loss(model(inputs), targets)
-        with comms.trace() as bwd:
+        with trace.record() as bwd:
             loss.backward()
         _sgd_step(model, lr)
         out["losses"].append(loss.item())
-        out["step_events"].append(([(e.op, e.axis, e.bytes) for e in fwd.events],
-                                   [(e.op, e.axis, e.bytes) for e in bwd.events]))
+        out["step_events"].append((seen(fwd), seen(bwd)))
     out["state"] = model.state_dict()
 
     # one block alone, traced
     x = torch.randn(batch, cfg.seq_len, cfg.d_model, dtype=cfg.dtype,
                     generator=torch.Generator().manual_seed(7), requires_grad=True)
-    with comms.trace() as fwd:
+    with trace.record() as fwd:
         y = model.blocks[1](x)
-    with comms.trace() as bwd:
+    with trace.record() as bwd:
         y.sum().backward()
-    out["block_events"] = ([(e.op, e.axis, e.bytes) for e in fwd.events],
-                           [(e.op, e.axis, e.bytes) for e in bwd.events])
+    out["block_events"] = (seen(fwd), seen(bwd))
 
     # the stand-alone layers: column with gather_output, row with a full input
     gen = torch.Generator().manual_seed(11)
     dense = nn.Linear(cfg.d_model, 2 * cfg.d_model, dtype=cfg.dtype)
-    col = ColumnParallelLinear(cfg.d_model, 2 * cfg.d_model, tp=tp, group=group,
-                               gather_output=True, dtype=cfg.dtype)
-    row = RowParallelLinear(2 * cfg.d_model, cfg.d_model, tp=tp, group=group,
-                            input_is_parallel=False, dtype=cfg.dtype)
+    col = ColumnParallelLinear(cfg.d_model, 2 * cfg.d_model, dims=dims, gather_output=True, dtype=cfg.dtype)
+    row = RowParallelLinear(2 * cfg.d_model, cfg.d_model, dims=dims, input_is_parallel=False, dtype=cfg.dtype)
     dense2 = nn.Linear(2 * cfg.d_model, cfg.d_model, dtype=cfg.dtype)
     for layer in (dense, dense2):
         with torch.no_grad():
@@ -259,8 +273,9 @@ def _tp_training(rank, world_size, dp, tp, cfg, steps, batch, lr):
     x = torch.randn(batch, cfg.seq_len, cfg.d_model, dtype=cfg.dtype, generator=gen)
     x_ref, x_tp = x.clone().requires_grad_(), x.clone().requires_grad_()
     y_ref, y_tp = dense2(dense(x_ref)), row(col(x_tp))
-    y_ref.square().sum().backward()
-    y_tp.square().sum().backward()
+    with trace.record() as layers:
+        y_ref.square().sum().backward()
+        y_tp.square().sum().backward()
     out["layers"] = {
         "y": (y_ref.detach(), y_tp.detach()),
         "x.grad": (x_ref.grad, x_tp.grad),
@@ -268,11 +283,14 @@ def _tp_training(rank, world_size, dp, tp, cfg, steps, batch, lr):
         "row.weight.grad": (dense2.weight.grad.chunk(tp, 1)[coords["tp"]], row.weight.grad),
         "row.bias.grad": (dense2.bias.grad, row.bias.grad),
     }
+    out["layer_events"] = seen(layers)
 
     errors = {}
     for name, call in {
-        "wrong_tp_rank": lambda: TPBlock(cfg, (coords["tp"] + 1) % tp, tp, group),
-        "wrong_tp": lambda: ColumnParallelLinear(cfg.d_model, cfg.d_model, tp=2 * tp, group=group),
+        "out_features": lambda: ColumnParallelLinear(cfg.d_model, 2 * tp + 1, dims=dims),
+        "n_heads": lambda: TPBlock(ToyConfig(n_heads=1, dtype=cfg.dtype), dims),
+        "product": lambda: ParallelDims.init(dp=dp, tp=2 * tp),
+        "axis": lambda: dims.group("xp"),
     }.items():
         try:
             call()
@@ -330,12 +348,15 @@ def test_replicated_tensors_stay_identical_on_every_tp_rank(tp_run):
 
 @pytest.mark.slow
 def test_each_block_all_reduces_twice_forward_and_twice_backward(tp_run):
-    _, _, results, _ = tp_run
+    _, tp, results, _ = tp_run
     # Hand count: one all-reduce after attention's proj, one after the MLP's fc2,
     # each of the whole (batch, seq, d_model) activation; the same two backward,
-    # from the copy maps at the input of attention and of the MLP.
-    one = ("all_reduce", "tp", BATCH * CFG.seq_len * CFG.d_model * F64)
+    # from the copy maps at the input of attention and of the MLP. Each runs on the
+    # rank's own tp group: with rank = dp * tp + tp_rank, ranks dp * tp .. dp * tp + tp - 1.
     for r in results:
+        d = r["coords"]["dp"]
+        tp_group = tuple(range(d * tp, (d + 1) * tp))
+        one = ("all_reduce", "tp", BATCH * CFG.seq_len * CFG.d_model * F64, tp_group)
         assert r["block_events"] == ([one, one], [one, one])
         for fwd, bwd in r["step_events"]:
             assert fwd == [one] * (2 * CFG.n_layers)
@@ -354,31 +375,53 @@ def test_standalone_column_and_row_layers_equal_nn_linear(tp_run):
 
 
 @pytest.mark.slow
-def test_layers_on_ranks_refuse_a_group_that_does_not_match(tp_run):
+def test_standalone_layers_gather_and_scatter_inside_the_tp_group(tp_run):
     _, tp, results, _ = tp_run
     for r in results:
-        rank = r["coords"]["tp"]
-        assert r["errors"]["wrong_tp_rank"].startswith(
-            f"tp_rank={(rank + 1) % tp} but this process is rank {rank} of its tp group")
-        assert r["errors"]["wrong_tp"].startswith(
-            f"ColumnParallelLinear(tp={2 * tp}) needs a tp group of {2 * tp} ranks but the group has {tp} ranks")
+        d = r["coords"]["dp"]
+        tp_group = tuple(range(d * tp, (d + 1) * tp))
+        # backward: the row layer's scatter all-gathers its input gradient, (batch, seq, 2 d_model)
+        # in full, then the column layer's copy all-reduces the (batch, seq, d_model) input gradient
+        width = BATCH * CFG.seq_len * F64
+        assert r["layer_events"] == [("all_gather", "tp", width * 2 * CFG.d_model, tp_group),
+                                     ("all_reduce", "tp", width * CFG.d_model, tp_group)]
+
+
+# The divisors, by hand: 2 * tp + 1 is 5 for tp = 2 and 9 for tp = 4.
+OUT_FEATURE_CHOICES = {2: "{1, 5}", 4: "{1, 3, 9}"}
+
+
+@pytest.mark.slow
+def test_layers_on_ranks_name_what_to_change(tp_run):
+    dp, tp, results, _ = tp_run
+    for r in results:
+        errors = r["errors"]
+        assert errors["out_features"] == (
+            f"tp={tp} does not divide out_features={2 * tp + 1}; choose tp in {OUT_FEATURE_CHOICES[tp]}")
+        assert errors["n_heads"] == f"tp={tp} does not divide n_heads=1; choose tp in {{1}}"
+        assert errors["product"] == (
+            f"dp({dp}) * tp({2 * tp}) * pp(1) = {2 * dp * tp} != world_size({dp * tp}); "
+            f"change one axis so the product is {dp * tp}")
+        assert errors["axis"] == "axis='xp' does not exist; choose one of 'dp', 'tp', 'pp'"
 
 
 def _ours_and_torchs(rank, world_size, cfg, steps, batch, lr):
     """One rank: our TP toy next to parallelize_module's (ColwiseParallel on q, k, v,
     fc1; RowwiseParallel on proj, fc2; the rest replicated), same weights."""
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
+
+    from threeaxes.dims import ParallelDims
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    mesh = init_device_mesh("cpu", (world_size,))
+    dims = ParallelDims.init(tp=world_size)
+    mesh = dims.mesh["tp"]  # the layout's DeviceMesh is PyTorch's own: its tp axis feeds parallelize_module
     plan = {}
     for i in range(cfg.n_layers):
         plan.update({f"blocks.{i}.attn.q": ColwiseParallel(), f"blocks.{i}.attn.k": ColwiseParallel(),
                      f"blocks.{i}.attn.v": ColwiseParallel(), f"blocks.{i}.attn.proj": RowwiseParallel(),
                      f"blocks.{i}.mlp.fc1": ColwiseParallel(), f"blocks.{i}.mlp.fc2": RowwiseParallel()})
     theirs = parallelize_module(ToyTransformer(cfg, seed=0), mesh, plan)
-    ours = tensor_parallel_toy(ToyTransformer(cfg, seed=0), rank, world_size)
+    ours = tensor_parallel_toy(ToyTransformer(cfg, seed=0), dims)
 
     def full(t):  # communication (theirs): all-gather a sharded DTensor to the whole tensor
         return t.full_tensor() if isinstance(t, DTensor) else t.detach().clone()

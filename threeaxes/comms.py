@@ -18,9 +18,10 @@ collective is about, as one rank sees it:
     reduce_scatter          the full input (n times the shard kept)
     send, recv              the message
 
-This is the S of `threeaxes.cost.network`'s table, so
-`network.bytes_sent_per_gpu(op, event.bytes, n)` is what the ring algorithm
-puts on the wire per rank.
+This is the S of `threeaxes.cost.network`'s table, so for every op but
+broadcast `network.bytes_sent_per_gpu(event.op, event.bytes, len(event.group))`
+is what the ring algorithm (or the one message of a send/recv) puts on the
+wire per rank.
 """
 from __future__ import annotations
 

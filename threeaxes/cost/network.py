@@ -53,9 +53,11 @@ def _check(size_bytes: float, n: int, bandwidth: float, latency: float) -> None:
 def bytes_sent_per_gpu(op: str, size_bytes: float, n: int) -> float:
     """Bytes each GPU sends in a ring collective over n GPUs (Thakur et al.
     2005, Section 2): all-reduce 2(n-1)/n S, all-gather and reduce-scatter
-    (n-1)/n S, point-to-point S."""
+    (n-1)/n S, point-to-point S. A traced "send" or "recv"
+    (threeaxes.comms) is one point-to-point message: the S bytes that cross the link."""
+    op = "p2p" if op in ("send", "recv") else op
     if op not in COLLECTIVES:
-        raise ValueError(f"op={op!r}; choose op in {set(COLLECTIVES)}")
+        raise ValueError(f"op={op!r}; choose op in {set(COLLECTIVES)} (or a traced 'send'/'recv')")
     _check(size_bytes, n, 1.0, 0.0)
     if op == "p2p":
         return float(size_bytes)
