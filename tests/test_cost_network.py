@@ -43,6 +43,8 @@ def test_bytes_each_gpu_sends():
     assert bytes_sent_per_gpu("all_gather", 800, 8) == pytest.approx(700)
     assert bytes_sent_per_gpu("reduce_scatter", 800, 8) == pytest.approx(700)
     assert bytes_sent_per_gpu("p2p", 800, 2) == 800
+    # a traced send or recv (threeaxes.comms) is one point-to-point message
+    assert bytes_sent_per_gpu("send", 800, 2) == bytes_sent_per_gpu("recv", 800, 2) == 800
     # approaches 2S for large n: the ring's bandwidth optimality (Patarasuk & Yuan 2009)
     assert bytes_sent_per_gpu("all_reduce", 1.0, 1024) == pytest.approx(2, rel=1e-3)
 
