@@ -2,22 +2,25 @@
 
 What a drop grades is data beside its notebook, `source/<drop>/grading.json`
 (the format is in CONTRIBUTING.md, "The grading data"). One course holds
-every drop that has such a file; these students submit to each of them:
+every drop that has such a file, and these students submit to each drop:
 
-    solved_source       the instructor's notebook                  full marks
-    solved_release      the release with the solutions typed in    full marks
-    untouched_release   the release as handed out                  0 on every auto-graded cell
-    mistake-1, -2, ...  the solved release with the drop's k-th    the cells in `loses` get 0,
-                        typical mistake in one answer cell          every other one full marks
+    solved_source       the instructor's notebook                      full marks
+    untouched_release   the release as handed out                      0 on every auto-graded cell
+    mistake-1, -2, ...  the release with every solution typed in,      0 on the cells in `loses`,
+                        then the drop's k-th mistake in one answer     full marks on all others
+
+(The release with every solution typed in and nothing else is not run: in
+every cell autograde keeps as submitted it holds the solved source's code,
+which `student_code` lets a test check, so it would score the same.)
 
     course = graded_course(tmp_path, drops())   # one generate_assignment, autograde,
     course.scores(drop.name, "mistake-1")        # generate_feedback and export for all
     # {grade_id: points}
 
 Everything goes through the nbgrader CLI with the repository's
-nbgrader_config.py, exactly as an instructor runs it, and each nbgrader
-command takes every drop at once (the assignment id `*` is a glob);
-scores are read back from the gradebook database.
+nbgrader_config.py, exactly as an instructor runs it; each command takes
+every drop at once (nbgrader reads the assignment id `*` as a glob). Scores
+are read back from the gradebook database.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ import html
 import json
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,10 +40,10 @@ from autograder.grade import nbgrader
 ROOT = Path(__file__).resolve().parent.parent
 GRADING_FILE = "grading.json"
 # Every cell runs under this limit in the test course (the course allows 90 s),
-# so a submission stuck in a loop costs 30 s. The slowest cell of a solved
-# drop, four ranks launched on a loaded 2-core machine, takes about 10 s.
+# so a submission stuck in a loop costs 30 s, not 90. The slowest cell seen in
+# drops 1-4, a hidden test launching 4 ranks twice on a loaded 2-core machine, took 16 s.
 CELL_TIMEOUT_S = 30
-FULL_MARKS = ("solved_source", "solved_release")
+FULL = "solved_source"
 ZERO = "untouched_release"
 
 
@@ -60,7 +64,7 @@ class Drop:
     mistakes: tuple
 
     def students(self) -> list[str]:
-        return [*FULL_MARKS, ZERO, *(f"mistake-{k}" for k in range(1, len(self.mistakes) + 1))]
+        return [FULL, ZERO, *(f"mistake-{k}" for k in range(1, len(self.mistakes) + 1))]
 
     def mistake(self, student: str) -> Mistake | None:
         return self.mistakes[int(student.split("-")[1]) - 1] if student.startswith("mistake-") else None
@@ -108,8 +112,17 @@ class Course:
     def release(self) -> None:
         nbgrader(self.root, "generate_assignment", "*", "--force")
 
-    def autograde(self, *extra: str) -> None:
-        nbgrader(self.root, "autograde", "*", "--force", *extra)
+    def autograde(self, *extra: str, jobs: int = 1) -> None:
+        """One nbgrader call for every assignment, a notebook at a time; with jobs > 1,
+        one call per assignment, `jobs` at once, all writing to the one sqlite gradebook
+        (benchmarks/grading_suite.py --jobs 2 measures it; the test makes one call).
+        Keeps the seconds of each call in `self.autograde_seconds` ("*": all at once)."""
+        def run(name):
+            start = time.perf_counter()
+            nbgrader(self.root, "autograde", name, "--force", *extra)
+            return name, time.perf_counter() - start
+        with ThreadPoolExecutor(jobs) as pool:
+            self.autograde_seconds = dict(pool.map(run, ["*"] if jobs == 1 else self.assignments))
 
     def generate_feedback(self) -> None:
         nbgrader(self.root, "generate_feedback", "*", "--force")
@@ -142,9 +155,8 @@ class Course:
 
     def assert_feedback_hides_hidden_tests(self, assignment: str, student: str) -> None:
         """No line of a hidden test (as code or HTML-escaped) is in the student's feedback."""
-        page = self.feedback_html(assignment, student)
-        for code in hidden_test_lines(self.source(assignment)):
-            assert code not in page and html.escape(code) not in page, f"feedback reveals: {code}"
+        leaked = revealed_hidden_tests(self.feedback_html(assignment, student), self.source(assignment))
+        assert not leaked, f"feedback reveals: {leaked[0]}"
 
     # -- scores -------------------------------------------------------------------
     def _grades(self, assignment: str, student: str):
@@ -167,20 +179,20 @@ class Course:
 def submit_all(course: Course, drop: Drop) -> None:
     """The students of the module docstring, for one drop."""
     solved = course.solved_release(drop.name)
-    course.submit("solved_source", drop.name, course.source(drop.name))
-    course.submit("solved_release", drop.name, solved)
+    course.submit(FULL, drop.name, course.source(drop.name))
     course.submit(ZERO, drop.name, course.released(drop.name))
     for k, mistake in enumerate(drop.mistakes, start=1):
         course.submit(f"mistake-{k}", drop.name, set_answer(solved, mistake.answer, mistake.code))
 
 
-def graded_course(tmp_path: Path, all_drops: list[Drop], timings: dict | None = None) -> Course:
+def graded_course(tmp_path: Path, all_drops: list[Drop], timings: dict | None = None,
+                  jobs: int = 1) -> Course:
     """One course with every drop released, submitted by every student, autograded,
     with feedback and grades.csv; `timings` (if given) receives seconds per step."""
     course = Course(tmp_path, [d.name for d in all_drops])
     steps = [("release", course.release),
              ("submit", lambda: [submit_all(course, d) for d in all_drops]),
-             ("autograde", lambda: course.autograde(f"--Execute.timeout={CELL_TIMEOUT_S}")),
+             ("autograde", lambda: course.autograde(f"--Execute.timeout={CELL_TIMEOUT_S}", jobs=jobs)),
              ("feedback", course.generate_feedback),
              ("export", course.export_csv)]
     for step, run in steps:
@@ -206,11 +218,21 @@ def set_answer(nb, grade_id: str, source: str):
     return nb
 
 
+def without_solution_markers(text: str) -> str:
+    return "\n".join(line for line in text.splitlines()
+                     if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
+
+
 def solution_of(source_nb, grade_id: str) -> str:
     """The solution text of an answer cell in the instructor's source, without delimiters."""
-    text = cell_by_grade_id(source_nb, grade_id).source
-    return "\n".join(line for line in text.splitlines() if "### BEGIN SOLUTION" not in line
-                     and "### END SOLUTION" not in line)
+    return without_solution_markers(cell_by_grade_id(source_nb, grade_id).source)
+
+
+def student_code(nb) -> list[str]:
+    """The code of every cell that autograde runs as submitted (all but the graded
+    cells, which it puts back from the source), solution markers left out."""
+    return [without_solution_markers(c.source) for c in nb.cells
+            if c.cell_type == "code" and not c.metadata.get("nbgrader", {}).get("grade")]
 
 
 def answer_ids(nb) -> list[str]:
@@ -234,3 +256,8 @@ def hidden_test_lines(source_nb) -> list[str]:
             lines += [ln.strip() for ln in hidden.splitlines()
                       if len(ln.strip()) > 20 and not ln.strip().startswith("#")]
     return lines
+
+
+def revealed_hidden_tests(page: str, source_nb) -> list[str]:
+    """The hidden-test lines that a feedback page shows, as code or HTML-escaped."""
+    return [code for code in hidden_test_lines(source_nb) if code in page or html.escape(code) in page]

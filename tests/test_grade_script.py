@@ -3,9 +3,11 @@ import csv
 import shutil
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from autograder import grade
+from grading_harness import GRADING_FILE, revealed_hidden_tests
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -24,9 +26,12 @@ def test_grade_all_autogrades_writes_feedback_and_exports_csv(tmp_path, monkeypa
     # bob forgot the fp32 master copy, which costs the 2 points of that one cell.
     assert float(rows["alice"]["raw_score"]) == 5.0
     assert float(rows["bob"]["raw_score"]) == 3.0
+    source = nbformat.read(course / "source" / names[0] / f"{names[0]}.ipynb", as_version=4)
     for student in ("alice", "bob"):
-        page = course / "feedback" / student / names[0] / f"{names[0]}.html"
-        assert page.exists() and "BEGIN HIDDEN TESTS" not in page.read_text()
+        page = (course / "feedback" / student / names[0] / f"{names[0]}.html").read_text()
+        assert "BEGIN HIDDEN TESTS" not in page
+        assert not revealed_hidden_tests(page, source), "the feedback shows a hidden test"
+    assert not list((course / "feedback").rglob(GRADING_FILE)), "the grading data reached the students"
 
 
 def test_grade_all_says_what_to_do_when_nothing_was_submitted(tmp_path):

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from autograder.release import assignments, generate
+from grading_harness import GRADING_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSIGNMENTS = assignments()
@@ -32,6 +33,14 @@ def test_committed_release_equals_a_fresh_generation(name, fresh_release):
     for nb in sorted(fresh.glob("*.ipynb")):
         assert (committed / nb.name).read_text() == nb.read_text(), (
             f"release/{name}/{nb.name} is out of date; run `make release`")
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_no_release_holds_the_grading_data(name, fresh_release):
+    """source/<drop>/grading.json lists the mistakes the hidden tests catch; nbgrader's
+    CourseDirectory.ignore (nbgrader_config.py) keeps it out of every release."""
+    for release in (ROOT / "release" / name, fresh_release / name):
+        assert not list(release.rglob(GRADING_FILE)), f"{release} holds {GRADING_FILE}"
 
 
 def _sources(path):

@@ -1,0 +1,95 @@
+"""Every drop through the real nbgrader CLI: exact scores for typical submissions.
+
+What each drop grades is data, source/<drop>/grading.json; the students and
+what each must score are in grading_harness.py. One course with every drop is
+released, submitted, autograded, fed back and exported once per session (each
+step one nbgrader call for all drops); the slow tests below only read it. A new
+drop adds its grading.json, not a test here.
+"""
+import csv
+import html
+
+import nbformat
+import pytest
+
+from autograder.release import assignments
+from grading_harness import (GRADING_FILE, ROOT, answer_ids, autograded_ids, drops, graded_course,
+                             student_code)
+
+DROPS = drops()
+CASES = [pytest.param(d, s, id=f"{d.name}:{s}" + (f"-{d.mistake(s).name}" if d.mistake(s) else ""))
+         for d in DROPS for s in d.students()]
+MISTAKES = [case for case in CASES if case.values[0].mistake(case.values[1])]
+
+
+@pytest.fixture(scope="session")
+def course(tmp_path_factory):
+    return graded_course(tmp_path_factory.mktemp("grading"), DROPS)
+
+
+# -- the data against the notebooks, without running anything ----------------------
+def test_every_drop_in_source_has_grading_data():
+    missing = [name for name in assignments() if not (ROOT / "source" / name / GRADING_FILE).exists()]
+    assert not missing, f"add source/<drop>/{GRADING_FILE} (see CONTRIBUTING.md) for {missing}"
+
+
+@pytest.mark.parametrize("drop", DROPS, ids=lambda d: d.name)
+def test_grading_data_names_the_notebooks_cells(drop):
+    nb = nbformat.read(ROOT / "source" / drop.name / f"{drop.name}.ipynb", as_version=4)
+    assert drop.points == autograded_ids(nb), (
+        f"{GRADING_FILE} 'points' should list every auto-graded test cell of the notebook with its points")
+    names = [m.name for m in drop.mistakes]
+    assert len(set(names)) == len(names), f"mistake names repeat: {names}"
+    for m in drop.mistakes:
+        assert m.answer in answer_ids(nb), f"{m.name}: {m.answer!r} is not an answer cell"
+        assert m.loses and set(m.loses) <= set(drop.points), f"{m.name}: 'loses' names no test cell"
+        assert m.feedback.strip(), f"{m.name}: give the phrase the feedback must show"
+
+
+# -- the graded course ----------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("drop, student", CASES)
+def test_scores(course, drop, student):
+    assert course.scores(drop.name, student) == drop.expected(student)
+    assert course.max_scores(drop.name, student) == drop.points
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("drop", DROPS, ids=lambda d: d.name)
+def test_the_solved_release_runs_the_solved_sources_code(course, drop):
+    """A student who types every solution into the release submits, in every cell that
+    autograde runs as submitted, the instructor's code; the test cells autograde puts back
+    from the source. So that student scores what solved_source scores: full marks."""
+    assert student_code(course.solved_release(drop.name)) == student_code(course.source(drop.name))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("drop, student", MISTAKES)
+def test_feedback_names_the_mistake(course, drop, student):
+    phrase = drop.mistake(student).feedback
+    assert phrase in html.unescape(course.feedback_html(drop.name, student)), (
+        f"{student}'s feedback does not say {phrase!r}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("drop, student", CASES)
+def test_feedback_hides_every_hidden_test(course, drop, student):
+    course.assert_feedback_hides_hidden_tests(drop.name, student)
+
+
+@pytest.mark.slow
+def test_grades_csv_holds_every_score(course):
+    rows = {(r["assignment"], r["student_id"]): float(r["raw_score"])
+            for r in csv.DictReader((course.root / "grades.csv").open())}
+    students = {s for d in DROPS for s in d.students()}
+    # written answers wait for the instructor, so raw_score is the auto-graded points;
+    # a student who submitted nothing for a drop is exported with 0
+    expected = {(d.name, s): sum(d.expected(s).values()) if s in d.students() else 0.0
+                for d in DROPS for s in students}
+    assert rows == expected
+
+
+@pytest.mark.slow
+def test_grading_data_reaches_no_student(course):
+    found = sorted(p.relative_to(course.root).as_posix() for p in course.root.rglob(GRADING_FILE))
+    assert found == [f"source/{d.name}/{GRADING_FILE}" for d in DROPS], "add it to CourseDirectory.ignore"
