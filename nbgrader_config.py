@@ -11,7 +11,9 @@ c.CourseDirectory.release_directory = "release"
 c.CourseDirectory.submitted_directory = "submitted"
 c.CourseDirectory.autograded_directory = "autograded"
 c.CourseDirectory.feedback_directory = "feedback"
-c.CourseDirectory.db_url = "sqlite:///gradebook.db"
+# timeout: a second nbgrader process (formgrader beside autograde, or parallel
+# autogrades) waits up to 60 s for the database lock instead of failing
+c.CourseDirectory.db_url = "sqlite:///gradebook.db?timeout=60"
 
 # Files of source/<drop>/ that nbgrader never copies (not into release/,
 # autograded/ or feedback/): nbgrader's defaults, and grading.json, the

@@ -115,7 +115,7 @@ class Course:
     def autograde(self, *extra: str, jobs: int = 1) -> None:
         """One nbgrader call for every assignment, a notebook at a time; with jobs > 1,
         one call per assignment, `jobs` at once, all writing to the one sqlite gradebook
-        (benchmarks/grading_suite.py --jobs 2 measures it; the test makes one call).
+        (its db_url waits 60 s for a lock; tests/test_grading.py uses jobs=2).
         Keeps the seconds of each call in `self.autograde_seconds` ("*": all at once)."""
         def run(name):
             start = time.perf_counter()

@@ -24,7 +24,9 @@ MISTAKES = [case for case in CASES if case.values[0].mistake(case.values[1])]
 
 @pytest.fixture(scope="session")
 def course(tmp_path_factory):
-    return graded_course(tmp_path_factory.mktemp("grading"), DROPS)
+    # two drops autograde at once (one course, one gradebook): most of a notebook's time is
+    # spent waiting on kernels and ranks starting, so two overlap well on 2 cores
+    return graded_course(tmp_path_factory.mktemp("grading"), DROPS, jobs=2)
 
 
 # -- the data against the notebooks, without running anything ----------------------
