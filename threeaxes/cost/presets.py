@@ -27,12 +27,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from .memory import GB
 from .params import transformer_params
 
 __all__ = ["Cluster", "Model", "CLUSTERS", "MODELS", "a100_cluster", "h100_cluster",
            "get_cluster", "get_model", "custom_model"]
 
-GB = 10**9
 
 ASSUMED_INTRA_NODE_LATENCY = 5e-6    # s per ring step inside a node (assumption, see above)
 ASSUMED_INTER_NODE_LATENCY = 10e-6   # s per ring step across nodes (assumption, see above)
