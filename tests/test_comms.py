@@ -71,6 +71,14 @@ def _every_collective(rank, world_size):
         comms.all_gather(torch.ones(4, dtype=torch.float64), "dp")
         comms.reduce_scatter(torch.ones(16, dtype=torch.float64), "dp")
     out["ring"] = t
+
+    # asynchronous: the call returns at once, the sum is there after wait()
+    with trace.record() as t:
+        pending = comms.all_reduce(torch.full((5,), float(rank)), "dp", async_op=True)
+        out["events_before_wait"] = len(t.events)
+        out["async_sum"] = pending.wait().tolist()
+        pending.wait()   # a second wait neither blocks nor records again
+    out["async"] = t
     return out
 
 
@@ -118,6 +126,16 @@ def test_every_event_records_op_axis_group_bytes_and_time(ranks):
         assert [(e.op, e.axis, e.group, e.bytes, e.peer) for e in events] == expected
         for e in events:
             assert e.rank == rank and e.kind == trace.COMM and e.start <= e.end
+
+
+@pytest.mark.slow
+def test_an_async_all_reduce_sums_after_wait_and_records_one_event(ranks):
+    for rank, r in enumerate(ranks):
+        assert r["async_sum"] == [6.0] * 5                     # 0 + 1 + 2 + 3
+        assert r["events_before_wait"] == 0                    # recorded when waited on
+        (e,) = r["async"].events
+        assert (e.op, e.axis, e.group, e.bytes, e.rank) == ("all_reduce", "dp", (0, 1, 2, 3), 5 * F32, rank)
+        assert e.start <= e.end
 
 
 @pytest.mark.slow

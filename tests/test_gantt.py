@@ -133,3 +133,4 @@ def test_bad_input_says_what_to_pass():
         gantt(3)
     with pytest.raises(ValueError, match="ends before it starts"):
         gantt([Event(0, "compute", "forward", 2, 1)])
+

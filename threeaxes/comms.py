@@ -34,7 +34,8 @@ import torch.distributed as dist
 from threeaxes import trace
 from threeaxes.dims import ParallelDims, check_axis, resolve
 
-__all__ = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "isend", "recv"]
+__all__ = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "isend", "recv",
+           "Pending"]
 
 
 def _nbytes(tensor: torch.Tensor) -> int:
@@ -50,13 +51,56 @@ def _traced(op: str, axis: str, dims: ParallelDims, nbytes: int, peer: int | Non
                                group=tuple(dims.ranks(axis)), bytes=nbytes, peer=peer))
 
 
+class Pending:
+    """An asynchronous collective in flight: `wait()` blocks until it is done.
+
+    Its Event runs from the call that started it to the moment the backend
+    finished it (a callback on the work's future notes the time), so a trace
+    shows when the communication really happened, not when someone waited.
+    The Event is emitted by `wait()`, into the traces recording at that moment.
+    """
+
+    def __init__(self, work, op: str, axis: str, dims: ParallelDims, nbytes: int, *,
+                 start: float, result=None):
+        self.work, self.result = work, result
+        self._event = dict(rank=dims.rank, kind=trace.COMM, op=op, start=start, axis=axis,
+                           group=tuple(dims.ranks(axis)), bytes=nbytes)
+        self._done_at = None
+        self._waited = False
+        work.get_future().add_done_callback(self._note_done)
+
+    def _note_done(self, _future):
+        self._done_at = time.time()
+
+    def is_completed(self) -> bool:
+        return self.work.is_completed()
+
+    def wait(self):
+        """Block until the collective is done; return its tensor."""
+        if not self._waited:
+            self.work.wait()
+            self._waited = True
+            if trace.recording():
+                trace.emit(trace.Event(end=self._done_at or time.time(), **self._event))
+        return self.result
+
+
 def _layout(axis, dims):
     return check_axis(axis), resolve(dims)
 
 
-def all_reduce(tensor, axis: str, *, dims=None, op=dist.ReduceOp.SUM):
-    """In place: every rank of this rank's `axis` group ends with the sum over the group."""
+def all_reduce(tensor, axis: str, *, dims=None, op=dist.ReduceOp.SUM, async_op: bool = False):
+    """In place: every rank of this rank's `axis` group ends with the sum over the group.
+
+    With `async_op=True` it returns at once with a `Pending`; the tensor holds
+    the sum only after `.wait()` (the backend works on it in the background).
+    """
     axis, dims = _layout(axis, dims)
+    if async_op:
+        # communication: started now, finished in the background, waited on later
+        start = time.time()
+        work = dist.all_reduce(tensor, op=op, group=dims.group(axis), async_op=True)
+        return Pending(work, "all_reduce", axis, dims, _nbytes(tensor), start=start, result=tensor)
     with _traced("all_reduce", axis, dims, _nbytes(tensor)):
         dist.all_reduce(tensor, op=op, group=dims.group(axis))
     return tensor

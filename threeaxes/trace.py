@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["Event", "Trace", "record", "span", "emit", "COMPUTE", "COMM"]
+__all__ = ["Event", "Trace", "record", "span", "emit", "module_spans", "layers_of", "COMPUTE", "COMM"]
 
 COMPUTE, COMM = "compute", "comm"
 
@@ -157,3 +158,67 @@ def span(op: str, *, module: str | None = None, stage: int | None = None,
     yield
     emit(Event(this_rank(), COMPUTE, op, start, time.time(), module=module, stage=stage,
                microbatch=microbatch))
+
+
+def layers_of(model) -> list[str]:
+    """The names of a model's layers, in registration order: its direct children,
+    with a ModuleList or Sequential opened one level ("blocks.0", "blocks.1", ...)."""
+    import torch.nn as nn
+
+    names = []
+    for name, child in model.named_children():
+        if isinstance(child, (nn.ModuleList, nn.Sequential)):
+            names += [f"{name}.{i}" for i in range(len(child))]
+        else:
+            names.append(name)
+    return names
+
+
+# An embedding's input (token ids) needs no gradient, so PyTorch warns that its
+# full backward hook fires on the output's gradient: its backward span is then
+# an instant, which is right for a layer whose backward only scatters into its weight.
+warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed")
+
+
+@contextlib.contextmanager
+def module_spans(model, names=None, *, stage: int | None = None, microbatch: int | None = None):
+    """Record a compute Event for the forward and for the backward of each layer.
+
+        with trace.record() as t, trace.module_spans(model):
+            loss = lm_loss(model(x), y)
+            loss.backward()
+        # t holds "forward blocks.0" ... and "backward head", "backward ln_f", ... "backward tok_embed"
+
+    `names` are submodule names (`model.get_submodule(name)`), by default
+    `layers_of(model)`. A forward span runs from the layer's forward pre-hook to
+    its forward hook; a backward span from the moment the gradient of its output
+    is ready to the moment the gradients of its inputs are (full backward hooks).
+    The hooks are removed when the block ends; backward must run inside it.
+    """
+    names = layers_of(model) if names is None else list(names)
+    started: dict[tuple[str, str], float] = {}
+    handles = []
+
+    def opener(op, name):
+        def hook(*_):
+            started[op, name] = time.time()
+        return hook
+
+    def closer(op, name):
+        def hook(*_):
+            if _active and (op, name) in started:
+                emit(Event(this_rank(), COMPUTE, op, started.pop((op, name)), time.time(),
+                           module=name, stage=stage, microbatch=microbatch))
+        return hook
+
+    for name in names:
+        layer = model.get_submodule(name)
+        handles += [layer.register_forward_pre_hook(opener("forward", name)),
+                    layer.register_forward_hook(closer("forward", name)),
+                    layer.register_full_backward_pre_hook(opener("backward", name)),
+                    layer.register_full_backward_hook(closer("backward", name))]
+    try:
+        yield names
+    finally:
+        for handle in handles:
+            handle.remove()
