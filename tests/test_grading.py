@@ -8,6 +8,7 @@ drop adds its grading.json, not a test here.
 """
 import csv
 import html
+import os
 
 import nbformat
 import pytest
@@ -16,7 +17,10 @@ from autograder.release import assignments
 from grading_harness import (GRADING_FILE, ROOT, answer_ids, autograded_ids, drops, graded_course,
                              student_code)
 
-DROPS = drops()
+# THREEAXES_GRADE_ONLY=drop05 (comma-separated prefixes) grades only those drops, for
+# someone writing one drop; CI leaves it unset and grades every drop.
+ONLY = [p for p in os.environ.get("THREEAXES_GRADE_ONLY", "").split(",") if p]
+DROPS = [d for d in drops() if not ONLY or d.name.startswith(tuple(ONLY))]
 CASES = [pytest.param(d, s, id=f"{d.name}:{s}" + (f"-{d.mistake(s).name}" if d.mistake(s) else ""))
          for d in DROPS for s in d.students()]
 MISTAKES = [case for case in CASES if case.values[0].mistake(case.values[1])]
