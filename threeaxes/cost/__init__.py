@@ -17,6 +17,7 @@ from .network import (COLLECTIVES, CommTime, Link, all_gather_time, all_reduce_t
                       bytes_sent_per_gpu, collective_time, group_inside_node, group_link,
                       p2p_time, reduce_scatter_time)
 from .params import ParamCount, transformer_params
+from .placement import RankParams, rank_params, rank_state_bytes
 from .planner import DEFAULT_COMPUTE_EFFICIENCY, PlanResult, TimeBreakdown, plan, search
 from .presets import (CLUSTERS, MODELS, Cluster, Model, a100_cluster, custom_model,
                       get_cluster, get_model, h100_cluster)
@@ -31,7 +32,7 @@ __all__ = [
     "bytes_per_param", "model_state_bytes", "COLLECTIVES", "CommTime", "Link",
     "all_gather_time", "all_reduce_time", "bytes_sent_per_gpu", "collective_time",
     "group_inside_node", "group_link", "p2p_time", "reduce_scatter_time", "ParamCount",
-    "transformer_params", "DEFAULT_COMPUTE_EFFICIENCY", "MemoryBreakdown", "PlanResult",
+    "transformer_params", "RankParams", "rank_params", "rank_state_bytes", "DEFAULT_COMPUTE_EFFICIENCY", "MemoryBreakdown", "PlanResult",
     "TimeBreakdown", "divisors", "plan", "search", "CLUSTERS", "MODELS", "Cluster", "Model",
     "a100_cluster", "custom_model", "get_cluster", "get_model", "h100_cluster",
     "check_config", "check_model_split",
