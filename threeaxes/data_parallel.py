@@ -199,5 +199,16 @@ def train_data_parallel(rank, world_size, cfg, batches, *, variant: str = "per_p
 
 __all__ = [
     "DEFAULT_BUCKET_BYTES", "shard_batch", "average_gradients", "plan_buckets",
-    "gradient_buckets", "average_gradients_bucketed", "train_data_parallel",
+    "gradient_buckets", "average_gradients_bucketed", "train_data_parallel", "DataParallel",
 ]
+
+
+
+def __getattr__(name):
+    """`DataParallel`, the overlapped wrapper, lives in data_parallel_overlap.py
+    (it builds on plan_buckets above); imported on first use, so that either
+    module can be imported first."""
+    if name == "DataParallel":
+        from threeaxes.data_parallel_overlap import DataParallel
+        return DataParallel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,174 @@
+"""Data parallelism that overlaps the gradient all-reduces with backward.
+
+`average_gradients_bucketed` waits for the whole backward pass, then sends
+every bucket. But backward produces gradients from the last layer to the
+first, so the head's gradients are final long before the embeddings' are.
+`DataParallel` starts each bucket's all-reduce the moment its last gradient is
+ready (a hook on every parameter) and lets the backend send it in the
+background while autograd goes on computing the earlier layers. That is what
+PyTorch's `DistributedDataParallel` does.
+
+    dims = ParallelDims.init(dp=4)
+    model = DataParallel(ToyTransformer(cfg), bucket_bytes=2048)   # broadcasts rank 0's weights
+    loss = lm_loss(model(inputs), targets)
+    loss.backward()                           # buckets start their all-reduce as they fill
+    model.finish_gradient_synchronization()   # wait, divide by dp, write back into .grad
+    optimizer.step()
+
+The rules:
+
+* Buckets: the trainable parameters in the REVERSE of registration order
+  (head first), grouped by `plan_buckets`, so the plan is exactly
+  `gradient_buckets(model, bucket_bytes)`'s. `bucket_bytes=None` gives one
+  bucket per parameter.
+* Launch order: buckets are launched strictly in bucket order. A bucket that is
+  full waits for the ones before it. Every rank therefore starts the same
+  collectives in the same order, even if its hooks fire in another order.
+* Frozen parameters (`requires_grad=False`) are in no bucket and never reduced.
+* Unused parameters (trainable, but no gradient in this backward) count as a
+  zero gradient on this rank. Their bucket, and every bucket after it, is
+  launched by `finish_gradient_synchronization()`, so each rank still makes one
+  all-reduce per bucket. Afterwards their `.grad` holds the dp average (zeros
+  when no rank used them), never None.
+* One backward per step: a second backward before
+  `finish_gradient_synchronization()` raises a RuntimeError that says so.
+"""
+from __future__ import annotations
+
+import itertools
+
+import torch
+import torch.nn as nn
+
+from threeaxes import comms
+from threeaxes.data_parallel import _check_bucket_bytes, plan_buckets
+from threeaxes.dims import resolve
+
+__all__ = ["DataParallel"]
+
+_SECOND_BACKWARD = (
+    "a second backward started before the gradients of the first were averaged; call "
+    "model.finish_gradient_synchronization() after each loss.backward() (and before "
+    "optimizer.step())")
+
+
+class DataParallel(nn.Module):
+    """Wrap `module` for pure data parallelism over the "dp" axis of `dims`
+    (the current layout when None); see the module docstring for the rules."""
+
+    def __init__(self, module: nn.Module, bucket_bytes: int | None = None, dims=None):
+        super().__init__()
+        if bucket_bytes is not None:
+            _check_bucket_bytes(bucket_bytes)
+        self.module = module
+        self.dims = resolve(dims)
+        self.bucket_bytes = bucket_bytes
+        self._broadcast_from_first_replica()
+
+        names = {p: n for n, p in module.named_parameters()}
+        trainable = [p for p in module.parameters() if p.requires_grad][::-1]  # head first
+        dtypes = {p.dtype for p in trainable}
+        if bucket_bytes is not None and len(dtypes) > 1:
+            raise ValueError(f"the parameters have dtypes {sorted(map(str, dtypes))}; a bucket is one "
+                             f"flat buffer, so give the model a single dtype (e.g. model.double()) "
+                             f"or pass bucket_bytes=None (one all-reduce per parameter)")
+        if bucket_bytes is None:
+            plan = [[i] for i in range(len(trainable))]
+        else:
+            plan = plan_buckets([p.numel() * p.element_size() for p in trainable], bucket_bytes)
+        self._buckets = [[trainable[i] for i in bucket] for bucket in plan]
+        self.bucket_names = [[names[p] for p in bucket] for bucket in self._buckets]
+        self.bucket_sizes_bytes = [sum(p.numel() * p.element_size() for p in bucket)
+                                   for bucket in self._buckets]
+        self._bucket_of = {p: b for b, bucket in enumerate(self._buckets) for p in bucket}
+        self._reset()
+        self._hooks = [p.register_post_accumulate_grad_hook(self._on_gradient_ready)
+                       for p in trainable]
+
+    # -- building ---------------------------------------------------------------------
+
+    def _broadcast_from_first_replica(self):
+        """Every dp replica starts from the weights of dp coordinate 0."""
+        if self.dims.dp == 1:
+            return
+        first = self.dims.ranks("dp")[0]
+        with torch.no_grad():
+            for tensor in itertools.chain(self.module.parameters(), self.module.buffers()):
+                # communication: copy dp coordinate 0's tensor to every replica
+                comms.broadcast(tensor.data, "dp", src=first, dims=self.dims)
+
+    def _reset(self):
+        self._ready = set()                      # parameters whose gradient this backward produced
+        self._filled = [0] * len(self._buckets)  # how many of each bucket's gradients are ready
+        self._pending = []                       # (bucket index, flat buffer, comms.Pending) in flight
+        self._next_bucket = 0                    # the first bucket not launched yet
+        self._backwards_ended = 0                # backward passes finished since the last finish
+        self._in_backward = False
+
+    # -- during backward --------------------------------------------------------------
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def _on_gradient_ready(self, param):
+        """Hook: `param.grad` is final for this backward. Launch every full bucket
+        whose turn has come."""
+        if not self._in_backward:
+            if self._backwards_ended:
+                raise RuntimeError(_SECOND_BACKWARD)
+            self._in_backward = True
+            # runs once when this backward pass is over
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+        if param in self._ready:
+            raise RuntimeError(_SECOND_BACKWARD)
+        self._ready.add(param)
+        self._filled[self._bucket_of[param]] += 1
+        while (self._next_bucket < len(self._buckets)
+               and self._filled[self._next_bucket] == len(self._buckets[self._next_bucket])):
+            self._launch(self._next_bucket)
+
+    def _end_of_backward(self):
+        self._in_backward = False
+        self._backwards_ended += 1
+
+    def _launch(self, index):
+        """Copy bucket `index`'s gradients into one flat buffer and start its all-reduce."""
+        bucket = self._buckets[index]
+        # an unused parameter (no gradient on this rank) contributes zeros
+        flat = torch.cat([(p.grad if p in self._ready and p.grad is not None
+                           else torch.zeros_like(p)).reshape(-1) for p in bucket])  # (numels,)
+        if self.dims.dp > 1:
+            # communication: start summing this bucket over the dp ranks; backward goes on meanwhile
+            pending = comms.all_reduce(flat, "dp", dims=self.dims, async_op=True)
+        else:
+            pending = None  # one replica: nothing to average
+        self._pending.append((index, flat, pending))
+        self._next_bucket = index + 1
+
+    # -- after backward -----------------------------------------------------------------
+
+    def finish_gradient_synchronization(self):
+        """Launch the buckets still waiting (those holding unused parameters),
+        wait for every all-reduce, divide by dp and write each bucket's slices
+        back into the parameters' `.grad`. Call after `loss.backward()`, before
+        `optimizer.step()`, on every rank."""
+        if not self._ready:
+            raise RuntimeError("finish_gradient_synchronization() found no gradient since the last "
+                               "call; run loss.backward() on the wrapped model first")
+        while self._next_bucket < len(self._buckets):
+            self._launch(self._next_bucket)
+        for index, flat, pending in self._pending:
+            if pending is not None:
+                pending.wait()  # communication: this bucket's sum has arrived
+            flat.div_(self.dims.dp)
+            bucket = self._buckets[index]
+            for param, piece in zip(bucket, flat.split([p.numel() for p in bucket])):
+                if param.grad is None:   # unused on this rank: it gets the average too
+                    param.grad = piece.view_as(param).clone()
+                else:
+                    param.grad.copy_(piece.view_as(param))
+        self._reset()
+
+    def extra_repr(self) -> str:
+        size = "one per parameter" if self.bucket_bytes is None else f"{self.bucket_bytes:,} bytes"
+        return f"dp={self.dims.dp}, buckets={len(self._buckets)} ({size})"
