@@ -4,6 +4,8 @@
     layers.py  ColumnParallelLinear, RowParallelLinear
     block.py   TPBlock (the toy block, heads split across ranks), tensor_parallel_toy
     shard.py   full weights <-> one tp rank's shard (shard_block_state, gather_block_state, ...)
+    sequence.py  sequence parallelism: the all-gather / reduce-scatter maps, SequenceParallelBlock
+    measure.py   one traced TP (or TP+SP) step: collectives per block, activation bytes kept
 
 Every collective goes through `threeaxes.comms` with axis="tp".
 """
@@ -14,10 +16,17 @@ from threeaxes.tensor_parallel.maps import (
 from threeaxes.tensor_parallel.shard import (
     BLOCK_LAYOUT, check_tp_layout, gather_block_state, gather_model_state, layout_of,
     shard_block_state, shard_model_state)
+from threeaxes.tensor_parallel.sequence import (
+    SequenceParallelBlock, SequenceParallelToy, allreduce_sequence_parallel_grads,
+    check_sequence_split, gather_from_sequence_region, reduce_scatter_to_sequence_region,
+    scatter_to_sequence_region, sequence_parallel_toy)
 
 __all__ = [
     "copy_to_tp_region", "reduce_from_tp_region", "gather_from_tp_region", "scatter_to_tp_region",
     "ColumnParallelLinear", "RowParallelLinear", "TPBlock", "TPCausalSelfAttention", "TPMLP",
     "tensor_parallel_toy", "BLOCK_LAYOUT", "check_tp_layout", "layout_of", "shard_block_state",
     "gather_block_state", "shard_model_state", "gather_model_state",
+    "gather_from_sequence_region", "reduce_scatter_to_sequence_region", "scatter_to_sequence_region",
+    "check_sequence_split", "SequenceParallelBlock", "SequenceParallelToy", "sequence_parallel_toy",
+    "allreduce_sequence_parallel_grads",
 ]
