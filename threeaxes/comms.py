@@ -61,8 +61,10 @@ class Pending:
     """
 
     def __init__(self, work, op: str, axis: str, dims: ParallelDims, nbytes: int, *,
-                 start: float, result=None):
-        self.work, self.result = work, result
+                 start: float, result=None, finish=None):
+        # `finish`, when given, runs once after the backend is done and returns the
+        # result (all_gather concatenates the parts, reduce_scatter keeps its slice)
+        self.work, self.result, self._finish = work, result, finish
         self._event = dict(rank=dims.rank, kind=trace.COMM, op=op, start=start, axis=axis,
                            group=tuple(dims.ranks(axis)), bytes=nbytes)
         self._done_at = None
@@ -80,6 +82,8 @@ class Pending:
         if not self._waited:
             self.work.wait()
             self._waited = True
+            if self._finish is not None:
+                self.result = self._finish()
             if trace.recording():
                 trace.emit(trace.Event(end=self._done_at or time.time(), **self._event))
         return self.result
@@ -106,17 +110,32 @@ def all_reduce(tensor, axis: str, *, dims=None, op=dist.ReduceOp.SUM, async_op: 
     return tensor
 
 
-def all_gather(tensor, axis: str, *, dims=None, dim: int = 0):
-    """Concatenate every rank's `tensor` along `dim`, in axis order."""
+def all_gather(tensor, axis: str, *, dims=None, dim: int = 0, async_op: bool = False):
+    """Concatenate every rank's `tensor` along `dim`, in axis order.
+
+    With `async_op=True` it returns at once with a `Pending` whose `.wait()`
+    returns the concatenated tensor.
+    """
     axis, dims = _layout(axis, dims)
     parts = [torch.empty_like(tensor) for _ in range(dims.size(axis))]
-    with _traced("all_gather", axis, dims, _nbytes(tensor) * len(parts)):
+    nbytes = _nbytes(tensor) * len(parts)
+    if async_op:
+        # communication: started now, finished in the background, waited on later
+        start = time.time()
+        work = dist.all_gather(parts, tensor.contiguous(), group=dims.group(axis), async_op=True)
+        return Pending(work, "all_gather", axis, dims, nbytes, start=start,
+                       finish=lambda: torch.cat(parts, dim=dim))
+    with _traced("all_gather", axis, dims, nbytes):
         dist.all_gather(parts, tensor.contiguous(), group=dims.group(axis))
     return torch.cat(parts, dim=dim)
 
 
-def reduce_scatter(tensor, axis: str, *, dims=None, dim: int = 0):
-    """Sum over the group, then keep only this rank's 1/n slice along `dim`."""
+def reduce_scatter(tensor, axis: str, *, dims=None, dim: int = 0, async_op: bool = False):
+    """Sum over the group, then keep only this rank's 1/n slice along `dim`.
+
+    With `async_op=True` it returns at once with a `Pending` whose `.wait()`
+    returns the slice.
+    """
     axis, dims = _layout(axis, dims)
     n, group = dims.size(axis), dims.group(axis)
     if tensor.shape[dim] % n:
@@ -124,8 +143,22 @@ def reduce_scatter(tensor, axis: str, *, dims=None, dim: int = 0):
                          f"({tensor.shape[dim]}) to be a multiple of {n}; pad the tensor")
     chunks = [c.contiguous() for c in tensor.chunk(n, dim=dim)]
     out = torch.empty_like(chunks[0])
+    gloo = dist.get_backend(group) == "gloo"
+    if async_op:
+        # communication: started now, finished in the background, waited on later
+        start = time.time()
+        if gloo:
+            # gloo has no reduce_scatter: all-reduce a copy, keep our slice when done
+            full = tensor.contiguous().clone()
+            work = dist.all_reduce(full, group=group, async_op=True)
+            finish = lambda: out.copy_(full.chunk(n, dim=dim)[dims.coord(axis)])  # noqa: E731
+        else:
+            work = dist.reduce_scatter(out, chunks, group=group, async_op=True)
+            finish = None
+        return Pending(work, "reduce_scatter", axis, dims, _nbytes(tensor), start=start,
+                       result=out, finish=finish)
     with _traced("reduce_scatter", axis, dims, _nbytes(tensor)):
-        if dist.get_backend(group) == "gloo":
+        if gloo:
             # gloo has no reduce_scatter: all-reduce, then keep our slice
             full = tensor.contiguous().clone()
             dist.all_reduce(full, group=group)

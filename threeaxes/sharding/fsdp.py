@@ -1,0 +1,246 @@
+"""ZeRO stage 3 / FSDP: parameters sharded too, gathered only while a unit runs.
+
+    for block in model.blocks:
+        fully_shard(block)        # one unit per block
+    fully_shard(model)            # the root: embeddings, final norm, head
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)   # sees only the flat shards
+
+A unit's parameters live as one flat buffer cut into dp equal ranges
+(`flat.FlatLayout`, padded to a multiple of dp); each rank keeps its range as
+the parameter `flat_shard` of the unit's module, and the original parameters
+are removed. Each step, per unit (Rajbhandari et al. 2020, Section 5.3, P_os+g+p):
+
+* before its forward (forward pre-hook): all-gather the whole flat buffer and
+  set each original parameter as a view of it;
+* after its forward (forward hook): free the whole buffer. What autograd saves
+  for backward from it is replaced by a note (saved-tensor hooks), not kept;
+* before its backward (a hook on the gradient of its output): all-gather again;
+* after its backward (the backward of the function that tied the whole buffer
+  to the shard): reduce-scatter the whole gradient over dp into the shard's
+  gradient, divided by dp, and free the whole buffer.
+
+With `prefetch=True` a unit also starts the next unit's all-gather (in the
+order the first forward ran them) as its own begins, forward and backward.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from threeaxes import comms
+from threeaxes.dims import resolve
+from threeaxes.sharding.accounting import GATHERED
+from threeaxes.sharding.flat import FlatLayout, check_shardable
+
+__all__ = ["fully_shard", "units_of", "ShardedUnit", "gathered_state"]
+
+_LIVE: dict[int, "ShardedUnit"] = {}   # storage address of each gathered buffer alive -> its unit
+
+
+def units_of(model: nn.Module) -> list["ShardedUnit"]:
+    """The sharded units inside `model` (itself included), outermost first."""
+    return [m._sharding_unit for m in model.modules() if hasattr(m, "_sharding_unit")]
+
+
+# -- saved tensors: a view of a gathered buffer is saved as a note, re-gathered on use --------
+
+def _pack(tensor):
+    storage = tensor.untyped_storage()
+    unit = _LIVE.get(storage.data_ptr()) if storage.nbytes() else None
+    if unit is None:
+        return tensor
+    return unit, tensor.size(), tensor.stride(), tensor.storage_offset()
+
+
+def _unpack(packed):
+    if isinstance(packed, torch.Tensor):
+        return packed
+    unit, size, stride, offset = packed
+    return unit.gather().as_strided(size, stride, offset)
+
+
+class _TieToShard(torch.autograd.Function):
+    """Forward: the unit's gathered buffer, as a tensor that depends on the shard.
+    Backward: the whole gradient reduce-scattered into the shard's gradient."""
+
+    @staticmethod
+    def forward(ctx, shard, unit):
+        ctx.unit = unit
+        return unit.gathered.detach()   # (padded_numel,), the same memory
+
+    @staticmethod
+    def backward(ctx, grad_whole):
+        return ctx.unit.post_backward(grad_whole), None
+
+
+class ShardedUnit:
+    """One `fully_shard`ed module: its flat shard, gather and free, and its hooks."""
+
+    def __init__(self, module: nn.Module, dims, prefetch: bool):
+        self.module, self.dims, self.prefetch = module, dims, prefetch
+        n, index = dims.size("dp"), dims.coord("dp")
+        inner = {id(u.shard) for u in units_of(module)}
+        # (submodule, name) of every parameter not already inside a nested unit
+        self.places, params = [], []
+        for prefix, sub in module.named_modules():
+            for name, p in list(sub._parameters.items()):
+                if p is None or id(p) in inner:
+                    continue
+                if any(p is q for q in params):
+                    raise ValueError(f"parameter {prefix}.{name} is shared with another place; "
+                                     f"fully_shard here does not handle tied weights: untie them")
+                self.places.append((sub, name, f"{prefix}.{name}" if prefix else name))
+                params.append(p)
+        self.nested = units_of(module)
+        if not params and not self.nested:
+            raise ValueError(f"{type(module).__name__} has no parameters to shard; "
+                             f"apply fully_shard to a module that holds some")
+        self.shard = None
+        if params:
+            check_shardable(params, what=f"{type(module).__name__}'s parameters")
+            self.layout = FlatLayout([p.shape for p in params], n)
+            start, stop = self.layout.shard_range(index)
+            with torch.no_grad():
+                kept = self.layout.flatten(params)[start:stop].clone()  # (shard_numel,)
+            self.shard = nn.Parameter(kept, requires_grad=any(p.requires_grad for p in params))
+            for sub, name, _ in self.places:
+                del sub._parameters[name]
+                setattr(sub, name, None)   # only a view of the gathered buffer, while gathered
+            module.register_parameter("flat_shard", self.shard)
+        self.gathered, self._pending, self._saving = None, None, None
+        self.root, self.order, self._recording = None, [], False
+        for unit in self.nested:
+            unit.root = self   # the outermost fully_shard call coordinates the order
+        module._sharding_unit = self
+        module.register_forward_pre_hook(self._pre_forward)
+        module.register_forward_hook(self._post_forward)
+
+    # -- gather and free ---------------------------------------------------------------
+    @property
+    def gathered_bytes(self) -> int:
+        return self.layout.padded_numel * self.shard.element_size() if self.shard is not None else 0
+
+    def start_gather(self) -> None:
+        """Start the all-gather in the background (prefetch); `gather` waits for it."""
+        if self.shard is None or self.gathered is not None or self._pending is not None:
+            return
+        GATHERED.add(self.gathered_bytes)
+        # communication: all-gather every rank's range of this unit over dp, ahead of its use
+        self._pending = comms.all_gather(self.shard.detach(), "dp", dims=self.dims, async_op=True)
+
+    def gather(self) -> torch.Tensor:
+        """The whole flat buffer, all-gathered now unless it already is (or is on its way)."""
+        if self.gathered is None:
+            if self._pending is None:
+                GATHERED.add(self.gathered_bytes)
+                # communication: all-gather every rank's range of this unit over dp
+                self.gathered = comms.all_gather(self.shard.detach(), "dp", dims=self.dims)
+            else:
+                self.gathered, self._pending = self._pending.wait(), None
+            _LIVE[self.gathered.untyped_storage().data_ptr()] = self
+        return self.gathered
+
+    def free(self) -> None:
+        if self.gathered is None:
+            return
+        del _LIVE[self.gathered.untyped_storage().data_ptr()]
+        self.gathered.untyped_storage().resize_(0)   # gone, even where a view still points
+        self.gathered = None
+        GATHERED.remove(self.gathered_bytes)
+        for sub, name, _ in self.places:
+            setattr(sub, name, None)
+
+    def post_backward(self, grad_whole: torch.Tensor) -> torch.Tensor:
+        # communication: reduce-scatter the whole gradient over dp; keep the sum of my range
+        grad = comms.reduce_scatter(grad_whole.contiguous(), "dp", dims=self.dims)
+        self.free()
+        return grad.div_(self.dims.size("dp"))   # the mean over the dp ranks, as in DP
+
+    # -- hooks ----------------------------------------------------------------------------
+    def _neighbour(self, step: int):
+        order = (self.root or self).order
+        if self not in order:
+            return None
+        k = order.index(self) + step
+        # backward of the first unit (the root) is followed by the last unit's: wrap around
+        return order[k % len(order)] if 0 <= k < len(order) or step < 0 else None
+
+    def _pre_forward(self, module, args):
+        root = self.root or self
+        if root is self and not self.order:
+            self._recording = True   # the first forward fixes the order units run in
+        if root._recording:
+            root.order.append(self)
+        if self.shard is not None:
+            self.gather()
+            if torch.is_grad_enabled():
+                # backward will not find these buffers: it asks _unpack, which gathers again
+                self._saving = torch.autograd.graph.saved_tensors_hooks(_pack, _unpack)
+                self._saving.__enter__()
+            whole = (_TieToShard.apply(self.shard, self)
+                     if torch.is_grad_enabled() and self.shard.requires_grad else self.gathered)
+            for (sub, name, _), view in zip(self.places, self.layout.views(whole)):
+                setattr(sub, name, view)
+        if self.prefetch and (nxt := self._neighbour(+1)) is not None:
+            nxt.start_gather()
+
+    def _post_forward(self, module, args, output):
+        if self._saving is not None:
+            self._saving.__exit__(None, None, None)
+            self._saving = None
+        if torch.is_grad_enabled():
+            for t in _tensors(output):
+                if t.requires_grad:
+                    t.register_hook(self._pre_backward)
+        self.free()
+        if self.root is None:
+            self._recording = False
+
+    def _pre_backward(self, grad):
+        if self.shard is not None:
+            self.gather()
+        if self.prefetch and (prev := self._neighbour(-1)) is not None:
+            prev.start_gather()
+
+
+def _tensors(output):
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if isinstance(output, (list, tuple)):
+        return [t for item in output for t in _tensors(item)]
+    if isinstance(output, dict):
+        return [t for item in output.values() for t in _tensors(item)]
+    return []
+
+
+def fully_shard(module: nn.Module, dims=None, prefetch: bool = False) -> nn.Module:
+    """Shard `module`'s parameters (those not in a nested unit) over the dp ranks; in place.
+
+    Apply it to each block first, then to the root. Returns the module; its
+    `parameters()` are now the flat shards, to give to any optimizer.
+    """
+    if hasattr(module, "_sharding_unit"):
+        raise ValueError(f"{type(module).__name__} is already sharded; call fully_shard once "
+                         f"per module (blocks first, then the root)")
+    if not isinstance(prefetch, bool):
+        raise TypeError(f"prefetch={prefetch!r}; pass True or False")
+    ShardedUnit(module, resolve(dims), prefetch)
+    return module
+
+
+def gathered_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every original parameter, whole, by its original name: a collective, call it on
+    every dp rank. Detached copies; the units end freed as they were."""
+    state = {}
+    for prefix, sub in model.named_modules():
+        unit = getattr(sub, "_sharding_unit", None)
+        if unit is None or unit.shard is None:
+            continue
+        was_gathered = unit.gathered is not None
+        with torch.no_grad():
+            views = unit.layout.views(unit.gather())
+            for (_, _, name), view in zip(unit.places, views):
+                state[f"{prefix}.{name}" if prefix else name] = view.detach().clone()
+        if not was_gathered:
+            unit.free()
+    return state
