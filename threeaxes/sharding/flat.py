@@ -20,8 +20,8 @@ __all__ = ["FlatLayout", "check_shardable", "shard_of"]
 
 def check_shardable(tensors, what: str = "parameter group") -> None:
     """Raise a ValueError (TypeError for a non-tensor) that says what to change unless
-    `tensors` can live in one flat buffer: at least one, all floating point, one dtype,
-    one device."""
+    `tensors` can live in one trained flat buffer: at least one, all trainable, all
+    floating point, one dtype, one device."""
     tensors = list(tensors)
     if not tensors:
         raise ValueError(f"the {what} holds no tensors; give it at least one parameter")
@@ -37,6 +37,11 @@ def check_shardable(tensors, what: str = "parameter group") -> None:
     if not tensors[0].is_floating_point():
         raise ValueError(f"the {what} has dtype {dtypes[0]}; only floating-point parameters "
                          f"are trained and sharded")
+    frozen = sum(not t.requires_grad for t in tensors)
+    if 0 < frozen:
+        raise ValueError(f"the {what} holds {frozen} parameter(s) with requires_grad=False; "
+                         f"a shard is trained as one tensor, so leave frozen parameters out "
+                         f"(e.g. [p for p in model.parameters() if p.requires_grad])")
     devices = sorted({str(t.device) for t in tensors})
     if len(devices) > 1:
         raise ValueError(f"the {what} spans devices {devices}; move the model to one device first")

@@ -102,7 +102,7 @@ class ShardedUnit:
             start, stop = self.layout.shard_range(index)
             with torch.no_grad():
                 kept = self.layout.flatten(params)[start:stop].clone()  # (shard_numel,)
-            self.shard = nn.Parameter(kept, requires_grad=any(p.requires_grad for p in params))
+            self.shard = nn.Parameter(kept)
             for sub, name, _ in self.places:
                 del sub._parameters[name]
                 setattr(sub, name, None)   # only a view of the gathered buffer, while gathered
@@ -177,8 +177,7 @@ class ShardedUnit:
                 # backward will not find these buffers: it asks _unpack, which gathers again
                 self._saving = torch.autograd.graph.saved_tensors_hooks(_pack, _unpack)
                 self._saving.__enter__()
-            whole = (_TieToShard.apply(self.shard, self)
-                     if torch.is_grad_enabled() and self.shard.requires_grad else self.gathered)
+            whole = _TieToShard.apply(self.shard, self) if torch.is_grad_enabled() else self.gathered
             for (sub, name, _), view in zip(self.places, self.layout.views(whole)):
                 setattr(sub, name, view)
         if self.prefetch and (nxt := self._neighbour(+1)) is not None:

@@ -33,18 +33,23 @@ class GradientShardReducer:
 
     def __init__(self, buckets, dims):
         self.buckets, self.dims = list(buckets), dims
-        self._arrived = [0] * len(self.buckets)
-        self._expected = [sum(p.requires_grad for p in b.params) for b in self.buckets]
+        self._expected = [len(b.params) for b in self.buckets]
+        self._filled = [0] * len(self.buckets)   # gradients of each bucket ready in this backward
+        self._next = 0                            # the first bucket not launched yet
         self._pending: list[tuple[int, comms.Pending]] = []
-        self.handles = [p.register_post_accumulate_grad_hook(self._hook(i))
-                        for i, b in enumerate(self.buckets) for p in b.params if p.requires_grad]
+        self._bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b.params}
+        self.handles = [p.register_post_accumulate_grad_hook(self._on_gradient_ready)
+                        for b in self.buckets for p in b.params]
 
-    def _hook(self, index):
-        def on_gradient(_param):
-            self._arrived[index] += 1
-            if self._arrived[index] == self._expected[index]:
-                self._reduce_scatter(index)
-        return on_gradient
+    def _on_gradient_ready(self, param) -> None:
+        """Hook: `param.grad` is final for this backward. Launch every full bucket whose
+        turn has come: strictly in bucket order, so every rank starts the same
+        collectives in the same order whatever order its hooks fire in."""
+        self._filled[self._bucket_of[id(param)]] += 1
+        while self._next < len(self.buckets) and self._filled[self._next] == self._expected[self._next]:
+            self._reduce_scatter(self._next)
+        if self._next == len(self.buckets):   # all sent: a further backward starts afresh
+            self._next, self._filled = 0, [0] * len(self.buckets)
 
     def _reduce_scatter(self, index: int) -> None:
         bucket = self.buckets[index]
@@ -56,13 +61,15 @@ class GradientShardReducer:
         # communication: reduce-scatter the bucket over dp; each rank gets the sum of its range
         self._pending.append((index, comms.reduce_scatter(flat, "dp", dims=self.dims,
                                                           async_op=True)))
-        self._arrived[index] = 0
+        self._next = index + 1
 
     def collect(self) -> None:
-        """Wait for every reduce-scatter of this backward; put the mean into the shards."""
-        for index, arrived in enumerate(self._arrived):
-            if arrived:   # some of its parameters got no gradient: send what there is
-                self._reduce_scatter(index)
+        """Launch the buckets still waiting (some parameter got no gradient), wait for every
+        reduce-scatter, put the mean over dp into the shards' gradients."""
+        if any(self._filled):
+            while self._next < len(self.buckets):
+                self._reduce_scatter(self._next)
+        self._next, self._filled = 0, [0] * len(self.buckets)
         for index, pending in self._pending:
             shard = self.buckets[index].shard
             mean = pending.wait().div_(self.dims.size("dp"))
