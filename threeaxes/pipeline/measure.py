@@ -44,9 +44,22 @@ from .executor import run_plan, split_microbatches
 from .schedules import Plan, make_plan
 from .stages import build_stages
 
-__all__ = ["DelayedStage", "SavedActivations", "BubbleMeasurement", "measured_bubble",
+__all__ = ["BUBBLE_TOLERANCE", "DelayedStage", "SavedActivations", "BubbleMeasurement", "measured_bubble",
            "predicted_peak_bytes", "one_microbatch_saved_bytes", "measure_pipeline",
            "measured_beside_predicted"]
+
+
+# measured bubble / formula: what a step on a shared 2-core CPU gives, with stage
+# forwards of 40 ms and backwards of 80 ms (2 blocks of 20 ms + 40 ms). The
+# formula is the ideal: stages of exactly equal duration, and a message arriving
+# the instant it is sent. The real step can only lose time against it, on every
+# action of its critical path: the send/recv from one rank to the next (0.1 ms
+# on an idle machine, a few ms when the receiving process waits for a core),
+# a sleep waking late, the last stage's loss outside the padded time. At about
+# 5 ms per action at worst (measured while other jobs loaded the 2 cores), a
+# p=4, m=8 step of 22 actions on its critical path runs ~10% long, and its
+# idle share grows by up to ~30%. Below 1 only by noise in the spans themselves.
+BUBBLE_TOLERANCE = (0.9, 1.35)
 
 
 # -- the delay -------------------------------------------------------------------
