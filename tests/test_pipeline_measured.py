@@ -224,3 +224,51 @@ def test_measured_beside_predicted_draws_two_timelines(measured):
     top, bottom = fig.axes[:2]
     assert top.get_title().startswith("measured") and bottom.get_title().startswith("predicted")
     assert top.get_xlim() == bottom.get_xlim()
+
+
+# -- drop 7's grading references --------------------------------------------------------
+
+def test_drop07_hidden_targets_sit_on_no_boundary():
+    from threeaxes.grading import drop07
+
+    for p, target, v in drop07.TARGET_CASES:
+        m = drop07.expected_smallest_m(p, target, v)
+        step = 1 if v == 1 else p
+        # written from the formula with exact fractions: m is the first step past (p-1)(1-t)/(v t)
+        for k in range(step, 2 * m + step, step):
+            assert Fraction(p - 1, v * k + p - 1) != Fraction(target).limit_denominator(10 ** 6)
+        assert Fraction(p - 1, v * m + p - 1) < Fraction(str(target)) <= Fraction(p - 1, v * (m - step) + p - 1)
+
+
+def test_drop07_references_name_the_usual_mistakes():
+    from threeaxes.grading import drop07
+
+    # p = 4, target 10%: (p-1)/(m+p-1) < 0.1 needs m > 27 (m = 27 gives exactly 10%); (p-1)/m needs m > 30
+    assert drop07.expected_smallest_m(4, 0.1) == 28
+    assert drop07.smallest_m_mistake(28, 4, 0.1) is None
+    assert "(p-1)/m" in drop07.smallest_m_mistake(31, 4, 0.1)
+    assert "multiple of p" in drop07.smallest_m_mistake(13, 4, 0.12, 2)
+    right = {"bubble": 3 / 19, "stage0_in_flight": 5.5}         # p=4, m=8, v=2, by hand
+    assert drop07.prediction_mistake(right, "interleaved", 4, 8, 2) is None
+    assert "interleaving" in drop07.prediction_mistake({**right, "bubble": 3 / 11}, "interleaved", 4, 8, 2)
+    assert "plain 1F1B" in drop07.prediction_mistake({**right, "stage0_in_flight": 4.0},
+                                                     "interleaved", 4, 8, 2)
+    assert "all m=8 forwards" in drop07.prediction_mistake({"bubble": 3 / 11, "stage0_in_flight": 4.0},
+                                                           "gpipe", 4, 8)
+    assert "useful time" in drop07.prediction_mistake({"bubble": 3 / 8, "stage0_in_flight": 4.0},
+                                                      "1f1b", 4, 8)
+
+
+def test_drop07_answers_become_plain_values_first():
+    from threeaxes.grading import drop07
+
+    class AlwaysEqual(float):
+        def __eq__(self, other):
+            return True
+
+    with pytest.raises(AssertionError, match="should be a number"):
+        drop07.plain_prediction({"bubble": AlwaysEqual(0), "stage0_in_flight": 4})
+    with pytest.raises(AssertionError, match="exactly the keys"):
+        drop07.plain_prediction([0.27, 4])
+    with pytest.raises(AssertionError, match="whole number"):
+        drop07.check_smallest_m(lambda p, t, v: AlwaysEqual(28), 4, 0.1)
