@@ -34,7 +34,7 @@ PSI = 2 * BLOCK + ROOT               # 1266
 TENSORS = 2 * 16 + 5                 # 16 per block; tok, pos, ln_f weight and bias, head
 
 VARIANTS = ("dp", "zero1", "zero1_buckets", "zero_ro", "zero2", "zero2_buckets",
-            "zero3", "zero3_prefetch", "fsdp2")
+            "zero2_accumulate", "zero3", "zero3_prefetch", "zero3_accumulate", "fsdp2")
 
 
 def padded(numel, n):
@@ -84,7 +84,12 @@ def _train(variant, dims, cfg, batches, lr):
         for inputs, targets in batches:
             inputs, targets = shard_batch(inputs, targets, dims)
             opt.zero_grad()
-            lm_loss(model(inputs), targets).backward()
+            if variant.endswith("accumulate"):
+                # two backwards, each on half of this rank's slice, before one step
+                for half_inputs, half_targets in zip(inputs.chunk(2), targets.chunk(2)):
+                    (0.5 * lm_loss(model(half_inputs), half_targets)).backward()
+            else:
+                lm_loss(model(inputs), targets).backward()
             if variant in ("dp", "zero_ro") or variant.startswith("zero1"):
                 average_gradients(model, dims)   # plain DP's all-reduce, one per tensor
             opt.step()
