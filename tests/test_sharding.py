@@ -128,6 +128,12 @@ def test_fully_shard_refuses_twice_an_empty_module_and_a_bad_prefetch():
     mixed = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2, dtype=torch.float64))
     with pytest.raises(ValueError, match=r"^the Sequential's parameters mixes dtypes"):
         fully_shard(mixed, RANK0_OF_TWO)
+    tied = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    tied[1].weight = tied[0].weight
+    with pytest.raises(ValueError, match=r"^parameter 1\.weight is also registered elsewhere "
+                                         r"\(tied weights\); .*untie them$"):
+        fully_shard(tied, RANK0_OF_TWO)
+    assert len(list(tied.parameters())) == 3   # refused before anything was changed
 
 
 def test_fully_shard_leaves_only_the_flat_shards_as_parameters():

@@ -86,10 +86,11 @@ class ShardedUnit:
             for name, p in list(sub._parameters.items()):
                 if p is None or id(p) in inner:
                     continue
+                full_name = f"{prefix}.{name}" if prefix else name
                 if any(p is q for q in params):
-                    raise ValueError(f"parameter {prefix}.{name} is shared with another place; "
-                                     f"fully_shard here does not handle tied weights: untie them")
-                self.places.append((sub, name, f"{prefix}.{name}" if prefix else name))
+                    raise ValueError(f"parameter {full_name} is also registered elsewhere (tied "
+                                     f"weights); fully_shard here does not handle them: untie them")
+                self.places.append((sub, name, full_name))
                 params.append(p)
         self.nested = units_of(module)
         if not params and not self.nested:
@@ -151,6 +152,7 @@ class ShardedUnit:
             setattr(sub, name, None)
 
     def post_backward(self, grad_whole: torch.Tensor) -> torch.Tensor:
+        """Phase: after this unit's backward (every gradient of its parameters is in)."""
         # communication: reduce-scatter the whole gradient over dp; keep the sum of my range
         grad = comms.reduce_scatter(grad_whole.contiguous(), "dp", dims=self.dims)
         self.free()
@@ -166,6 +168,7 @@ class ShardedUnit:
         return order[k % len(order)] if 0 <= k < len(order) or step < 0 else None
 
     def _pre_forward(self, module, args):
+        # phase: before this unit's forward, gather it (and start the next one's, prefetching)
         root = self.root or self
         if root is self and not self.order:
             self._recording = True   # the first forward fixes the order units run in
@@ -184,6 +187,7 @@ class ShardedUnit:
             nxt.start_gather()
 
     def _post_forward(self, module, args, output):
+        # phase: after this unit's forward, free it; its backward starts with a gather
         if self._saving is not None:
             self._saving.__exit__(None, None, None)
             self._saving = None
@@ -196,6 +200,8 @@ class ShardedUnit:
             self._recording = False
 
     def _pre_backward(self, grad):
+        # phase: before this unit's backward (its output's gradient is in), gather it again
+        # (and start the gather of the unit whose backward comes next, prefetching)
         if self.shard is not None:
             self.gather()
         if self.prefetch and (prev := self._neighbour(-1)) is not None:
