@@ -6,15 +6,22 @@ every drop that has such a file, and these students submit to each drop:
 
     solved_source       the instructor's notebook                      full marks
     untouched_release   the release as handed out                      0 on every auto-graded cell
-    mistake-1, -2, ...  the release with every solution typed in,      0 on the cells in `loses`,
-                        then the drop's k-th mistake in one answer     full marks on all others
+    mistakes-1, -2, ... the release with every solution typed in,      0 on the cells its mistakes
+                        then some of the drop's mistakes, each in        `lose`, full marks on all
+                        its own answer cell                              others
+
+Mistakes share a notebook when they can: each student takes, in order, every
+mistake whose answer cell and lost cells no earlier mistake of that student
+touches (a mistake with "alone": true always gets a student of its own). A
+drop with mistakes in two answer cells then costs one notebook run, not two;
+every mistake's feedback phrase is still checked on its student's page.
 
 (The release with every solution typed in and nothing else is not run: in
 every cell autograde keeps as submitted it holds the solved source's code,
 which `student_code` lets a test check, so it would score the same.)
 
     course = graded_course(tmp_path, drops())   # one generate_assignment, autograde,
-    course.scores(drop.name, "mistake-1")        # generate_feedback and export for all
+    course.scores(drop.name, "mistakes-1")       # generate_feedback and export for all
     # {grade_id: points}
 
 Everything goes through the nbgrader CLI with the repository's
@@ -55,6 +62,7 @@ class Mistake:
     loses: tuple    # grade ids of the test cells that must give 0 (all others full marks)
     feedback: str   # a phrase the student's feedback page must show
     why: str = ""
+    alone: bool = False   # True: never share a notebook with another mistake
 
 
 @dataclass(frozen=True)
@@ -63,16 +71,35 @@ class Drop:
     points: dict    # {grade id of an auto-graded test cell: points}
     mistakes: tuple
 
-    def students(self) -> list[str]:
-        return [FULL, ZERO, *(f"mistake-{k}" for k in range(1, len(self.mistakes) + 1))]
+    def packs(self) -> list[tuple[Mistake, ...]]:
+        """The mistakes grouped into students: greedily, in order, never two in one
+        answer cell or losing the same cell, an `alone` mistake by itself."""
+        packs: list[list[Mistake]] = []
+        for m in self.mistakes:
+            for pack in packs:
+                if not m.alone and not any(o.alone or o.answer == m.answer or set(o.loses) & set(m.loses)
+                                           for o in pack):
+                    pack.append(m)
+                    break
+            else:
+                packs.append([m])
+        return [tuple(p) for p in packs]
 
-    def mistake(self, student: str) -> Mistake | None:
-        return self.mistakes[int(student.split("-")[1]) - 1] if student.startswith("mistake-") else None
+    def students(self) -> list[str]:
+        return [FULL, ZERO, *(f"mistakes-{k}" for k in range(1, len(self.packs()) + 1))]
+
+    def mistakes_of(self, student: str) -> tuple[Mistake, ...]:
+        if not student.startswith("mistakes-"):
+            return ()
+        return self.packs()[int(student.split("-")[1]) - 1]
+
+    def student_of(self, mistake: Mistake) -> str:
+        return next(s for s in self.students() if mistake in self.mistakes_of(s))
 
     def expected(self, student: str) -> dict[str, float]:
         if student == ZERO:
             return {gid: 0.0 for gid in self.points}
-        lost = self.mistake(student).loses if self.mistake(student) else ()
+        lost = {gid for m in self.mistakes_of(student) for gid in m.loses}
         return {gid: 0.0 if gid in lost else pts for gid, pts in self.points.items()}
 
 
@@ -84,13 +111,13 @@ def load_drop(folder: Path) -> Drop:
         raise ValueError(f"{where}: the keys are 'points' and 'mistakes', got {sorted(data)}")
     mistakes = []
     for m in data["mistakes"]:
-        keys = set(m) - {"why"}
+        keys = set(m) - {"why", "alone"}
         if keys != {"name", "answer", "code", "loses", "feedback"}:
-            raise ValueError(f"{where}: a mistake has name, answer, code, loses, feedback (and why); "
-                             f"got {sorted(m)}")
+            raise ValueError(f"{where}: a mistake has name, answer, code, loses, feedback (and why, "
+                             f"alone); got {sorted(m)}")
         code = "\n".join(m["code"]) if isinstance(m["code"], list) else m["code"]
         mistakes.append(Mistake(m["name"], m["answer"], code, tuple(m["loses"]), m["feedback"],
-                                m.get("why", "")))
+                                m.get("why", ""), m.get("alone", False) is True))
     return Drop(folder.name, {gid: float(p) for gid, p in data["points"].items()}, tuple(mistakes))
 
 
@@ -181,8 +208,11 @@ def submit_all(course: Course, drop: Drop) -> None:
     solved = course.solved_release(drop.name)
     course.submit(FULL, drop.name, course.source(drop.name))
     course.submit(ZERO, drop.name, course.released(drop.name))
-    for k, mistake in enumerate(drop.mistakes, start=1):
-        course.submit(f"mistake-{k}", drop.name, set_answer(solved, mistake.answer, mistake.code))
+    for student in drop.students()[2:]:
+        nb = solved
+        for mistake in drop.mistakes_of(student):
+            nb = set_answer(nb, mistake.answer, mistake.code)
+        course.submit(student, drop.name, nb)
 
 
 def graded_course(tmp_path: Path, all_drops: list[Drop], timings: dict | None = None,

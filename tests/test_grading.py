@@ -14,16 +14,16 @@ import nbformat
 import pytest
 
 from autograder.release import assignments
-from grading_harness import (GRADING_FILE, ROOT, answer_ids, autograded_ids, drops, graded_course,
-                             student_code)
+from grading_harness import (FULL, GRADING_FILE, ROOT, ZERO, Drop, Mistake, answer_ids, autograded_ids,
+                             drops, graded_course, student_code)
 
 # THREEAXES_GRADE_ONLY=drop05 (comma-separated prefixes) grades only those drops, for
 # someone writing one drop; CI leaves it unset and grades every drop.
 ONLY = [p for p in os.environ.get("THREEAXES_GRADE_ONLY", "").split(",") if p]
 DROPS = [d for d in drops() if not ONLY or d.name.startswith(tuple(ONLY))]
-CASES = [pytest.param(d, s, id=f"{d.name}:{s}" + (f"-{d.mistake(s).name}" if d.mistake(s) else ""))
+CASES = [pytest.param(d, s, id=f"{d.name}:{s}" + "".join(f"-{m.name}" for m in d.mistakes_of(s)))
          for d in DROPS for s in d.students()]
-MISTAKES = [case for case in CASES if case.values[0].mistake(case.values[1])]
+MISTAKES = [pytest.param(d, m, id=f"{d.name}:{m.name}") for d in DROPS for m in d.mistakes]
 
 
 @pytest.fixture(scope="session")
@@ -52,6 +52,19 @@ def test_grading_data_names_the_notebooks_cells(drop):
         assert m.feedback.strip(), f"{m.name}: give the phrase the feedback must show"
 
 
+def test_mistakes_share_a_student_only_across_different_cells():
+    def mistake(name, answer, loses, alone=False):
+        return Mistake(name, answer, "pass", loses, "phrase", alone=alone)
+    a, b = mistake("a", "x_answer", ("x",)), mistake("b", "x_answer", ("x",))
+    c, d = mistake("c", "y_answer", ("y",)), mistake("d", "z_answer", ("z",), alone=True)
+    e = mistake("e", "w_answer", ("y",))       # another cell, but it loses y as c does
+    drop = Drop("dropNN", {"x": 1.0, "y": 2.0, "z": 3.0, "w": 4.0}, (a, b, c, d, e))
+    assert drop.packs() == [(a, c), (b, e), (d,)]
+    assert drop.students() == [FULL, ZERO, "mistakes-1", "mistakes-2", "mistakes-3"]
+    assert drop.expected("mistakes-1") == {"x": 0.0, "y": 0.0, "z": 3.0, "w": 4.0}
+    assert drop.student_of(e) == "mistakes-2"
+
+
 # -- the graded course ----------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("drop, student", CASES)
@@ -70,11 +83,11 @@ def test_the_solved_release_runs_the_solved_sources_code(course, drop):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("drop, student", MISTAKES)
-def test_feedback_names_the_mistake(course, drop, student):
-    phrase = drop.mistake(student).feedback
-    assert phrase in html.unescape(course.feedback_html(drop.name, student)), (
-        f"{student}'s feedback does not say {phrase!r}")
+@pytest.mark.parametrize("drop, mistake", MISTAKES)
+def test_feedback_names_the_mistake(course, drop, mistake):
+    student = drop.student_of(mistake)
+    assert mistake.feedback in html.unescape(course.feedback_html(drop.name, student)), (
+        f"{student}'s feedback does not say {mistake.feedback!r} (mistake {mistake.name})")
 
 
 @pytest.mark.slow
