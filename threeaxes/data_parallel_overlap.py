@@ -56,11 +56,19 @@ class DataParallel(nn.Module):
     """Wrap `module` for pure data parallelism over the "dp" axis of `dims`
     (the current layout when None); see the module docstring for the rules."""
 
-    def __init__(self, module: nn.Module, bucket_bytes: int | None = None, dims=None):
+    def __init__(self, module: nn.Module, bucket_bytes: int | None = None, dims=None, *,
+                 launch_bucket=None):
+        """`launch_bucket`, like DDP's `register_comm_hook`, replaces how a full
+        bucket is reduced: `launch_bucket(grads, dims) -> (flat, pending)` gets the
+        bucket's gradients (in bucket order) and must start the reduction without
+        waiting for it; after `pending.wait()`, `flat` (1-d, all the gradients one
+        after the other) must hold their MEAN over the dp ranks. None: sum with
+        `comms.all_reduce(..., async_op=True)` now, divide by dp when finishing."""
         super().__init__()
         if bucket_bytes is not None:
             _check_bucket_bytes(bucket_bytes)
         self.module = module
+        self._launch_bucket = launch_bucket
         self.dims = resolve(dims)
         self.bucket_bytes = bucket_bytes
         self._broadcast_from_first_replica()
@@ -100,7 +108,7 @@ class DataParallel(nn.Module):
     def _reset(self):
         self._ready = set()                      # parameters whose gradient this backward produced
         self._filled = [0] * len(self._buckets)  # how many of each bucket's gradients are ready
-        self._pending = []                       # (bucket index, flat buffer, comms.Pending) in flight
+        self._pending = []                       # (bucket, flat buffer, comms.Pending, divisor) in flight
         self._next_bucket = 0                    # the first bucket not launched yet
         self._backwards_ended = 0                # backward passes finished since the last finish
         self._in_backward = False
@@ -135,15 +143,20 @@ class DataParallel(nn.Module):
         """Copy bucket `index`'s gradients into one flat buffer and start its all-reduce."""
         bucket = self._buckets[index]
         # an unused parameter (no gradient on this rank) contributes zeros
-        flat = torch.cat([(p.grad if p in self._ready and p.grad is not None
-                           else torch.zeros_like(p)).reshape(-1) for p in bucket])  # (numels,)
+        grads = [p.grad if p in self._ready and p.grad is not None else torch.zeros_like(p)
+                 for p in bucket]
+        self._next_bucket = index + 1
+        if self._launch_bucket is not None:
+            flat, pending = _checked(self._launch_bucket(grads, self.dims), bucket)
+            self._pending.append((index, flat, pending, 1))  # the hook delivers the mean
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])  # (sum of the bucket's numels,)
         if self.dims.dp > 1:
             # communication: start summing this bucket over the dp ranks; backward goes on meanwhile
             pending = comms.all_reduce(flat, "dp", dims=self.dims, async_op=True)
         else:
             pending = None  # one replica: nothing to average
-        self._pending.append((index, flat, pending))
-        self._next_bucket = index + 1
+        self._pending.append((index, flat, pending, self.dims.dp))
 
     # -- after backward -----------------------------------------------------------------
 
@@ -157,10 +170,11 @@ class DataParallel(nn.Module):
                                "call; run loss.backward() on the wrapped model first")
         while self._next_bucket < len(self._buckets):
             self._launch(self._next_bucket)
-        for index, flat, pending in self._pending:
+        for index, flat, pending, divide_by in self._pending:
             if pending is not None:
-                pending.wait()  # communication: this bucket's sum has arrived
-            flat.div_(self.dims.dp)
+                pending.wait()  # communication: this bucket's reduction has arrived
+            if divide_by != 1:
+                flat.div_(divide_by)
             bucket = self._buckets[index]
             for param, piece in zip(bucket, flat.split([p.numel() for p in bucket])):
                 if param.grad is None:   # unused on this rank: it gets the average too
@@ -172,3 +186,21 @@ class DataParallel(nn.Module):
     def extra_repr(self) -> str:
         size = "one per parameter" if self.bucket_bytes is None else f"{self.bucket_bytes:,} bytes"
         return f"dp={self.dims.dp}, buckets={len(self._buckets)} ({size})"
+
+
+def _checked(result, bucket):
+    """`launch_bucket`'s (flat, pending), or a TypeError that says what it must return."""
+    numel = sum(p.numel() for p in bucket)
+    if type(result) is not tuple or len(result) != 2:
+        raise TypeError(f"launch_bucket returned {type(result).__name__}; return a pair (flat, pending): "
+                        f"the flat buffer and what comms.all_reduce(flat, 'dp', dims=dims, "
+                        f"async_op=True) returned")
+    flat, pending = result
+    if not isinstance(flat, torch.Tensor) or flat.dim() != 1 or flat.numel() != numel:
+        raise TypeError(f"launch_bucket's flat buffer should be a 1-d tensor of the bucket's "
+                        f"{numel} gradient numbers (torch.cat of the flattened grads), got "
+                        f"{tuple(flat.shape) if isinstance(flat, torch.Tensor) else type(flat).__name__}")
+    if not callable(getattr(pending, "wait", None)):
+        raise TypeError(f"launch_bucket's pending is a {type(pending).__name__}, which has no wait(); "
+                        f"return what comms.all_reduce(..., async_op=True) returned")
+    return flat, pending
