@@ -26,7 +26,7 @@ from threeaxes.cost.bubble import bubble_fraction
 from threeaxes.launch import launch
 from threeaxes.pipeline import make_plan, peak_in_flight, simulate
 from threeaxes.pipeline.measure import (
-    BUBBLE_TOLERANCE, DelayedStage, SavedActivations, measure_pipeline, measured_beside_predicted,
+    DelayedStage, bubble_bounds, SavedActivations, measure_pipeline, measured_beside_predicted,
     measured_bubble, one_microbatch_saved_bytes, predicted_peak_bytes,
 )
 from threeaxes.pipeline.stages import build_stages
@@ -212,8 +212,9 @@ def test_the_trace_holds_every_forward_and_backward_once(measured, schedule, m, 
 def test_measured_bubble_is_the_formula_within_tolerance(measured, schedule, m, v):
     got = measured_bubble(Trace.merge(r[(schedule, m, v)]["trace"] for r in measured)).mean
     want = bubble_fraction(P, m, schedule=schedule, virtual_stages=v)
-    low, high = BUBBLE_TOLERANCE
-    assert low <= got / want <= high, f"{schedule} m={m}: measured {got:.3f}, formula {want:.3f}"
+    low, high = bubble_bounds(want)
+    assert want > low and high < 1
+    assert low <= got <= high, f"{schedule} m={m}: measured {got:.3f}, formula {want:.3f}"
 
 
 @pytest.mark.slow
@@ -272,3 +273,9 @@ def test_drop07_answers_become_plain_values_first():
         drop07.plain_prediction([0.27, 4])
     with pytest.raises(AssertionError, match="whole number"):
         drop07.check_smallest_m(lambda p, t, v: AlwaysEqual(28), 4, 0.1)
+
+
+def test_bubble_bounds_follow_from_the_busy_share():
+    # formula 1/4: ideal busy share 3/4; accepted busy shares 0.7 x 3/4 = 0.525 .. 1.03 x 3/4 = 0.7725
+    low, high = bubble_bounds(0.25)
+    assert low == pytest.approx(1 - 0.7725) and high == pytest.approx(1 - 0.525)
