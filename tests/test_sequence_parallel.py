@@ -210,3 +210,35 @@ def test_activations_between_blocks_and_in_layernorms_are_divided_by_tp(runs):
             for part in ("attn", "mlp"):
                 assert (sp["activations"][f"{block}.{part}"]["saved"]
                         == plain["activations"][f"{block}.{part}"]["saved"])
+
+
+# -- drop 6's grading reference -----------------------------------------------------------------
+
+@pytest.mark.slow
+def test_drop06_reference_wire_bytes_equal_the_trace(runs):
+    from threeaxes.grading import drop06
+
+    tp = runs["tp"]
+    for key, sp in (("ours_tp", False), ("ours_sp", True)):
+        for rank, r in enumerate(runs[key]):
+            for block in BLOCKS:
+                measured = sum(row["wire_bytes"] for row in comms_by_layer(r["traces"][-1], rank, [block]))
+                assert drop06.expected_wire_bytes(BATCH, CFG.seq_len, CFG.d_model, tp, F64, sp) == measured
+
+
+def test_drop06_names_the_usual_byte_counting_mistakes():
+    from threeaxes.grading import drop06
+
+    s = 2 * 16 * 32 * 8  # S = b s h bytes = 8192; by hand for t = 4, per block and step:
+    # TP: 4 all-reduces x 2(3/4) S = 6 S; TP + SP: 8 (all-gathers, reduce-scatters) x (3/4) S = 6 S
+    args = (2, 16, 32, 4, 8)
+    assert drop06.wire_bytes_mistake(6 * s, *args, False) is None
+    assert drop06.wire_bytes_mistake(6 * s, *args, True) is None
+    assert "only the forward" in drop06.wire_bytes_mistake(3 * s, *args, False)
+    assert "tensor size S" in drop06.wire_bytes_mistake(4 * s, *args, False)
+    assert "tensor size S" in drop06.wire_bytes_mistake(8 * s, *args, True)
+    assert "forgot the (t-1)/t" in drop06.wire_bytes_mistake(8 * s, *args, False)
+    assert "counted each as an all-reduce" in drop06.wire_bytes_mistake(12 * s, *args, True)
+    assert "nothing is sent" in drop06.wire_bytes_mistake(4 * s, 2, 16, 32, 1, 8, False)
+    with pytest.raises(AssertionError, match="should be a number"):
+        drop06.wire_bytes_mistake("49152", *args, False)
