@@ -131,6 +131,27 @@ def test_mixed_dtypes_in_a_bucket_say_what_to_change():
     DataParallel(model, None, dims=ONE_RANK)  # one parameter per all-reduce: any dtypes
 
 
+@pytest.mark.parametrize("returns, message", [
+    (lambda grads: grads[0], r"launch_bucket returned Tensor; return a pair \(flat, pending\)"),
+    (lambda grads: (grads[0], None), r"flat buffer should be a 1-d tensor of the bucket's 128 gradient numbers"),
+    (lambda grads: (grads[0].reshape(-1), None), r"pending is a NoneType, which has no wait\(\)"),
+])
+def test_a_launch_bucket_that_breaks_the_contract_is_told_what_to_return(returns, message):
+    wrapped = DataParallel(ToyTransformer(CFG), dims=ONE_RANK, launch_bucket=lambda grads, dims: returns(grads))
+    inputs, targets = make_batch(CFG, 4, seed=1)
+    with pytest.raises(TypeError, match=message):
+        lm_loss(wrapped(inputs), targets).backward()
+
+
+def test_naive_vs_overlapped_refuses_nothing_to_time():
+    from threeaxes.data_parallel_steps import naive_vs_overlapped, step_seconds
+
+    with pytest.raises(ValueError, match=r"steps=0, warmup=1; time at least one step"):
+        naive_vs_overlapped(0, 1, CFG, make_batch(CFG, 4), BUCKET_BYTES, steps=0, warmup=1)
+    with pytest.raises(ValueError, match=r"variant='fast'; choose one of \('naive', 'overlapped'\)"):
+        step_seconds([], "fast")
+
+
 # -- real ranks -------------------------------------------------------------------------
 
 def _sgd_steps(model, loss_of, batches, dims, finish=None):
@@ -156,7 +177,7 @@ def _run_everything(rank, world_size, cfg, batches, bucket_bytes):
     initial weights; a traced step; the frozen/unused model against DDP."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from threeaxes import trace
+    from threeaxes import comms, trace
     from threeaxes.data_parallel import DataParallel, shard_batch
     from threeaxes.dims import ParallelDims
 
@@ -169,6 +190,15 @@ def _run_everything(rank, world_size, cfg, batches, bucket_bytes):
                            model.finish_gradient_synchronization)
         out[label] = {"grads": grads, "state": {k: v.clone() for k, v in model.module.state_dict().items()},
                       "buckets": model.bucket_names, "bucket_bytes": model.bucket_sizes_bytes}
+
+    def divide_then_sum(grads, dims):  # what DDP's default comm hook does
+        flat = torch.cat([g.reshape(-1) for g in grads]) / dims.size("dp")
+        return flat, comms.all_reduce(flat, "dp", dims=dims, async_op=True)
+
+    model = DataParallel(ToyTransformer(cfg, seed=rank), bucket_bytes, dims=dims, launch_bucket=divide_then_sum)
+    grads = _sgd_steps(model.module, lambda x, y: lm_loss(model(x), y), batches, dims,
+                       model.finish_gradient_synchronization)
+    out["launch_bucket"] = {"grads": grads, "state": {k: v.clone() for k, v in model.module.state_dict().items()}}
 
     model = ToyTransformer(cfg, seed=rank)
     ddp = DDP(model, process_group=dims.group("dp"))  # DDP broadcasts rank 0's weights too
@@ -243,7 +273,7 @@ def _assert_all_close(got, want, what):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["per_param", "bucketed"])
+@pytest.mark.parametrize("variant", ["per_param", "bucketed", "launch_bucket"])
 def test_every_parameter_equals_one_process_and_ddp(run, variant):
     world_size, results, reference, _ = run
     for rank, result in enumerate(results):
@@ -285,3 +315,30 @@ def test_the_trace_shows_all_reduces_overlapping_backward_in_bucket_order(run):
         # overlap: the first bucket went out while backward was still computing
         assert reduces[0].start < last_backward_end
         assert {e.group for e in reduces} == {tuple(range(world_size))}
+
+
+@pytest.mark.slow
+def test_naive_and_overlapped_steps_both_equal_one_process():
+    from threeaxes.data_parallel_steps import VARIANTS, naive_vs_overlapped, step_seconds
+    from threeaxes.launch import launch
+
+    batch = make_batch(CFG, GLOBAL_BATCH, seed=3)
+    results = launch(naive_vs_overlapped, 2, CFG, batch, BUCKET_BYTES, steps=2, warmup=1, timeout=120)
+    reference = ToyTransformer(CFG, seed=0)
+    train_steps(reference, [batch] * (1 + 2 + 1), lr=0.1)  # warm-up, timed, traced
+    for variant in VARIANTS:
+        for rank, result in enumerate(results):
+            _assert_all_close(result[variant]["state"], reference.state_dict(), f"rank {rank} {variant}")
+            assert len(result[variant]["seconds"]) == 2
+            t = result[variant]["trace"]
+            # the traced step: one all-reduce per bucket, every layer's forward and backward, one optimizer step
+            assert [e.bytes for e in t.comms("all_reduce", "dp")] == [8 * sum(b) for b in EXPECTED_BUCKETS]
+            assert len(t.compute("forward")) == len(t.compute("backward")) == 5
+            assert len(t.compute("optimizer")) == 1
+        # the slowest rank's time per step, then the median over steps
+        per_step = [max(r[variant]["seconds"][i] for r in results) for i in range(2)]
+        assert step_seconds(results, variant) == pytest.approx(sum(per_step) / 2)
+    naive_ends = [max(e.end for e in results[r]["naive"]["trace"].compute("backward")) for r in range(2)]
+    for r in range(2):
+        # naive: every all-reduce starts after backward has ended
+        assert min(e.start for e in results[r]["naive"]["trace"].comms()) >= naive_ends[r]
