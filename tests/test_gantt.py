@@ -134,3 +134,14 @@ def test_bad_input_says_what_to_pass():
     with pytest.raises(ValueError, match="ends before it starts"):
         gantt([Event(0, "compute", "forward", 2, 1)])
 
+
+
+def test_measured_vs_predicted_draws_a_solid_and_a_hatched_stack_per_row():
+    terms = {"params": 2e3, "grads": 1e3, "optimizer": 4e3}
+    fig = plots.draw_measured_vs_predicted([("a", terms, terms), ("b", terms, {**terms, "grads": 0.0})])
+    bars = [p for p in fig.axes[0].patches if p.get_height() > 0]
+    solid = [p for p in bars if not p.get_hatch()]
+    hatched = [p for p in bars if p.get_hatch()]
+    assert len(solid) == 6 and len(hatched) == 5          # b's predicted stack has no gradient bar
+    assert sum(p.get_height() for p in solid) == pytest.approx(2 * 7.0)   # kB
+    assert max(p.get_y() + p.get_height() for p in hatched) == pytest.approx(7.0)

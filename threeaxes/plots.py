@@ -25,7 +25,8 @@ from .pipeline.schedules import make_plan
 from .pipeline.simulate import Simulation, simulate
 from .trace import COMM, COMPUTE, Event
 
-__all__ = ["draw_mesh", "gantt", "schedule_timeline", "draw_memory_bars", "draw_time_breakdown",
+__all__ = ["draw_mesh", "gantt", "schedule_timeline", "draw_memory_bars", "draw_measured_vs_predicted",
+           "draw_time_breakdown",
            "plan_table_html", "FigureDisplay", "show", "MEMORY_TERMS", "TIME_TERMS"]
 
 # compute: one shade per model chunk on a rank (darker = later chunk)
@@ -206,6 +207,36 @@ def draw_memory_bars(bars, capacity: float, *, ax=None, title: str | None = None
                label=f"GPU memory ({cap:.0f} GB)")
     ax.set_xticks(range(len(bars)), [label for label, _ in bars], fontsize=8)
     ax.set_ylabel("GB per GPU")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return fig
+
+
+def draw_measured_vs_predicted(rows, *, unit: float = 1e3, unit_name: str = "kB", ax=None,
+                               title: str | None = None):
+    """Pairs of stacked bars by memory term: what a rank measured (solid) beside what the
+    cost model predicted (hatched), one pair per row.
+
+    ``rows`` is a list of (label, measured terms, predicted terms), the terms as in
+    `draw_memory_bars` (params, grads, optimizer, and activations if any) in bytes.
+    """
+    if ax is None:
+        fig = Figure(figsize=(min(13.0, 2.5 + 0.75 * len(rows)), 3.8), layout="constrained")
+        ax = fig.subplots()
+    fig = ax.figure
+    x = np.arange(len(rows))
+    for offset, which, hatch in ((-0.2, 1, None), (0.2, 2, "//")):
+        bottom = np.zeros(len(rows))
+        for key, name, color in MEMORY_TERMS:   # one call per term, all bars at once
+            heights = np.array([row[which].get(key, 0.0) for row in rows]) / unit
+            ax.bar(x + offset, heights, bottom=bottom, width=0.38, color=color, hatch=hatch,
+                   edgecolor="white" if hatch else None,
+                   label=(name if which == 1 else None) if heights.any() else None)
+            bottom += heights
+    ax.bar([0], [0], color="white", edgecolor="#444444", hatch="//", label="predicted (right bar)")
+    ax.set_xticks(x, [row[0] for row in rows], fontsize=8)
+    ax.set_ylabel(f"{unit_name} per rank")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     if title:
         ax.set_title(title, fontsize=10)
