@@ -51,3 +51,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/launch.py
 	$(BIN)/python benchmarks/planner.py
 	$(BIN)/python benchmarks/train_3d.py
+	$(BIN)/python benchmarks/sharding.py

@@ -39,7 +39,7 @@ DROPS = [
     (6, 2, "Activations crossing the fabric every layer", None),
     (7, 2, "Microbatches filling the pipeline", None),
     (8, 2, "Stack DP, TP, and PP on the same eight GPUs", "drop08-3d-parallel"),
-    (9, 2, "Counting bytes per GPU under each regime", None),
+    (9, 2, "Counting bytes per GPU under each regime", "drop09-bytes-per-gpu"),
     (10, 3, "Your 13B training run just crashed at step 4,000", None),
     (11, 3, "Your throughput dropped 40% after moving to a bigger cluster", None),
     (12, 3, "Your pipeline has a 35% bubble and you can't increase M", None),
