@@ -7,6 +7,8 @@ and an executor that runs any plan on real ranks.
     stages.py     split_stages(n_layers, p), StageModule built from full toy weights
     executor.py   run_plan on ranks (send/recv through threeaxes.comms), pipeline training
     reference.py  the same training with torch.distributed.pipelining
+    measure.py    a step measured: bubble from the trace, saved activation bytes
+                  (saved.py), stages of known duration (delay.py)
 """
 from .schedules import (SCHEDULES, Action, Plan, Simulation, gpipe, interleaved_1f1b,
                         make_plan, one_f_one_b, peak_in_flight, simulate)
