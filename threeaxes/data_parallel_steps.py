@@ -9,9 +9,9 @@ On every rank, from the same model and the same slice of `batch`:
 * "overlapped": the same through `DataParallel`, whose buckets start their
   all-reduce from gradient hooks while backward is still running.
 
-Each variant runs `warmup` untimed steps, `steps` timed steps (the ranks are
-lined up before each one, so a step's time is the same window on every rank),
-then one traced step: per-layer forward and backward spans
+Each variant runs `warmup` untimed steps, `steps` timed steps (the two variants
+take turns step by step, and the ranks are lined up before each one, so a
+step's time is the same window on every rank), then one traced step: per-layer forward and backward spans
 (`trace.module_spans`), the optimizer, and each all-reduce.
 """
 from __future__ import annotations
@@ -54,23 +54,29 @@ def naive_vs_overlapped(rank, world_size, cfg, batch, bucket_bytes: int, *, step
         raise ValueError(f"steps={steps}, warmup={warmup}; time at least one step (steps >= 1)")
     dims = ParallelDims.init(dp=world_size)
     inputs, targets = shard_batch(*batch, dims)
-    out = {}
+    setups = {}
     for variant in VARIANTS:
         model = ToyTransformer(cfg, seed)
         wrapped = DataParallel(model, bucket_bytes, dims) if variant == "overlapped" else model
-        opt = torch.optim.SGD(model.parameters(), lr=lr)
-        seconds = []
-        for step in range(warmup + steps):
+        setups[variant] = (model, wrapped, torch.optim.SGD(model.parameters(), lr=lr))
+    seconds = {variant: [] for variant in VARIANTS}
+    for step in range(warmup + steps):
+        # the two variants take turns, first one then the other, so a slow spell
+        # of the machine does not land on one of them only
+        for variant in (VARIANTS if step % 2 == 0 else VARIANTS[::-1]):
             # communication: line the ranks up, so each step's clock starts together
             comms.all_reduce(torch.zeros(1), "dp", dims=dims)
             start = time.perf_counter()
-            _one_step(variant, model, wrapped, opt, inputs, targets, bucket_bytes, dims)
+            _one_step(variant, *setups[variant], inputs, targets, bucket_bytes, dims)
             if step >= warmup:
-                seconds.append(time.perf_counter() - start)
+                seconds[variant].append(time.perf_counter() - start)
+    out = {}
+    for variant in VARIANTS:
+        model = setups[variant][0]
         comms.all_reduce(torch.zeros(1), "dp", dims=dims)  # communication: line up again
         with trace.record() as recorded, trace.module_spans(model):
-            _one_step(variant, model, wrapped, opt, inputs, targets, bucket_bytes, dims)
-        out[variant] = {"seconds": seconds, "trace": recorded,
+            _one_step(variant, *setups[variant], inputs, targets, bucket_bytes, dims)
+        out[variant] = {"seconds": seconds[variant], "trace": recorded,
                         "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
     return out
 
