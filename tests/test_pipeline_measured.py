@@ -26,7 +26,7 @@ from threeaxes.cost.bubble import bubble_fraction
 from threeaxes.launch import launch
 from threeaxes.pipeline import make_plan, peak_in_flight, simulate
 from threeaxes.pipeline.measure import (
-    DelayedStage, bubble_bounds, SavedActivations, measure_pipeline, measured_beside_predicted,
+    DelayedStage, bubble_bounds, hop_latencies, SavedActivations, measure_pipeline, measured_beside_predicted,
     measured_bubble, one_microbatch_saved_bytes, predicted_peak_bytes,
 )
 from threeaxes.pipeline.stages import build_stages
@@ -101,6 +101,22 @@ def test_measured_bubble_of_a_simulation_is_its_idle_fraction(schedule, m, v):
     sim = simulate(make_plan(schedule, 4, m, v), Fraction(1, v), Fraction(2, v))
     assert measured_bubble(sim).mean == sim.idle_fraction          # exact: Fraction times
     assert sim.idle_fraction == Fraction(3, v * m + 3)             # the formula, written out
+
+
+def test_hop_latencies_by_hand():
+    # F(0,0) on rank 0 ends at 1.0; rank 1, idle until then, starts F(1,0) at 1.25: one hop of 0.25.
+    # F(1,1) waits for F(0,1) (ended 2.0) but rank 1 was busy until 2.5: no hop counted.
+    # B(0,0) waits for B(1,0), ended 3.5, rank 0 idle since 2.0: starts 3.75, a hop of 0.25.
+    events = [Event(0, COMPUTE, "forward", 0.0, 1.0, stage=0, microbatch=0),
+              Event(0, COMPUTE, "forward", 1.0, 2.0, stage=0, microbatch=1),
+              Event(1, COMPUTE, "forward", 1.25, 2.5, stage=1, microbatch=0),
+              Event(1, COMPUTE, "forward", 2.5, 3.0, stage=1, microbatch=1),
+              Event(1, COMPUTE, "backward", 3.0, 3.5, stage=1, microbatch=0),
+              Event(0, COMPUTE, "backward", 3.75, 4.0, stage=0, microbatch=0)]
+    assert hop_latencies(events) == [0.25, 0.25]
+    # in a simulation a hop is free
+    sim = simulate(make_plan("1f1b", 4, 8))
+    assert set(hop_latencies([e for row in sim.events.values() for e in row])) == {0}
 
 
 def test_measured_bubble_needs_spans():
@@ -215,6 +231,14 @@ def test_measured_bubble_is_the_formula_within_tolerance(measured, schedule, m, 
     low, high = bubble_bounds(want)
     assert want > low and high < 1
     assert low <= got <= high, f"{schedule} m={m}: measured {got:.3f}, formula {want:.3f}"
+
+
+@pytest.mark.slow
+def test_a_batch_that_does_not_split_into_m_says_which_m_would():
+    from threeaxes.launch import RankError
+
+    with pytest.raises(RankError, match=r"choose m in \{1, 2, 3, 6\}"):
+        launch(measure_pipeline, 2, CFG, [("1f1b", 4, 1)], batch=6, timeout=60)
 
 
 @pytest.mark.slow

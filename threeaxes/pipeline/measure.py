@@ -39,6 +39,7 @@ from .schedules import Plan, make_plan
 from .stages import build_stages
 
 __all__ = ["BUSY_SHARE_TOLERANCE", "bubble_bounds", "BubbleMeasurement", "measured_bubble",
+           "hop_latencies",
            "measure_pipeline", "measured_beside_predicted",
            # from delay.py and saved.py, so that one import gives the whole measurement
            "DelayedStage", "SavedActivations", "one_microbatch_saved_bytes", "predicted_peak_bytes"]
@@ -108,6 +109,30 @@ def measured_bubble(events) -> BubbleMeasurement:
         busy[e.rank] = busy.get(e.rank, 0) + (e.end - e.start)
     idle = {r: (end - start - b) / (end - start) for r, b in sorted(busy.items())}
     return BubbleMeasurement(start, end, dict(sorted(busy.items())), idle, sum(idle.values()) / len(idle))
+
+
+def hop_latencies(events) -> list[float]:
+    """Seconds from the end of a span on one rank to the start of the span it
+    unblocks on a neighbour, for each hop the neighbour sat waiting for.
+
+    F(s, k) waits for F(s-1, k); B(s, k) for B(s+1, k). When that span on the
+    other rank ended after the waiting rank's previous span, the waiting rank
+    had nothing else to do, so the gap is what one hop costs: the send, the
+    receive and the receiving process getting a core. The formula counts it as 0.
+    """
+    if hasattr(events, "events"):
+        events = events.events
+    spans = sorted((e for e in events if e.kind == trace.COMPUTE and e.op in ("forward", "backward")),
+                   key=lambda e: e.start)
+    by_key = {(e.stage, e.microbatch, e.op): e for e in spans}
+    previous_end, gaps = {}, []
+    for e in spans:
+        source = e.stage - 1 if e.op == "forward" else e.stage + 1
+        dep = by_key.get((source, e.microbatch, e.op))
+        if dep is not None and dep.rank != e.rank and dep.end >= previous_end.get(e.rank, dep.end):
+            gaps.append(e.start - dep.end)
+        previous_end[e.rank] = e.end
+    return gaps
 
 
 # -- one launch, several schedules -----------------------------------------------------
