@@ -52,3 +52,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/planner.py
 	$(BIN)/python benchmarks/train_3d.py
 	$(BIN)/python benchmarks/sharding.py
+	$(BIN)/python benchmarks/tensor_parallel_comm.py
