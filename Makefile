@@ -51,5 +51,6 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/launch.py
 	$(BIN)/python benchmarks/planner.py
 	$(BIN)/python benchmarks/train_3d.py
+	$(BIN)/python benchmarks/data_parallel_overlap.py
 	$(BIN)/python benchmarks/sharding.py
 	$(BIN)/python benchmarks/tensor_parallel_comm.py

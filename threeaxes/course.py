@@ -35,7 +35,7 @@ DROPS = [
     (2, 1, "Same model, different examples, sum the gradients", "drop02-data-parallel"),
     (3, 1, "Cut the matmul, not the batch", "drop03-tensor-parallel"),
     (4, 1, "Stack the layers across machines", "drop04-pipeline-parallel"),
-    (5, 2, "One forward pass under pure data parallelism", None),
+    (5, 2, "One forward pass under pure data parallelism", "drop05-data-parallel-trace"),
     (6, 2, "Activations crossing the fabric every layer", "drop06-tensor-parallel-trace"),
     (7, 2, "Microbatches filling the pipeline", None),
     (8, 2, "Stack DP, TP, and PP on the same eight GPUs", "drop08-3d-parallel"),
