@@ -54,3 +54,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/data_parallel_overlap.py
 	$(BIN)/python benchmarks/sharding.py
 	$(BIN)/python benchmarks/tensor_parallel_comm.py
+	$(BIN)/python benchmarks/pipeline_bubble.py

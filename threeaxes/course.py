@@ -37,7 +37,7 @@ DROPS = [
     (4, 1, "Stack the layers across machines", "drop04-pipeline-parallel"),
     (5, 2, "One forward pass under pure data parallelism", "drop05-data-parallel-trace"),
     (6, 2, "Activations crossing the fabric every layer", "drop06-tensor-parallel-trace"),
-    (7, 2, "Microbatches filling the pipeline", None),
+    (7, 2, "Microbatches filling the pipeline", "drop07-pipeline-trace"),
     (8, 2, "Stack DP, TP, and PP on the same eight GPUs", "drop08-3d-parallel"),
     (9, 2, "Counting bytes per GPU under each regime", "drop09-bytes-per-gpu"),
     (10, 3, "Your 13B training run just crashed at step 4,000", None),
