@@ -145,3 +145,12 @@ def test_measured_vs_predicted_draws_a_solid_and_a_hatched_stack_per_row():
     assert len(solid) == 6 and len(hatched) == 5          # b's predicted stack has no gradient bar
     assert sum(p.get_height() for p in solid) == pytest.approx(2 * 7.0)   # kB
     assert max(p.get_y() + p.get_height() for p in hatched) == pytest.approx(7.0)
+
+
+def test_labels_of_collectives_in_flight_together_do_not_overprint():
+    # three all-reduces of one rank overlapping in time (started together, finishing apart)
+    events = [Event(0, "compute", "backward", 0.0, 10.0, module="blocks.0")]
+    events += [Event(0, "comm", "all_reduce", 1.0 + 0.1 * i, 9.0 + 0.1 * i, axis="dp", group=(0, 1))
+               for i in range(3)]
+    texts = [t for t in gantt(events).axes[0].texts if t.get_text() == "all_reduce dp"]
+    assert len(texts) == 1

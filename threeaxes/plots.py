@@ -149,17 +149,22 @@ def gantt(events, *, ax=None, title: str | None = None, time_unit: str = "s"):
         ax.broken_barh(spans, (y + off, height), facecolors=color, gid=lane,
                        edgecolor="white" if lane == COMPUTE else "none", linewidth=edge,
                        zorder=3 if lane == COMM else 2)
-    # labels only where they fit: a character is ~0.6 of the font size wide
-    for e in events:
+    # labels only where they fit: a character is ~0.6 of the font size wide. Boxes in
+    # one lane can overlap (collectives in flight together): a label that would run
+    # into the previous label of its lane is left out
+    label_end = {}   # (row, lane) -> where the last label drawn there ends, in x units
+    for e in sorted(events, key=lambda e: e.start):
         lane = COMM if e.kind == COMM else COMPUTE
         off, height = lanes[lane]
         width = float(e.end - e.start) * scale * pts_per_unit
         size = next((f for f in (7, 6) if width >= 0.6 * f * len(e.label) + 3
                      and height * pts_per_row >= f + 2), None)
-        if size is not None:
-            ax.text(float(e.start - t0 + (e.end - e.start) / 2) * scale,
-                    row[e.rank] + off + height / 2, e.label, ha="center", va="center",
+        centre = float(e.start - t0 + (e.end - e.start) / 2) * scale
+        half = (0.6 * (size or 0) * len(e.label) / 2) / pts_per_unit
+        if size is not None and centre - half >= label_end.get((row[e.rank], lane), -np.inf):
+            ax.text(centre, row[e.rank] + off + height / 2, e.label, ha="center", va="center",
                     fontsize=size, clip_on=True, zorder=4)
+            label_end[row[e.rank], lane] = centre + half
     ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
     ax.set_ylim(len(ranks) - 0.5, -0.5)           # rank 0 on top
     ax.set_xlim(0, span)
