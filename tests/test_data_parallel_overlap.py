@@ -342,3 +342,32 @@ def test_naive_and_overlapped_steps_both_equal_one_process():
     for r in range(2):
         # naive: every all-reduce starts after backward has ended
         assert min(e.start for e in results[r]["naive"]["trace"].comms()) >= naive_ends[r]
+
+
+def test_bucket_hooks_launch_in_order_and_the_unused_bucket_when_backward_ends():
+    from threeaxes.data_parallel_overlap import BucketHooks
+
+    a, b, c = (nn.Parameter(torch.ones(2, dtype=torch.float64)) for _ in range(3))
+    launched = []
+    hooks = BucketHooks([[b], [a], [c]], lambda index, grads: launched.append(
+        (index, [g.tolist() for g in grads])), second_backward="call done() first")
+    (3 * a + 5 * b).sum().backward()        # c is unused: zeros, launched as backward ends
+    assert launched == [(0, [[5.0, 5.0]]), (1, [[3.0, 3.0]]), (2, [[0.0, 0.0]])]
+    assert hooks.backwards == 1
+    with pytest.raises(RuntimeError, match="call done\\(\\) first"):
+        (a * b).sum().backward()
+    hooks.done()
+    hooks.remove()
+    (a * b).sum().backward()                # no hooks any more: nothing launched
+    assert len(launched) == 3
+
+
+def test_bucket_hooks_that_accumulate_launch_every_bucket_each_backward():
+    from threeaxes.data_parallel_overlap import BucketHooks
+
+    a, b = (nn.Parameter(torch.ones(1, dtype=torch.float64)) for _ in range(2))
+    launched = []
+    BucketHooks([[a, b]], lambda index, grads: launched.append(index), accumulate=True)
+    for _ in range(3):
+        (a * b).sum().backward()
+    assert launched == [0, 0, 0]

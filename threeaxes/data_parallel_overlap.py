@@ -27,11 +27,14 @@ The rules:
 * Frozen parameters (`requires_grad=False`) are in no bucket and never reduced.
 * Unused parameters (trainable, but no gradient in this backward) count as a
   zero gradient on this rank. Their bucket, and every bucket after it, is
-  launched by `finish_gradient_synchronization()`, so each rank still makes one
-  all-reduce per bucket. Afterwards their `.grad` holds the dp average (zeros
+  launched when the backward pass ends (as DDP does), so each rank still makes
+  one all-reduce per bucket. Afterwards their `.grad` holds the dp average (zeros
   when no rank used them), never None.
 * One backward per step: a second backward before
   `finish_gradient_synchronization()` raises a RuntimeError that says so.
+
+The hooks and the launch order are `BucketHooks`, which ZeRO-2
+(`threeaxes.sharding.Zero2Optimizer`) uses too, with a reduce-scatter.
 """
 from __future__ import annotations
 
@@ -44,12 +47,86 @@ from threeaxes import comms
 from threeaxes.data_parallel import _check_bucket_bytes, plan_buckets
 from threeaxes.dims import resolve
 
-__all__ = ["DataParallel"]
+__all__ = ["BucketHooks", "DataParallel"]
 
 _SECOND_BACKWARD = (
     "a second backward started before the gradients of the first were averaged; call "
     "model.finish_gradient_synchronization() after each loss.backward() (and before "
     "optimizer.step())")
+
+
+class BucketHooks:
+    """Start each bucket's communication from backward, as soon as its last gradient is in.
+
+    The machinery `DataParallel` (an all-reduce per bucket) and ZeRO-2's
+    `Zero2Optimizer` (a reduce-scatter per bucket) share. A post-accumulate-grad
+    hook on every parameter counts the gradients of its bucket; when a bucket is
+    full and every bucket before it has been launched, `launch(index, grads)`
+    runs, with the bucket's gradients in bucket order (zeros for a parameter
+    that got none this backward). Launching strictly in bucket order means every
+    rank starts the same collectives in the same order, whatever order its hooks
+    fire in. When a backward pass ends, the buckets still waiting (they hold a
+    parameter nothing used) are launched too, so each rank makes one collective
+    per bucket per backward.
+
+    accumulate=False: one backward per step; the next backward before `done()`
+    raises `second_backward` (a RuntimeError saying what to call). True:
+    backwards may follow each other (gradient accumulation), each launching
+    every bucket again.
+    """
+
+    def __init__(self, buckets, launch, *, accumulate: bool = False,
+                 second_backward: str = "a second backward started before the first was finished"):
+        self.buckets, self.launch = [list(b) for b in buckets], launch
+        self.accumulate, self.second_backward = accumulate, second_backward
+        self._bucket_of = {p: index for index, bucket in enumerate(self.buckets) for p in bucket}
+        self.backwards = 0           # backward passes ended since the last done()
+        self._start_pass()
+        self._handles = [p.register_post_accumulate_grad_hook(self._on_gradient_ready)
+                         for bucket in self.buckets for p in bucket]
+
+    def _start_pass(self):
+        self._ready = set()                      # parameters whose gradient this backward produced
+        self._filled = [0] * len(self.buckets)   # how many of each bucket's gradients are in
+        self._next = 0                           # the first bucket not launched yet
+        self._in_backward = False
+
+    def _on_gradient_ready(self, param):
+        """Hook: `param.grad` is final for this backward. Launch every full bucket whose turn has come."""
+        if not self._in_backward:
+            if self.backwards and not self.accumulate:
+                raise RuntimeError(self.second_backward)
+            self._in_backward = True
+            # runs once, when this backward pass is over
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+        if param in self._ready:
+            raise RuntimeError(self.second_backward)
+        self._ready.add(param)
+        self._filled[self._bucket_of[param]] += 1
+        while self._next < len(self.buckets) and self._filled[self._next] == len(self.buckets[self._next]):
+            self._launch_next()
+
+    def _launch_next(self):
+        index = self._next
+        self._next += 1
+        # a parameter unused on this rank (no gradient this backward) contributes zeros
+        grads = [p.grad if p in self._ready and p.grad is not None else torch.zeros_like(p)
+                 for p in self.buckets[index]]
+        self.launch(index, grads)
+
+    def _end_of_backward(self):
+        while self._next < len(self.buckets):    # buckets holding a parameter nothing used
+            self._launch_next()
+        self.backwards += 1
+        self._start_pass()
+
+    def done(self):
+        """The step's gradients have been dealt with: the next backward starts a new step."""
+        self.backwards = 0
+
+    def remove(self):
+        for handle in self._handles:
+            handle.remove()
 
 
 class DataParallel(nn.Module):
@@ -88,10 +165,8 @@ class DataParallel(nn.Module):
         self.bucket_names = [[names[p] for p in bucket] for bucket in self._buckets]
         self.bucket_sizes_bytes = [sum(p.numel() * p.element_size() for p in bucket)
                                    for bucket in self._buckets]
-        self._bucket_of = {p: b for b, bucket in enumerate(self._buckets) for p in bucket}
-        self._reset()
-        self._hooks = [p.register_post_accumulate_grad_hook(self._on_gradient_ready)
-                       for p in trainable]
+        self._pending = []   # (bucket index, flat buffer, comms.Pending or None, divisor) in flight
+        self._hooks = BucketHooks(self._buckets, self._launch, second_backward=_SECOND_BACKWARD)
 
     # -- building ---------------------------------------------------------------------
 
@@ -105,49 +180,16 @@ class DataParallel(nn.Module):
                 # communication: copy dp coordinate 0's tensor to every replica
                 comms.broadcast(tensor.data, "dp", src=first, dims=self.dims)
 
-    def _reset(self):
-        self._ready = set()                      # parameters whose gradient this backward produced
-        self._filled = [0] * len(self._buckets)  # how many of each bucket's gradients are ready
-        self._pending = []                       # (bucket, flat buffer, comms.Pending, divisor) in flight
-        self._next_bucket = 0                    # the first bucket not launched yet
-        self._backwards_ended = 0                # backward passes finished since the last finish
-        self._in_backward = False
-
     # -- during backward --------------------------------------------------------------
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
 
-    def _on_gradient_ready(self, param):
-        """Hook: `param.grad` is final for this backward. Launch every full bucket
-        whose turn has come."""
-        if not self._in_backward:
-            if self._backwards_ended:
-                raise RuntimeError(_SECOND_BACKWARD)
-            self._in_backward = True
-            # runs once when this backward pass is over
-            torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
-        if param in self._ready:
-            raise RuntimeError(_SECOND_BACKWARD)
-        self._ready.add(param)
-        self._filled[self._bucket_of[param]] += 1
-        while (self._next_bucket < len(self._buckets)
-               and self._filled[self._next_bucket] == len(self._buckets[self._next_bucket])):
-            self._launch(self._next_bucket)
-
-    def _end_of_backward(self):
-        self._in_backward = False
-        self._backwards_ended += 1
-
-    def _launch(self, index):
-        """Copy bucket `index`'s gradients into one flat buffer and start its all-reduce."""
-        bucket = self._buckets[index]
-        # an unused parameter (no gradient on this rank) contributes zeros
-        grads = [p.grad if p in self._ready and p.grad is not None else torch.zeros_like(p)
-                 for p in bucket]
-        self._next_bucket = index + 1
+    def _launch(self, index, grads):
+        """BucketHooks' launch: copy bucket `index`'s gradients into one flat buffer
+        and start its all-reduce (or the student's `launch_bucket`)."""
         if self._launch_bucket is not None:
-            flat, pending = _checked(self._launch_bucket(grads, self.dims), bucket)
+            flat, pending = _checked(self._launch_bucket(grads, self.dims), self._buckets[index])
             self._pending.append((index, flat, pending, 1))  # the hook delivers the mean
             return
         flat = torch.cat([g.reshape(-1) for g in grads])  # (sum of the bucket's numels,)
@@ -161,15 +203,12 @@ class DataParallel(nn.Module):
     # -- after backward -----------------------------------------------------------------
 
     def finish_gradient_synchronization(self):
-        """Launch the buckets still waiting (those holding unused parameters),
-        wait for every all-reduce, divide by dp and write each bucket's slices
-        back into the parameters' `.grad`. Call after `loss.backward()`, before
-        `optimizer.step()`, on every rank."""
-        if not self._ready:
+        """Wait for every bucket's all-reduce, divide by dp and write each bucket's
+        slices back into the parameters' `.grad`. Call after `loss.backward()`,
+        before `optimizer.step()`, on every rank."""
+        if not self._hooks.backwards:
             raise RuntimeError("finish_gradient_synchronization() found no gradient since the last "
                                "call; run loss.backward() on the wrapped model first")
-        while self._next_bucket < len(self._buckets):
-            self._launch(self._next_bucket)
         for index, flat, pending, divide_by in self._pending:
             if pending is not None:
                 pending.wait()  # communication: this bucket's reduction has arrived
@@ -181,7 +220,8 @@ class DataParallel(nn.Module):
                     param.grad = piece.view_as(param).clone()
                 else:
                     param.grad.copy_(piece.view_as(param))
-        self._reset()
+        self._pending.clear()
+        self._hooks.done()
 
     def extra_repr(self) -> str:
         size = "one per parameter" if self.bucket_bytes is None else f"{self.bucket_bytes:,} bytes"
