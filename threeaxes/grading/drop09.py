@@ -55,8 +55,9 @@ def bytes_mistake(got: dict, n_params, regime, dp) -> str | None:
     if all(_close(got[t] * 1e9, want[t]) or _close(got[t] * 2**30, want[t]) for t in TERMS):
         return f"{where} your numbers look like GB or GiB; return bytes"
     if _close(got["optimizer"] * 12 / 8, want["optimizer"]):
-        return (f"{where} the optimizer holds {got['optimizer']:,.0f} bytes, 8 per parameter{' shard' if stage else ''}: "
-                f"remember the fp32 master copy (4 bytes) beside Adam's two fp32 moments (4 + 4)")
+        per = "8 per parameter, divided over dp" if stage else "8 per parameter"
+        return (f"{where} the optimizer holds {got['optimizer']:,.0f} bytes, {per}: remember the "
+                f"fp32 master copy (4 bytes) beside Adam's two fp32 moments (4 + 4)")
     if stage < 3 and _close(got["params"] * dp, want["params"]) and dp > 1:
         return (f"{where} you sharded the parameters; only ZeRO-3 shards them, ZeRO-{stage or 'DP'} keeps "
                 f"the whole 2-byte copy on every GPU")
