@@ -63,6 +63,12 @@ class Mistake:
     feedback: str   # a phrase the student's feedback page must show
     why: str = ""
     alone: bool = False   # True: never share a notebook with another mistake
+    scores: tuple = ()    # ((grade id, points), ...): cells that earn partial credit
+
+    @property
+    def touches(self) -> set:
+        """The test cells whose score this mistake decides."""
+        return set(self.loses) | {gid for gid, _ in self.scores}
 
 
 @dataclass(frozen=True)
@@ -77,7 +83,7 @@ class Drop:
         packs: list[list[Mistake]] = []
         for m in self.mistakes:
             for pack in packs:
-                if not m.alone and not any(o.alone or o.answer == m.answer or set(o.loses) & set(m.loses)
+                if not m.alone and not any(o.alone or o.answer == m.answer or o.touches & m.touches
                                            for o in pack):
                     pack.append(m)
                     break
@@ -100,7 +106,8 @@ class Drop:
         if student == ZERO:
             return {gid: 0.0 for gid in self.points}
         lost = {gid for m in self.mistakes_of(student) for gid in m.loses}
-        return {gid: 0.0 if gid in lost else pts for gid, pts in self.points.items()}
+        partial = {gid: float(p) for m in self.mistakes_of(student) for gid, p in m.scores}
+        return {gid: 0.0 if gid in lost else partial.get(gid, pts) for gid, pts in self.points.items()}
 
 
 def load_drop(folder: Path) -> Drop:
@@ -111,13 +118,14 @@ def load_drop(folder: Path) -> Drop:
         raise ValueError(f"{where}: the keys are 'points' and 'mistakes', got {sorted(data)}")
     mistakes = []
     for m in data["mistakes"]:
-        keys = set(m) - {"why", "alone"}
+        keys = set(m) - {"why", "alone", "scores"}
         if keys != {"name", "answer", "code", "loses", "feedback"}:
             raise ValueError(f"{where}: a mistake has name, answer, code, loses, feedback (and why, "
-                             f"alone); got {sorted(m)}")
+                             f"alone, scores); got {sorted(m)}")
         code = "\n".join(m["code"]) if isinstance(m["code"], list) else m["code"]
         mistakes.append(Mistake(m["name"], m["answer"], code, tuple(m["loses"]), m["feedback"],
-                                m.get("why", ""), m.get("alone", False) is True))
+                                m.get("why", ""), m.get("alone", False) is True,
+                                tuple(sorted(m.get("scores", {}).items()))))
     return Drop(folder.name, {gid: float(p) for gid, p in data["points"].items()}, tuple(mistakes))
 
 

@@ -48,7 +48,10 @@ def test_grading_data_names_the_notebooks_cells(drop):
     assert len(set(names)) == len(names), f"mistake names repeat: {names}"
     for m in drop.mistakes:
         assert m.answer in answer_ids(nb), f"{m.name}: {m.answer!r} is not an answer cell"
-        assert m.loses and set(m.loses) <= set(drop.points), f"{m.name}: 'loses' names no test cell"
+        assert m.touches and m.touches <= set(drop.points), (
+            f"{m.name}: 'loses' and 'scores' must name test cells of the notebook")
+        for gid, earned in m.scores:
+            assert 0 < earned < drop.points[gid], f"{m.name}: a partial score lies between 0 and the cell's points"
         assert m.feedback.strip(), f"{m.name}: give the phrase the feedback must show"
 
 
@@ -58,10 +61,11 @@ def test_mistakes_share_a_student_only_across_different_cells():
     a, b = mistake("a", "x_answer", ("x",)), mistake("b", "x_answer", ("x",))
     c, d = mistake("c", "y_answer", ("y",)), mistake("d", "z_answer", ("z",), alone=True)
     e = mistake("e", "w_answer", ("y",))       # another cell, but it loses y as c does
-    drop = Drop("dropNN", {"x": 1.0, "y": 2.0, "z": 3.0, "w": 4.0}, (a, b, c, d, e))
-    assert drop.packs() == [(a, c), (b, e), (d,)]
+    f = Mistake("f", "v_answer", "pass", (), "phrase", scores=(("w", 1.5),))   # partial credit on w
+    drop = Drop("dropNN", {"x": 1.0, "y": 2.0, "z": 3.0, "w": 4.0}, (a, b, c, d, e, f))
+    assert drop.packs() == [(a, c, f), (b, e), (d,)]
     assert drop.students() == [FULL, ZERO, "mistakes-1", "mistakes-2", "mistakes-3"]
-    assert drop.expected("mistakes-1") == {"x": 0.0, "y": 0.0, "z": 3.0, "w": 4.0}
+    assert drop.expected("mistakes-1") == {"x": 0.0, "y": 0.0, "z": 3.0, "w": 1.5}
     assert drop.student_of(e) == "mistakes-2"
 
 

@@ -10,7 +10,7 @@ from .activations import (RECOMPUTE, ActivationBytes, FirstStageActivations,
 from .bubble import SCHEDULES, bubble_fraction, bubble_overhead
 from .compute import (TrainingFlops, flops_per_token, megatron_flops, mfu, step_time,
                       training_flops, training_time)
-from .constraints import check_config, check_model_split, divisors, valid_tp
+from .constraints import Violation, check_config, check_model_split, divisors, valid_tp, violations
 from .memory import (GB, GiB, PRECISIONS, MemoryBreakdown, ModelStateBytes, bytes_per_param,
                      model_state_bytes)
 from .network import (COLLECTIVES, CommTime, Link, all_gather_time, all_reduce_time,
@@ -22,6 +22,7 @@ from .planner import DEFAULT_COMPUTE_EFFICIENCY, PlanResult, TimeBreakdown, plan
 from .presets import (CLUSTERS, MODELS, Cluster, Model, a100_cluster, custom_model,
                       get_cluster, get_model, h100_cluster)
 from .stage_memory import ACTIVATION_SCALE, stage_memory
+from .verdict import CONFIG_KEYS, Verdict, best_configuration, judge
 
 __all__ = [
     "RECOMPUTE", "ActivationBytes", "FirstStageActivations", "activation_bytes",
@@ -35,6 +36,7 @@ __all__ = [
     "transformer_params", "RankParams", "rank_params", "rank_state_bytes", "DEFAULT_COMPUTE_EFFICIENCY", "MemoryBreakdown", "PlanResult",
     "TimeBreakdown", "divisors", "plan", "search", "CLUSTERS", "MODELS", "Cluster", "Model",
     "a100_cluster", "custom_model", "get_cluster", "get_model", "h100_cluster",
-    "check_config", "check_model_split",
+    "check_config", "check_model_split", "Violation", "violations", "CONFIG_KEYS", "Verdict",
+    "best_configuration", "judge",
     "valid_tp", "ACTIVATION_SCALE", "stage_memory",
 ]

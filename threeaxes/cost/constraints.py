@@ -17,9 +17,12 @@ say what to change.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .activations import RECOMPUTE
 
-__all__ = ["divisors", "fmt_choices", "valid_tp", "check_model_split", "check_config"]
+__all__ = ["Violation", "violations", "divisors", "fmt_choices", "valid_tp", "check_model_split",
+           "check_config"]
 
 
 def divisors(n: int) -> list:
@@ -47,82 +50,136 @@ def valid_tp(model, cluster, allow_tp_across_nodes: bool = False) -> list:
     return out
 
 
+class Violation(NamedTuple):
+    """One broken rule of a configuration: which rule, and a message with the
+    numbers and what to change."""
+    rule: str
+    message: str
+
+
+def _split_violations(model, tp: int, pp: int, zero_stage, tp_choices) -> list:
+    found = []
+    if model.n_heads % tp:
+        found.append(Violation("tp_heads", f"tp={tp} does not divide n_heads={model.n_heads}; "
+                                           f"choose tp in {fmt_choices(tp_choices)}"))
+    if model.kv_heads != model.n_heads and model.kv_heads % tp:
+        found.append(Violation("tp_kv_heads", f"tp={tp} does not divide n_kv_heads={model.kv_heads}; "
+                                              f"choose tp in {fmt_choices(tp_choices)}"))
+    if model.n_layers % pp:
+        found.append(Violation("pp_layers", f"pp={pp} does not divide n_layers={model.n_layers}; "
+                                            f"choose pp in {fmt_choices(divisors(model.n_layers))}"))
+    if zero_stage not in (0, 1, 2, 3):
+        found.append(Violation("zero_stage", f"zero_stage={zero_stage!r}; choose zero_stage in "
+                                             "{0, 1, 2, 3}"))
+    elif zero_stage >= 2 and pp > 1:
+        found.append(Violation("zero_pp", f"zero_stage={zero_stage} with pp={pp}: sharding gradients or "
+                                          "parameters fights pipeline micro-batching (DeepSpeed's "
+                                          "pipeline engine allows only ZeRO-1); choose zero_stage in "
+                                          "{0, 1} or pp=1"))
+    return found
+
+
+def _raise_all(found) -> None:
+    """One ValueError that names every violation (the first alone when there is one)."""
+    if len(found) == 1:
+        raise ValueError(found[0].message)
+    if found:
+        raise ValueError(f"{len(found)} problems with this configuration:\n"
+                         + "\n".join(f"- {v.message}" for v in found))
+
+
 def check_model_split(model, tp: int, pp: int, *, zero_stage: int = 0,
                       tp_choices=None) -> None:
     """tp divides the heads (and key/value heads), pp the layers; ZeRO-2/3 only
     without pipelining. ``tp_choices`` is what the error suggests (default:
-    every tp that divides the heads)."""
+    every tp that divides the heads). Raises ValueError naming every problem."""
     _positive("tp", tp)
     _positive("pp", pp)
     if tp_choices is None:
         tp_choices = [t for t in divisors(model.n_heads) if model.kv_heads % t == 0]
-    if model.n_heads % tp:
-        raise ValueError(f"tp={tp} does not divide n_heads={model.n_heads}; "
-                         f"choose tp in {fmt_choices(tp_choices)}")
-    if model.kv_heads % tp:
-        raise ValueError(f"tp={tp} does not divide n_kv_heads={model.kv_heads}; "
-                         f"choose tp in {fmt_choices(tp_choices)}")
-    if model.n_layers % pp:
-        raise ValueError(f"pp={pp} does not divide n_layers={model.n_layers}; "
-                         f"choose pp in {fmt_choices(divisors(model.n_layers))}")
-    if zero_stage not in (0, 1, 2, 3):
-        raise ValueError(f"zero_stage={zero_stage!r}; choose zero_stage in {{0, 1, 2, 3}}")
-    if zero_stage >= 2 and pp > 1:
-        raise ValueError(f"zero_stage={zero_stage} with pp={pp}: sharding gradients or "
-                         "parameters fights pipeline micro-batching (DeepSpeed's pipeline "
-                         "engine allows only ZeRO-1); choose zero_stage in {0, 1} or pp=1")
+    _raise_all(_split_violations(model, tp, pp, zero_stage, tp_choices))
+
+
+def violations(model, cluster, global_batch: int, *, dp, tp, pp, micro_batch=None,
+               micro_batches=None, zero_stage=0, recompute="none", virtual_stages=1,
+               allow_tp_across_nodes=False) -> list:
+    """Every rule the configuration breaks, as `Violation`s ([] when it follows them all).
+
+    Rules (module docstring): "gpus", "tp_heads", "tp_kv_heads", "tp_node",
+    "pp_layers", "zero_stage", "zero_pp", "batch_dp", "micro_batch",
+    "recompute", "interleave". Values that are not positive integers are not
+    a configuration at all: they raise ValueError.
+    """
+    for name, value in (("dp", dp), ("tp", tp), ("pp", pp), ("virtual_stages", virtual_stages)):
+        _positive(name, value)
+    n, v = cluster.n_gpus, virtual_stages
+    found = []
+    if dp * tp * pp != n:
+        hint = f"; try dp={n // (tp * pp)}" if n % (tp * pp) == 0 else ""
+        found.append(Violation("gpus", f"dp({dp}) * tp({tp}) * pp({pp}) = {dp * tp * pp} != "
+                                       f"n_gpus({n}){hint}"))
+    good_tp = valid_tp(model, cluster, allow_tp_across_nodes)
+    found += _split_violations(model, tp, pp, zero_stage, good_tp)
+    if not allow_tp_across_nodes and (tp > cluster.gpus_per_node or cluster.gpus_per_node % tp):
+        found.append(Violation("tp_node", f"tp={tp} does not fit in one node of {cluster.gpus_per_node} "
+                                          f"GPUs; choose tp in {fmt_choices(good_tp)} or pass "
+                                          "allow_tp_across_nodes=True"))
+    if recompute not in RECOMPUTE:
+        found.append(Violation("recompute", f"recompute={recompute!r}; choose recompute in "
+                                            f"{set(RECOMPUTE)}"))
+    m = None
+    if global_batch % dp:
+        found.append(Violation("batch_dp", f"global_batch={global_batch} does not split evenly over "
+                                           f"dp={dp}; choose a global batch that is a multiple of {dp}"))
+    else:
+        mbs, problem = _micro_batch(global_batch // dp, global_batch, dp, micro_batch, micro_batches)
+        if problem:
+            found.append(Violation("micro_batch", problem))
+        else:
+            m = global_batch // dp // mbs
+    if v > 1:
+        if pp == 1:
+            found.append(Violation("interleave", f"virtual_stages={v} needs pipeline parallelism; "
+                                                 "use virtual_stages=1 or pp > 1"))
+        elif model.n_layers % (pp * v):
+            choices = divisors(model.n_layers // pp) if model.n_layers % pp == 0 else [1]
+            found.append(Violation("interleave", f"n_layers={model.n_layers} does not split into "
+                                                 f"pp*virtual_stages={pp * v} chunks; choose "
+                                                 f"virtual_stages in {fmt_choices(choices)}"))
+        if pp > 1 and m is not None and m % pp:
+            found.append(Violation("interleave", f"{m} micro-batches is not a multiple of pp={pp}; the "
+                                                 "interleaved schedule needs it (change micro_batch or "
+                                                 "virtual_stages=1)"))
+    return found
+
+
+def _micro_batch(per_replica, global_batch, dp, micro_batch, micro_batches):
+    """(micro-batch size, None), or (None, what is wrong with the micro-batching)."""
+    where = f"the per-replica batch {per_replica} (global_batch={global_batch} / dp={dp})"
+    mbs = micro_batch
+    if mbs is None:
+        if micro_batches is None:
+            return None, "give micro_batch (sequences per micro-batch) or micro_batches"
+        if isinstance(micro_batches, bool) or int(micro_batches) != micro_batches or micro_batches < 1 \
+                or per_replica % micro_batches:
+            return None, (f"micro_batches={micro_batches} does not divide {where}; "
+                          f"choose micro_batches in {fmt_choices(divisors(per_replica))}")
+        mbs = per_replica // micro_batches
+    if isinstance(mbs, bool) or int(mbs) != mbs or mbs < 1 or per_replica % mbs:
+        return None, (f"micro_batch={mbs} does not divide {where}; "
+                      f"choose micro_batch in {fmt_choices(divisors(per_replica))}")
+    if micro_batches is not None and micro_batches != per_replica // mbs:
+        return None, (f"micro_batch={mbs} gives {per_replica // mbs} micro-batches, not "
+                      f"{micro_batches}; give one of the two")
+    return int(mbs), None
 
 
 def check_config(model, cluster, global_batch: int, *, dp, tp, pp, micro_batch,
                  micro_batches, zero_stage, recompute, virtual_stages,
                  allow_tp_across_nodes) -> int:
-    """Raise ValueError, saying what to change, unless the configuration is
-    valid; return the micro-batch size."""
-    for name, value in (("dp", dp), ("tp", tp), ("pp", pp), ("virtual_stages", virtual_stages)):
-        _positive(name, value)
-    n, v = cluster.n_gpus, virtual_stages
-    if dp * tp * pp != n:
-        hint = f"; try dp={n // (tp * pp)}" if n % (tp * pp) == 0 else ""
-        raise ValueError(f"dp({dp}) * tp({tp}) * pp({pp}) = {dp * tp * pp} != "
-                         f"n_gpus({n}){hint}")
-    good_tp = valid_tp(model, cluster, allow_tp_across_nodes)
-    check_model_split(model, tp, pp, zero_stage=zero_stage, tp_choices=good_tp)
-    if not allow_tp_across_nodes and (tp > cluster.gpus_per_node or cluster.gpus_per_node % tp):
-        raise ValueError(f"tp={tp} does not fit in one node of {cluster.gpus_per_node} GPUs; "
-                         f"choose tp in {fmt_choices(good_tp)} or pass "
-                         "allow_tp_across_nodes=True")
-    if global_batch % dp:
-        raise ValueError(f"global_batch={global_batch} does not split evenly over "
-                         f"dp={dp}; choose a global batch that is a multiple of {dp}")
-    per_replica = global_batch // dp
-    mbs = micro_batch
-    if mbs is None:
-        if micro_batches is None:
-            raise ValueError("give micro_batch (sequences per micro-batch) or micro_batches")
-        if per_replica % micro_batches:
-            raise ValueError(f"micro_batches={micro_batches} does not divide the per-replica "
-                             f"batch {per_replica} (global_batch={global_batch} / dp={dp}); "
-                             f"choose micro_batches in {fmt_choices(divisors(per_replica))}")
-        mbs = per_replica // micro_batches
-    if isinstance(mbs, bool) or int(mbs) != mbs or mbs < 1 or per_replica % mbs:
-        raise ValueError(f"micro_batch={mbs} does not divide the per-replica batch "
-                         f"{per_replica} (global_batch={global_batch} / dp={dp}); "
-                         f"choose micro_batch in {fmt_choices(divisors(per_replica))}")
-    m = per_replica // mbs
-    if micro_batches is not None and micro_batches != m:
-        raise ValueError(f"micro_batch={mbs} gives {m} micro-batches, not {micro_batches}; "
-                         "give one of the two")
-    if recompute not in RECOMPUTE:
-        raise ValueError(f"recompute={recompute!r}; choose recompute in {set(RECOMPUTE)}")
-    if v > 1:
-        if pp == 1:
-            raise ValueError(f"virtual_stages={v} needs pipeline parallelism; "
-                             "use virtual_stages=1 or pp > 1")
-        if model.n_layers % (pp * v):
-            raise ValueError(f"n_layers={model.n_layers} does not split into pp*virtual_stages"
-                             f"={pp * v} chunks; choose virtual_stages in "
-                             f"{fmt_choices(divisors(model.n_layers // pp))}")
-        if m % pp:
-            raise ValueError(f"{m} micro-batches is not a multiple of pp={pp}; the interleaved "
-                             "schedule needs it (change micro_batch or virtual_stages=1)")
-    return int(mbs)
+    """Raise ValueError naming every broken rule (`violations`), saying what to
+    change; otherwise return the micro-batch size."""
+    _raise_all(violations(model, cluster, global_batch, dp=dp, tp=tp, pp=pp, micro_batch=micro_batch,
+                          micro_batches=micro_batches, zero_stage=zero_stage, recompute=recompute,
+                          virtual_stages=virtual_stages, allow_tp_across_nodes=allow_tp_across_nodes))
+    return _micro_batch(global_batch // dp, global_batch, dp, micro_batch, micro_batches)[0]
