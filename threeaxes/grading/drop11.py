@@ -1,0 +1,146 @@
+"""Scenario and reference checks for drop 11 (throughput lost on a bigger cluster).
+
+The story: GPT-3 175B trained with Megatron-LM's layout for it (tp = 8 inside
+each 8-GPU DGX A100 node; Narayanan et al. 2021, Table 1) moves to a cluster
+twice as large whose nodes hold 4 GPUs each. The same (tp, pp) with twice the
+dp and twice the global batch gives each replica the same work, yet every
+GPU now trains far fewer tokens per second: the tp group straddles two nodes.
+
+Everything here is data or a reference computed from `threeaxes.cost` at
+grading time, so a change of the cost model changes the answers with it:
+
+* `OLD_SCENARIO`, `NEW_SCENARIO`: the scenario dicts `grade_configuration`
+  takes; `OLD_CONFIG`, `old_config_on(...)`: the layout that was moved.
+* `moved_axes(old, new, dp, tp, pp)`: the axes whose group ran inside a node
+  before and crosses nodes after (`cost.network.group_inside_node`).
+* `tp_wire_bytes(...)`: bytes one GPU sends in its tp all-reduces per step,
+  from `cost.network.bytes_sent_per_gpu`; `tp_bytes_mistake` names the usual
+  slips against it.
+"""
+from __future__ import annotations
+
+import math
+
+from threeaxes.cost import a100_cluster, bytes_sent_per_gpu, get_model, group_inside_node
+from threeaxes.grading import as_choice, as_number
+
+__all__ = ["MODEL", "OLD_CLUSTER", "NEW_CLUSTER", "OLD_BATCH", "NEW_BATCH", "OLD_CONFIG",
+           "OLD_SCENARIO", "NEW_SCENARIO", "DROP_RANGE", "old_config_on", "group_strides",
+           "moved_axes", "plain_axis", "axis_mistake", "tp_wire_bytes", "tp_bytes_mistake",
+           "HIDDEN_CASES"]
+
+MODEL = get_model("175B")
+OLD_CLUSTER = a100_cluster(16)                     # 16 DGX A100 nodes, 8 GPUs each: 128 GPUs
+NEW_CLUSTER = a100_cluster(64, gpus_per_node=4)    # 64 nodes of 4 A100s: 256 GPUs, same links
+OLD_BATCH, NEW_BATCH = 256, 512                    # sequences per step: doubled with dp
+# the layout that ran well on the old cluster (tp = 8: one whole node)
+OLD_CONFIG = dict(dp=2, tp=8, pp=8, micro_batch=1, zero_stage=1, recompute="selective",
+                  sequence_parallel=True)
+ASSUMPTIONS: dict = {}                             # the planner's defaults, for both clusters
+OLD_SCENARIO = {"model": MODEL, "cluster": OLD_CLUSTER, "global_batch": OLD_BATCH,
+                "seq_len": None, "assumptions": ASSUMPTIONS}
+NEW_SCENARIO = {"model": MODEL, "cluster": NEW_CLUSTER, "global_batch": NEW_BATCH,
+                "seq_len": None, "assumptions": ASSUMPTIONS}
+# the per-GPU throughput drop the story needs ("about 40%"); the notebook asserts it
+DROP_RANGE = (0.30, 0.50)
+
+AXES = ("tp", "dp", "pp")
+
+
+def old_config_on(cluster) -> dict:
+    """The old layout on another cluster: same tp and pp, dp fills the GPUs."""
+    tp, pp = OLD_CONFIG["tp"], OLD_CONFIG["pp"]
+    return {**OLD_CONFIG, "dp": cluster.n_gpus // (tp * pp)}
+
+
+def group_strides(dp: int, tp: int, pp: int) -> dict:
+    """(stride, size) of each axis's group with tp fastest, then dp, then pp
+    (Megatron-LM's rank order, as in drop 8)."""
+    return {"tp": (1, tp), "dp": (tp, dp), "pp": (tp * dp, pp)}
+
+
+def moved_axes(old_cluster, new_cluster, old_dims: tuple, new_dims: tuple) -> list:
+    """Axes whose group ran inside one node before and crosses nodes after."""
+    before, after = group_strides(*old_dims), group_strides(*new_dims)
+    return [axis for axis in AXES
+            if group_inside_node(*before[axis], old_cluster.gpus_per_node)
+            and not group_inside_node(*after[axis], new_cluster.gpus_per_node)]
+
+
+def plain_axis(answer, name: str = "moved_axis") -> str:
+    return as_choice(answer, set(AXES), name)
+
+
+def axis_mistake(got: str, old_cluster, new_cluster, old_dims, new_dims) -> str | None:
+    """None when `got` is the one axis that moved off NVLink; else what went wrong."""
+    moved = moved_axes(old_cluster, new_cluster, old_dims, new_dims)
+    if moved == [got]:
+        return None
+    before, after = group_strides(*old_dims), group_strides(*new_dims)
+    inside_before = group_inside_node(*before[got], old_cluster.gpus_per_node)
+    inside_after = group_inside_node(*after[got], new_cluster.gpus_per_node)
+    if not inside_before and not inside_after:
+        return (f"the {got} group already crossed nodes on the old cluster (its ranks are "
+                f"{before[got][0]} apart, {before[got][1]} of them), so it did not move off "
+                "NVLink: it was never on it")
+    if inside_after:
+        return f"the {got} group still fits inside one node of the new cluster"
+    return f"{got!r} is not the axis that moved off NVLink"
+
+
+def tp_wire_bytes(n_layers, d_model, seq_len, micro_batch, micro_batches, tp, pp,
+                  bytes_per_value=2) -> float:
+    """Bytes one GPU sends in its tensor-parallel all-reduces in one step.
+
+    Each layer all-reduces the (micro_batch, seq_len, d_model) activation twice
+    forward and twice backward (Shoeybi et al. 2019, Section 3; sequence
+    parallelism's reduce-scatter + all-gather moves the same bytes), for every
+    micro-batch, on the n_layers / pp layers of this GPU's stage; a ring
+    all-reduce of S bytes sends 2 (tp - 1) / tp * S per GPU (Thakur et al. 2005).
+    """
+    activation = bytes_per_value * micro_batch * seq_len * d_model
+    per_all_reduce = bytes_sent_per_gpu("all_reduce", activation, tp)
+    return (n_layers // pp) * micro_batches * 4 * per_all_reduce
+
+
+def tp_bytes_mistake(got: float, args: tuple) -> str | None:
+    """None when `got` equals the reference for `args`; else the slip it matches."""
+    want = tp_wire_bytes(*args)
+    if math.isclose(got, want, rel_tol=1e-9):
+        return None
+    n_layers, d_model, seq_len, mbs, m, tp, pp = args[:7]
+    activation = 2 * mbs * seq_len * d_model
+    where = (f"for n_layers={n_layers}, d_model={d_model}, seq_len={seq_len}, "
+             f"micro_batch={mbs}, micro_batches={m}, tp={tp}, pp={pp}")
+    slips = [
+        (want / 2, "you counted only the two forward all-reduces per layer; backward makes "
+                   "two more"),
+        (want * pp, f"you counted all {n_layers} layers; this GPU holds only its stage's "
+                    f"n_layers / pp = {n_layers // pp}"),
+        (want / m, f"you counted one micro-batch; the stage runs all {m} of them each step"),
+        (want * 2, "you counted 4-byte values; the activations travel in 2-byte bf16"),
+        (want * tp / (2 * (tp - 1)) if tp > 1 else None,
+         "you counted the whole activation per all-reduce; a ring all-reduce sends "
+         "2 (tp - 1) / tp of it from each GPU"),
+        (want / 2 * tp / (tp - 1) if tp > 1 else None,
+         "you used (tp - 1) / tp of the activation, an all-gather's share; an all-reduce "
+         "is a reduce-scatter plus an all-gather: 2 (tp - 1) / tp"),
+    ]
+    for value, message in slips:
+        if value is not None and math.isclose(got, value, rel_tol=1e-9):
+            return f"{where}: {message}"
+    return (f"{where}: got {got:.4g} bytes, expected {want:.4g}; one all-reduce here is of "
+            f"{activation:g} bytes")
+
+
+def plain_bytes(answer, name: str) -> float:
+    return as_number(answer, name)
+
+
+# other shapes the hidden test tries: (n_layers, d_model, seq_len, mbs, m, tp, pp)
+HIDDEN_CASES = [
+    (80, 8192, 4096, 1, 32, 4, 4),
+    (40, 5120, 4096, 2, 16, 2, 2),
+    (96, 12288, 2048, 1, 64, 8, 16),
+    (32, 4096, 4096, 4, 8, 8, 1),
+]
