@@ -18,7 +18,8 @@ from .network import (COLLECTIVES, CommTime, Link, all_gather_time, all_reduce_t
                       p2p_time, reduce_scatter_time)
 from .params import ParamCount, transformer_params
 from .placement import RankParams, rank_params, rank_state_bytes
-from .planner import DEFAULT_COMPUTE_EFFICIENCY, PlanResult, TimeBreakdown, plan, search
+from .kernel_time import LayerTime, dim_factor, gemm_efficiency, layer_time, logits_time
+from .planner import DEFAULT_COMPUTE_EFFICIENCY, SHAPES, PlanResult, TimeBreakdown, plan, search
 from .presets import (CLUSTERS, MODELS, Cluster, Model, a100_cluster, custom_model,
                       get_cluster, get_model, h100_cluster)
 from .stage_memory import ACTIVATION_SCALE, stage_memory
@@ -39,4 +40,5 @@ __all__ = [
     "check_config", "check_model_split", "Violation", "violations", "CONFIG_KEYS", "Verdict",
     "best_configuration", "judge",
     "valid_tp", "ACTIVATION_SCALE", "stage_memory",
+    "SHAPES", "LayerTime", "dim_factor", "gemm_efficiency", "layer_time", "logits_time",
 ]

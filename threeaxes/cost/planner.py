@@ -9,14 +9,20 @@ The step-time model (every assumption is an argument of ``plan``):
 
 - compute: hardware FLOPs (Chowdhery et al. 2022 App. B, 6N + 12 l h s per
   token, plus what recomputation re-runs, Korthikanti et al. 2022 App. A)
-  over n_gpus * peak * ``compute_efficiency``.
+  over n_gpus * peak * ``compute_efficiency``. With
+  ``compute_efficiency="shapes"`` instead: the slowest (last) pipeline
+  stage's layers and output layer, m micro-batches of them, each timed from
+  its shapes by ``kernel_time.layer_time`` (GEMMs below peak when a tensor-
+  parallel shard is thin, memory-bound element-wise work at HBM bandwidth).
 - TP communication: 4 all-reduces of the b s h activation per layer per
   micro-batch, 2 forward and 2 backward (Shoeybi et al. 2019, Section 3,
   Figure 4), 6 with full recomputation; sequence parallelism swaps each for
   a reduce-scatter plus all-gather of the same volume (Korthikanti et al.
   2022, Section 4.2.2). None of it overlaps with compute.
 - PP communication: one send forward and one backward per micro-batch per
-  model chunk, counted on the critical path.
+  model chunk, counted on the critical path. ``pp_scatter_gather`` splits
+  each send over the t tensor-parallel ranks' own InfiniBand cards and
+  all-gathers it over NVLink on arrival (Narayanan et al. 2021, Section 4.1).
 - DP communication: a gradient all-reduce per step (ZeRO stages 1 and 2 move
   the same 2 Psi, stage 3 moves 3 Psi; Rajbhandari et al. 2020, Section 7);
   ``dp_overlap`` of it hides behind the backward pass.
@@ -32,15 +38,21 @@ from .bubble import bubble_fraction, bubble_overhead
 from .constraints import check_config, divisors, valid_tp
 from .memory import PRECISIONS, MemoryBreakdown, model_state_bytes
 from .network import all_gather_time, all_reduce_time, group_link, p2p_time, reduce_scatter_time
+from .kernel_time import layer_time, logits_time
 from .stage_memory import ACTIVATION_SCALE
 
-__all__ = ["TimeBreakdown", "PlanResult", "plan", "search", "DEFAULT_COMPUTE_EFFICIENCY"]
+__all__ = ["TimeBreakdown", "PlanResult", "plan", "search", "DEFAULT_COMPUTE_EFFICIENCY",
+           "SHAPES"]
 
 # Fraction of peak FLOP/s the matmuls reach. Published end-to-end figures on
 # A100 clusters, which also pay for communication and bubbles, are 44-52% of
 # peak (Narayanan et al. 2021, Table 1) and 43.7-57.0% HFU (Korthikanti et al.
 # 2022, Table 5); compute alone must run faster than that, so 0.6 is assumed.
 DEFAULT_COMPUTE_EFFICIENCY = 0.6
+# compute_efficiency=SHAPES times every layer from its shard's shapes instead
+# (threeaxes.cost.kernel_time); it is what reproduces Narayanan et al. 2021,
+# Table 1 (threeaxes.cost.published).
+SHAPES = "shapes"
 
 
 class TimeBreakdown(NamedTuple):
@@ -84,11 +96,19 @@ class _Context:
     """What stays fixed across configurations: model, cluster, batch, assumptions."""
 
     def __init__(self, model, cluster, global_batch, seq_len, precision,
-                 compute_efficiency, dp_overlap, usable_memory_fraction):
+                 compute_efficiency, dp_overlap, usable_memory_fraction,
+                 pp_scatter_gather=False):
         if precision not in PRECISIONS:
             raise ValueError(f"precision={precision!r}; choose precision in {set(PRECISIONS)}")
-        if not 0 < compute_efficiency <= 1:
-            raise ValueError(f"compute_efficiency={compute_efficiency} must be in (0, 1]")
+        self.shapes = isinstance(compute_efficiency, str)
+        if self.shapes and compute_efficiency != SHAPES:
+            raise ValueError(f"compute_efficiency={compute_efficiency!r}; give a fraction "
+                             f"in (0, 1] or {SHAPES!r}")
+        if not self.shapes and not 0 < compute_efficiency <= 1:
+            raise ValueError(f"compute_efficiency={compute_efficiency} must be in (0, 1] "
+                             f"(or {SHAPES!r} to time each layer from its shapes)")
+        self.pp_scatter_gather = bool(pp_scatter_gather)
+        self.shaped = {}               # (tp, mbs, recompute, sp) -> (layer s, head s)
         if not 0 <= dp_overlap <= 1:
             raise ValueError(f"dp_overlap={dp_overlap} must be in [0, 1]")
         if not 0 < usable_memory_fraction <= 1:
@@ -139,8 +159,11 @@ def _evaluate(ctx: _Context, dp, tp, pp, mbs, zero, recompute, v, sp) -> PlanRes
     memory = MemoryBreakdown(states.params, states.grads, states.optimizer, acts, total_mem)
 
     # time per step
-    compute = (ctx.model_flops + ctx.recompute_flops[recompute]) / (
-        ctx.n_gpus * ctx.peak * ctx.efficiency)
+    if ctx.shapes:
+        compute = _shaped_compute(ctx, tp, pp, mbs, m, recompute, sp)
+    else:
+        compute = (ctx.model_flops + ctx.recompute_flops[recompute]) / (
+            ctx.n_gpus * ctx.peak * ctx.efficiency)
     act_bytes = ctx.act_dtype_bytes * mbs * s * h          # one micro-batch's b s h
     layers_here = model.n_layers / pp
     tp_comm = 0.0
@@ -153,8 +176,18 @@ def _evaluate(ctx: _Context, dp, tp, pp, mbs, zero, recompute, v, sp) -> PlanRes
     pp_comm = 0.0
     if pp > 1:
         link = group_link(cluster, tp * dp, pp)
+        if ctx.pp_scatter_gather and tp > 1 and not link.inside_node:
+            # communication: each TP rank sends 1/t of the activation on its own
+            # InfiniBand card, the receiving stage all-gathers it over NVLink
+            # (Narayanan et al. 2021, Section 4.1)
+            nv = group_link(cluster, 1, tp)
+            one = (p2p_time(act_bytes / tp, link.bandwidth, link.latency).total
+                   + all_gather_time(act_bytes, tp, nv.bandwidth, nv.latency).total)
+        else:
+            # communication: the whole activation over one link
+            one = p2p_time(act_bytes, link.bandwidth, link.latency).total
         # communication: send the activation forward and its gradient back, per chunk
-        pp_comm = 2 * v * m * p2p_time(act_bytes, link.bandwidth, link.latency).total
+        pp_comm = 2 * v * m * one
     dp_comm = 0.0
     if dp > 1:
         link = group_link(cluster, tp, dp)
@@ -179,13 +212,29 @@ def _evaluate(ctx: _Context, dp, tp, pp, mbs, zero, recompute, v, sp) -> PlanRes
                       ctx.model_flops / (total * ctx.n_gpus * ctx.peak), frac)
 
 
+def _shaped_compute(ctx: _Context, tp, pp, mbs, m, recompute, sp) -> float:
+    """Busy time of the last pipeline stage, the slowest: its layers and the
+    output layer (Megatron-LM puts the head there), for m micro-batches."""
+    model, key = ctx.model, (tp, mbs, recompute, sp)
+    if key not in ctx.shaped:      # search() meets the same shard shapes many times
+        layer = layer_time(ctx.seq_len, mbs, model.d_model, model.n_heads, tp=tp,
+                           peak_flops=ctx.peak, hbm_bandwidth=ctx.cluster.hbm_bandwidth,
+                           recompute=recompute, sequence_parallel=sp,
+                           ffn_hidden=model.ffn_hidden).total
+        head = logits_time(ctx.seq_len, mbs, model.d_model, model.vocab_size, tp=tp,
+                           peak_flops=ctx.peak)
+        ctx.shaped[key] = (layer, head)
+    layer, head = ctx.shaped[key]
+    return m * (model.n_layers / pp * layer + head)
+
+
 def plan(model, cluster, global_batch: int, seq_len: int | None = None, *, dp: int,
          tp: int = 1, pp: int = 1, micro_batch: int | None = None,
          micro_batches: int | None = None, zero_stage: int = 0, recompute: str = "none",
          virtual_stages: int = 1, sequence_parallel: bool = False,
          precision: str = "mixed", compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY,
          dp_overlap: float = 0.0, usable_memory_fraction: float = 1.0,
-         allow_tp_across_nodes: bool = False) -> PlanResult:
+         allow_tp_across_nodes: bool = False, pp_scatter_gather: bool = False) -> PlanResult:
     """Evaluate one configuration of ``model`` on ``cluster``.
 
     ``global_batch`` counts sequences of ``seq_len`` tokens (default: the
@@ -194,7 +243,11 @@ def plan(model, cluster, global_batch: int, seq_len: int | None = None, *, dp: i
     count, ``micro_batches``). Assumptions, all visible:
 
     - ``compute_efficiency``: fraction of peak the matmuls reach (0.6;
-      see ``DEFAULT_COMPUTE_EFFICIENCY`` for the published figures behind it).
+      see ``DEFAULT_COMPUTE_EFFICIENCY`` for the published figures behind it),
+      or ``"shapes"``: each layer timed from its shard's shapes
+      (``kernel_time``), the model that reproduces published runs.
+    - ``pp_scatter_gather``: pipeline sends split over the TP ranks'
+      InfiniBand cards (Narayanan et al. 2021, Section 4.1; off by default).
     - ``dp_overlap``: fraction of the gradient communication hidden behind
       the backward pass (0, none; PyTorch DDP's bucketing, Li et al. 2020,
       hides most of it in practice).
@@ -207,7 +260,7 @@ def plan(model, cluster, global_batch: int, seq_len: int | None = None, *, dp: i
     stays in a node, the batch splits evenly.
     """
     ctx = _Context(model, cluster, global_batch, seq_len, precision, compute_efficiency,
-                   dp_overlap, usable_memory_fraction)
+                   dp_overlap, usable_memory_fraction, pp_scatter_gather)
     mbs = check_config(model, cluster, ctx.global_batch, dp=dp, tp=tp, pp=pp,
                        micro_batch=micro_batch, micro_batches=micro_batches,
                        zero_stage=zero_stage, recompute=recompute,
@@ -223,7 +276,7 @@ def search(model, cluster, global_batch: int, seq_len: int | None = None, *,
            only_fitting: bool = False, top: int | None = None,
            allow_tp_across_nodes: bool = False, precision: str = "mixed",
            compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY, dp_overlap: float = 0.0,
-           usable_memory_fraction: float = 1.0) -> list:
+           usable_memory_fraction: float = 1.0, pp_scatter_gather: bool = False) -> list:
     """Evaluate every valid configuration and rank them.
 
     Enumerates tp (dividing the heads and, unless allowed, the node), pp
@@ -236,7 +289,7 @@ def search(model, cluster, global_batch: int, seq_len: int | None = None, *,
     lightest first; ``only_fitting`` drops the rest, ``top`` keeps the best.
     """
     ctx = _Context(model, cluster, global_batch, seq_len, precision, compute_efficiency,
-                   dp_overlap, usable_memory_fraction)
+                   dp_overlap, usable_memory_fraction, pp_scatter_gather)
     n = cluster.n_gpus
     results = []
     for tp in valid_tp(model, cluster, allow_tp_across_nodes):

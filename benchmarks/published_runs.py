@@ -1,0 +1,64 @@
+"""The planner's prediction for every row of Narayanan et al. 2021, Table 1.
+
+    python benchmarks/published_runs.py [--runs 3]
+
+For each published run (GPT 1.7B to 1T on up to 3,072 A100 80GB GPUs) prints
+the configuration the planner evaluates (the published dp, tp, pp with its
+fastest micro-batch and chunk count), whether it fits, the predicted and
+published teraFLOP/s per GPU (eq. 3 FLOPs) with their ratio, its throughput
+as a share of the planner's best, and how long each search took. Then times
+search() for Llama-2 70B on 64 GPUs with the shape model, the notebook case.
+Exits 1 if a row is off by more than 10%, does not fit, falls below 85% of
+the best, or the 70B search takes more than 1 s.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root
+
+from threeaxes.cost import SHAPES, get_cluster, get_model, search  # noqa: E402
+from threeaxes.cost.published import NARAYANAN_2021_TABLE1, predict  # noqa: E402
+
+SEARCH_LIMIT_S = 1.0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    failed = False
+    print(f"{'model':>8} {'GPUs':>5} {"configuration (published dp tp pp)":<42} {'fits':>4} "
+          f"{'pred':>6} {'publ':>5} {'ratio':>6} {'of best':>7} {'search s':>8}  best")
+    for run in NARAYANAN_2021_TABLE1:
+        start = time.perf_counter()
+        p = predict(run)
+        elapsed = time.perf_counter() - start
+        ok = p.published.fits and 0.9 <= p.ratio <= 1.1 and p.share_of_best >= 0.85
+        failed |= not ok
+        print(f"{run.params_billion:>7}B {run.n_gpus:>5} {p.published.label:<42} "
+              f"{'yes' if p.published.fits else 'NO':>4} {p.tflops_per_gpu:>6.1f} "
+              f"{run.tflops_per_gpu:>5} {p.ratio:>6.3f} {p.share_of_best:>7.3f} "
+              f"{elapsed:>8.3f}  {p.best.label}{'' if ok else '  <-- OUT OF BOUNDS'}")
+    model, cluster = get_model("llama2-70b"), get_cluster("a100-80gb", n_gpus=64)
+    for name, kwargs in (("constant 0.6", {}),
+                         ("shapes", dict(compute_efficiency=SHAPES, pp_scatter_gather=True))):
+        times = []
+        for _ in range(args.runs):
+            start = time.perf_counter()
+            results = search(model, cluster, 1024, **kwargs)
+            times.append(time.perf_counter() - start)
+        median = statistics.median(times)
+        ok = median <= SEARCH_LIMIT_S
+        failed |= not ok
+        print(f"search {model.name} on 64 GPUs, batch 1024 ({name}): {len(results)} "
+              f"configurations, median {median:.3f} s (limit {SEARCH_LIMIT_S:.0f} s) "
+              f"{'ok' if ok else 'TOO SLOW'}; best: {results[0].label}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Published training runs, and the planner's prediction for each.
+
+Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
+Clusters Using Megatron-LM" (SC'21, arXiv 2104.04473), Table 1: weak scaling
+of GPT models from 1.7B to 1T parameters on Selene (DGX A100 nodes: 8 A100
+80GB on NVLink/NVSwitch, eight 200 Gb/s HDR InfiniBand cards per node;
+Section 5). The same table is in the Megatron-LM repository's README.
+Section 5.1 fixes what the table does not show: vocabulary 51,200, sequence
+length 2048, mixed precision, full activation recomputation (eq. 3 counts
+its extra forward pass), the interleaved pipeline schedule with the
+scatter/gather optimisation (Section 4.1). The micro-batch size and the
+number of model chunks per GPU are not published; the planner picks the
+fastest for the published (tp, pp, dp). Data-parallel gradients are
+all-reduced after the backward pass, not overlapped (``dp_overlap=0``).
+
+Throughput is compared in the paper's unit: teraFLOP/s per GPU, counting
+eq. 3's FLOPs (``megatron_flops(..., recompute="full").total``) over the
+step time.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .compute import megatron_flops
+from .planner import SHAPES, search
+from .presets import a100_cluster, custom_model
+
+__all__ = ["PublishedRun", "NARAYANAN_2021_TABLE1", "MEGATRON_2021", "table1_model",
+           "table1_cluster", "achieved_tflops", "Prediction", "predict"]
+
+VOCAB, SEQ_LEN = 51200, 2048          # Narayanan et al. 2021, Section 5.1
+
+
+class PublishedRun(NamedTuple):
+    params_billion: float
+    heads: int
+    hidden: int
+    layers: int
+    tp: int
+    pp: int
+    n_gpus: int
+    batch: int                 # sequences of 2048 tokens per step
+    tflops_per_gpu: float      # achieved, eq. 3 FLOPs
+    percent_peak: int          # of 312 teraFLOP/s
+    aggregate_pflops: float
+
+    @property
+    def dp(self) -> int:
+        return self.n_gpus // (self.tp * self.pp)
+
+
+# Narayanan et al. 2021, Table 1 (and the Megatron-LM README), row by row.
+NARAYANAN_2021_TABLE1 = (
+    PublishedRun(1.7, 24, 2304, 24, 1, 1, 32, 512, 137, 44, 4.4),
+    PublishedRun(3.6, 32, 3072, 30, 2, 1, 64, 512, 138, 44, 8.8),
+    PublishedRun(7.5, 32, 4096, 36, 4, 1, 128, 512, 142, 46, 18.2),
+    PublishedRun(18.4, 48, 6144, 40, 8, 1, 256, 1024, 135, 43, 34.6),
+    PublishedRun(39.1, 64, 8192, 48, 8, 2, 512, 1536, 138, 44, 70.8),
+    PublishedRun(76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140, 45, 143.8),
+    PublishedRun(145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148, 47, 227.1),
+    PublishedRun(310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155, 50, 297.4),
+    PublishedRun(529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163, 52, 410.2),
+    PublishedRun(1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163, 52, 502.0),
+)
+
+# What Megatron-LM did in 2021 (Section 5.1): full recomputation, no sequence
+# parallelism or ZeRO, scatter/gather pipeline sends, gradients reduced after
+# the backward pass; layers timed from their shapes (threeaxes.cost.kernel_time).
+MEGATRON_2021 = dict(compute_efficiency=SHAPES, pp_scatter_gather=True, dp_overlap=0.0,
+                     recomputes=("full",), sequence_parallel=(False,), zero_stages=(0,))
+
+
+def table1_model(run: PublishedRun):
+    """The GPT model of one row: GPT-2 style layers, V = 51,200, s = 2048."""
+    return custom_model(f"GPT {run.params_billion}B", run.layers, run.hidden, run.heads,
+                        vocab_size=VOCAB, seq_len=SEQ_LEN)
+
+
+def table1_cluster(run: PublishedRun):
+    """Selene's DGX A100 nodes, as many as the row used."""
+    return a100_cluster(run.n_gpus // 8)
+
+
+def achieved_tflops(result, run: PublishedRun) -> float:
+    """teraFLOP/s per GPU as the paper counts them: eq. 3 over the step time."""
+    flops = megatron_flops(run.batch, SEQ_LEN, run.layers, run.hidden, VOCAB,
+                           recompute="full").total
+    return flops / (result.time.total * run.n_gpus) / 1e12
+
+
+class Prediction(NamedTuple):
+    run: PublishedRun
+    published: object          # PlanResult: the published (dp, tp, pp), best mbs and v
+    best: object               # PlanResult: the planner's best of everything
+    tflops_per_gpu: float      # predicted for the published configuration
+
+    @property
+    def ratio(self) -> float:
+        """Predicted over published throughput."""
+        return self.tflops_per_gpu / self.run.tflops_per_gpu
+
+    @property
+    def share_of_best(self) -> float:
+        """Published configuration's tokens/s over the planner's best's."""
+        return self.published.tokens_per_second / self.best.tokens_per_second
+
+
+def predict(run: PublishedRun, **assumptions) -> Prediction:
+    """Search the row's model, cluster and batch under ``MEGATRON_2021``
+    (override any of it with ``assumptions``); return the fastest fitting
+    configuration with the published (dp, tp, pp) beside the best overall."""
+    options = {**MEGATRON_2021, **assumptions}
+    results = search(table1_model(run), table1_cluster(run), run.batch, **options)
+    same = [r for r in results if (r.dp, r.tp, r.pp) == (run.dp, run.tp, run.pp)]
+    if not same:
+        raise ValueError(f"the planner finds no valid configuration with dp={run.dp} "
+                         f"tp={run.tp} pp={run.pp} for the {run.params_billion}B row")
+    return Prediction(run, same[0], results[0], achieved_tflops(same[0], run))
