@@ -15,7 +15,10 @@ Display one by making it the last expression of a cell, or ``.widget``.
 """
 from .bubble import BubbleData, BubbleExplorer
 from .config import ConfigData, ConfigExplorer
+from .decision_tree import DecisionTreeExplorer, print_cheatsheet
+from .flashcards import FlashcardDeck, print_flashcards
 from .memory import MemoryData, MemoryExplorer
 
 __all__ = ["BubbleExplorer", "MemoryExplorer", "ConfigExplorer", "BubbleData",
-           "MemoryData", "ConfigData"]
+           "MemoryData", "ConfigData", "DecisionTreeExplorer", "print_cheatsheet",
+           "FlashcardDeck", "print_flashcards"]

@@ -1,0 +1,184 @@
+"""The practice set's content and checks: scenarios a-d, nine flashcards, and
+the self-check answers, each computed from the cost model (never typed).
+
+    check("q3", 0.27)                  # prints what is right or what slipped
+    pick("b", "tp", dict(dp=1, tp=8, pp=1, micro_batch=1))   # judged by the cost model
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .cost import GB, bubble_fraction, get_cluster, judge, model_state_bytes
+from .cost.decide import SCHEMES, model_of_size, walk_tree
+
+__all__ = ["Scenario", "SCENARIOS", "CARDS", "SELF_CHECKS", "check", "pick", "scenario_walk"]
+
+GLOBAL_BATCH = 512   # sequences per step in every scenario (the seed gives none)
+GPU = "a100-80gb"
+
+
+class Scenario(NamedTuple):
+    key: str
+    story: str
+    billions: float
+    n_gpus: int
+    split_layers: bool     # False: the team will not use tensor or pipeline parallelism
+    seed_scheme: str       # a key of SCHEMES: the practice set's model answer
+    bottleneck: str        # what the answer attacks, in a word
+    why: str               # the model answer in a sentence
+
+    @property
+    def model(self):
+        return model_of_size(self.billions)
+
+    @property
+    def cluster(self):
+        return get_cluster(GPU, n_gpus=self.n_gpus)
+
+
+SCENARIOS = {s.key: s for s in (
+    Scenario("a", "about 1B parameters, 8 GPUs in one node on NVLink", 1, 8, True, "dp",
+             "none: it fits",
+             "16 bytes a parameter is a small fraction of one GPU, so every GPU keeps a "
+             "whole replica and only the gradients travel."),
+    Scenario("b", "about 30B parameters, 8 GPUs in one node on NVLink", 30, 8, True, "tp",
+             "memory",
+             "too big for one GPU, small enough for the node's memory together; NVLink "
+             "carries the per-layer all-reduces of tensor parallelism (ZeRO-3 is the "
+             "other fair answer)."),
+    Scenario("c", "about 200B parameters, 64 GPUs in 8 nodes, NVLink inside, InfiniBand "
+             "between", 200, 64, True, "3d", "memory and interconnect",
+             "even one node's memory is too small: tensor parallelism stays on NVLink, the "
+             "pipeline crosses the slower InfiniBand only at stage edges, data parallelism "
+             "uses the GPUs left."),
+    Scenario("d", "about 13B parameters, 16 GPUs in 2 nodes, the team refuses TP and PP",
+             13, 16, False, "fsdp", "complexity",
+             "the states do not fit one GPU whole, but sharded over all 16 ranks they do, "
+             "and the code stays data-parallel."),
+)}
+
+
+def scenario_walk(key: str):
+    """The decision tree walked for scenario `key` (see `threeaxes.cost.decide`)."""
+    s = _scenario(key)
+    return walk_tree(s.model, s.cluster, GLOBAL_BATCH, split_layers=s.split_layers)
+
+
+def _scenario(key):
+    if key not in SCENARIOS:
+        raise ValueError(f"scenario {key!r} unknown; choose one of {sorted(SCENARIOS)}")
+    return SCENARIOS[key]
+
+
+def pick(key: str, scheme, config) -> str:
+    """Judge a student's scheme and configuration for scenario `key`: does it fit, how does
+    it compare with the planner's best, which bottleneck the scheme attacks. Prints and
+    returns the feedback; says what to fill in while the answer is still None."""
+    s = _scenario(key)
+    if scheme is None or config is None:
+        text = (f"scenario {key}: not answered yet; set the scheme (one of {sorted(SCHEMES)}) "
+                "and a config such as dict(dp=..., tp=..., pp=..., micro_batch=1)")
+        print(text)
+        return text
+    scheme = str(scheme).strip().lower()
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme={scheme!r}; choose scheme in {sorted(SCHEMES)}")
+    if not isinstance(config, dict):
+        raise ValueError(f"config={config!r} must be a dict such as dict(dp=8, tp=1, pp=1, "
+                         "micro_batch=1)")
+    config = {"micro_batch": 1, **config}
+    if not s.split_layers and (config.get("tp", 1) > 1 or config.get("pp", 1) > 1):
+        lines = [f"scenario {key}: the team refuses TP and PP; keep tp=1 and pp=1 and shard "
+                 "with zero_stage instead"]
+    else:
+        verdict = judge(s.model, s.cluster, GLOBAL_BATCH, config=config)
+        lines = [f"scenario {key} ({s.model.name} on {s.cluster.n_gpus} GPUs): "
+                 + verdict.feedback]
+    agreed = "agrees with" if scheme == s.seed_scheme else "differs from"
+    lines.append(f"your scheme ({SCHEMES[scheme]}) {agreed} the model answer "
+                 f"({SCHEMES[s.seed_scheme]}); the bottleneck here: {s.bottleneck}")
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
+# ------------------------------------------------------------- self-checks ----
+
+def _answers() -> dict:
+    """Each checkable self-check: (kind, expected, the explanation shown on a slip)."""
+    hbm = get_cluster(GPU).hbm_bytes
+    return {
+        "q1": ("number", hbm / model_state_bytes(1).total / 1e9,
+               "the biggest model plain data parallelism trains on one 80 GB GPU is its "
+               "memory over 16 bytes a parameter (billions)"),
+        "q2": ("choice", "nvlink", "tensor parallelism talks inside every layer: it needs "
+               "the fast link inside a node (nvlink), not infiniband"),
+        "q3": ("number", bubble_fraction(4, 8), "the idle share of a p=4, m=8 step is "
+               "(p-1)/(m+p-1), not (p-1)/m"),
+        "q4": ("number", model_state_bytes(13e9, dp=16, zero_stage=3).total / GB,
+               "ZeRO-3 divides all 16 bytes a parameter by the 16 ranks (GB per GPU)"),
+        "q5": ("choice", "tp inside, pp across", "TP needs the node's fast link; the pipeline "
+               "only sends at stage edges, so it can cross nodes"),
+        "q6": ("number", 64 // (8 * 4), "dp x tp x pp = GPUs, so dp = 64 / (8 x 4)"),
+        "q7": ("number", model_state_bytes(7e9).total / GB,
+               "16N with N = 7e9 parameters, in GB (1e9 bytes)"),
+    }
+
+
+SELF_CHECKS = tuple(_answers())
+_CHOICES = {"q2": ("nvlink", "infiniband"), "q5": ("tp inside, pp across", "pp inside, tp across")}
+
+
+def check(name: str, answer, *, rel: float = 0.02) -> bool:
+    """Check a self-check answer; prints a pass line or the slip. None: not answered yet."""
+    answers = _answers()
+    if name not in answers:
+        raise ValueError(f"self-check {name!r} unknown; choose one of {list(answers)}")
+    kind, expected, hint = answers[name]
+    if answer is None:
+        print(f"{name}: not answered yet (replace None with your answer)")
+        return False
+    if kind == "choice":
+        if not isinstance(answer, str) or answer.strip().lower() not in _CHOICES[name]:
+            raise ValueError(f"{name}: answer with one of {_CHOICES[name]}")
+        right = answer.strip().lower() == expected
+    else:
+        if isinstance(answer, bool) or not isinstance(answer, (int, float)):
+            raise ValueError(f"{name}: answer with a number, not {type(answer).__name__}")
+        right = abs(float(answer) - expected) <= rel * abs(expected)
+    print(f"{name}: right." if right else f"{name}: not yet: {hint}.")
+    return right
+
+
+# -------------------------------------------------------------- flashcards ----
+
+CARDS = (
+    ("Data parallelism: what does it do, and what stops it?",
+     "Every GPU holds the whole model and takes its own slice of the batch; the gradients are "
+     "all-reduced once a step. It stops when the whole model no longer fits one GPU."),
+    ("Tensor parallelism: what does it do, and what does it need?",
+     "It cuts each layer's matrices (MLP width, attention heads) across GPUs and combines the "
+     "partial results inside every layer. That traffic needs NVLink, so it stays in a node."),
+    ("Pipeline parallelism: what does it do, and what does it cost?",
+     "Consecutive layers become stages on different GPUs and micro-batches flow through them. "
+     "It only sends at stage edges, so slow links are fine; the cost is the bubble."),
+    ("FSDP / ZeRO: what gets sharded?",
+     "Parameters, gradients and optimizer states, over the data-parallel ranks. A layer's "
+     "weights are gathered just before it runs and dropped after; the traffic mostly hides "
+     "behind compute."),
+    ("Where do TP and PP go?",
+     "TP inside a node, where per-layer traffic is cheap; PP across nodes, where only stage "
+     "edges cross the slower fabric; DP on top of both for the biggest models."),
+    ("What is 3D parallelism, and why do the largest runs use it?",
+     "Data, tensor and pipeline parallelism at once, because each removes a different limit: "
+     "TP the per-layer memory in a node, PP the memory across nodes, DP the batch scale."),
+    ("When is FSDP the better choice than TP or PP?",
+     "When memory must shrink but the team wants to keep data-parallel code: no layer surgery, "
+     "no pipeline schedule, parameters gathered layer by layer on demand."),
+    ("How does the 16-bytes-a-parameter count turn into a plan?",
+     "16N above one GPU: add FSDP/ZeRO or TP. Above one node: add PP across nodes. Whatever "
+     "fits, DP multiplies the batch."),
+    ("What is a pipeline bubble, and how do you shrink it?",
+     "The idle time while the pipeline fills at the start of a step and drains at the end. "
+     "More, smaller micro-batches shrink it, at the price of more messages."),
+)
