@@ -31,7 +31,7 @@ def main(argv=None):
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
     failed = False
-    print(f"{'model':>8} {'GPUs':>5} {"configuration (published dp tp pp)":<42} {'fits':>4} "
+    print(f"{'model':>8} {'GPUs':>5} {'configuration (published dp tp pp)':<42} {'fits':>4} "
           f"{'pred':>6} {'publ':>5} {'ratio':>6} {'of best':>7} {'search s':>8}  best")
     for run in NARAYANAN_2021_TABLE1:
         start = time.perf_counter()
