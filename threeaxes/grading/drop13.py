@@ -1,0 +1,108 @@
+"""Reference checks for drop 13 (choose (dp, tp, pp) for a 30B model on 32 GPUs).
+
+The scenario: LLaMA's 33B model ("30B") on four DGX A100-style nodes of 8
+A100 80GB GPUs, a global batch of 512 sequences of its 2,048-token context.
+`SCENARIO` is what `threeaxes.grading.sizing.grade_configuration` judges a
+student's configuration against (feasibility, then closeness to the search's
+best, computed at grading time).
+
+The exercise graded by value:
+
+* `model_parallel_floor(model, cluster)`: the smallest model-parallel degree
+  tp * pp whose share of the model states (mixed-precision Adam, 16 bytes per
+  parameter, no ZeRO) fits in one GPU, among the splits the rules allow: tp
+  divides the heads and the key/value heads and stays inside a node, pp divides
+  the layers, tp * pp divides the GPUs. `floor_mistake` names the usual slips
+  (the optimizer forgotten, the master copy forgotten, a degree no rule allows,
+  tp across nodes, GiB for GB).
+
+`best_for_shape(scenario, dp, tp, pp)` is the fastest fitting configuration of
+one (dp, tp, pp) shape (the notebook's alternatives; drop 14 uses it too).
+"""
+from __future__ import annotations
+
+import math
+
+from threeaxes.cost import (GiB, divisors, get_cluster, get_model, model_state_bytes,
+                            search, valid_tp)
+from threeaxes.grading import as_int
+
+__all__ = ["SCENARIO", "FLOOR_CASES", "model_parallel_floor", "plain_floor", "floor_mistake",
+           "best_for_shape"]
+
+SCENARIO = {"model": get_model("30B"), "cluster": get_cluster("a100-80gb", n_nodes=4),
+            "global_batch": 512, "seq_len": None, "assumptions": {}}
+
+# (model, cluster) pairs the hidden test asks about, beside the scenario's own
+FLOOR_CASES = [("70B", "a100-80gb", 8), ("13B", "a100-80gb", 1), ("7B", "h100-80gb", 2),
+               ("175B", "a100-80gb", 16), ("30B", "h100-80gb", 2)]
+
+
+def _splits(model, cluster, allow_tp_across_nodes=False):
+    """Every (tp, pp) the rules allow: tp from `valid_tp`, pp dividing the layers and GPUs / tp."""
+    for tp in valid_tp(model, cluster, allow_tp_across_nodes):
+        for pp in divisors(cluster.n_gpus // tp):
+            if model.n_layers % pp == 0:
+                yield tp, pp
+
+
+def model_parallel_floor(model, cluster) -> int:
+    """The reference: smallest allowed tp * pp whose model-state share fits one GPU."""
+    fitting = [tp * pp for tp, pp in _splits(model, cluster)
+               if model_state_bytes(model.n_params, tp=tp, pp=pp).total <= cluster.hbm_bytes]
+    if not fitting:
+        raise ValueError(f"{model.name}'s model states do not fit on {cluster} even split "
+                         "over every GPU; add nodes")
+    return min(fitting)
+
+
+def _floor_with(model, cluster, bytes_per_param, capacity=None, allow_tp_across_nodes=False):
+    capacity = cluster.hbm_bytes if capacity is None else capacity
+    fitting = [tp * pp for tp, pp in _splits(model, cluster, allow_tp_across_nodes)
+               if bytes_per_param * model.n_params / (tp * pp) <= capacity]
+    return min(fitting) if fitting else None
+
+
+def plain_floor(answer, name="model_parallel_floor(...)") -> int:
+    return as_int(answer, name)
+
+
+def floor_mistake(got: int, model, cluster) -> str | None:
+    """None when `got` is right; otherwise a message naming the mistake."""
+    want = model_parallel_floor(model, cluster)
+    if got == want:
+        return None
+    where = f"for {model.name} on {cluster.n_gpus} GPUs of {cluster.hbm_bytes / 1e9:.0f} GB"
+    if got == _floor_with(model, cluster, 4):
+        return (f"{where} you got {got}: that counts 4 bytes per parameter (fp16 weights and "
+                "gradients); you forgot the optimizer state, 12 more bytes per parameter "
+                "(fp32 master copy and Adam's two moments): 16 in all")
+    if got == _floor_with(model, cluster, 2):
+        return (f"{where} you got {got}: that holds only the fp16 weights; training also keeps "
+                "gradients (2 bytes) and the optimizer state (12 bytes) per parameter")
+    if got == _floor_with(model, cluster, 12):
+        return (f"{where} you got {got}: that counts 12 bytes per parameter; remember the fp32 "
+                "master copy (4 bytes) beside Adam's two fp32 moments: 2 + 2 + 12 = 16")
+    raw = math.ceil(model_state_bytes(model.n_params).total / cluster.hbm_bytes)
+    if got == raw:
+        return (f"{where} you got {got} = ceil(16N / GPU memory), but no allowed split has that "
+                "many pieces: tp must divide the heads (and key/value heads) and stay inside a "
+                "node, pp must divide the layers, tp * pp must divide the GPUs; take the "
+                "smallest allowed product that fits")
+    if got == _floor_with(model, cluster, 16, allow_tp_across_nodes=True):
+        return (f"{where} you got {got}: that split puts tp across nodes; keep tp inside one "
+                f"node of {cluster.gpus_per_node} GPUs")
+    if got == _floor_with(model, cluster, 16, capacity=cluster.hbm_bytes * GiB / 1e9):
+        return (f"{where} you got {got}: GPU memory is cluster.hbm_bytes bytes (80 GB = 80e9), "
+                "compare bytes with bytes")
+    return (f"{where} you got {got}, which is not the smallest allowed tp * pp whose share of "
+            "16 bytes per parameter fits one GPU")
+
+
+def best_for_shape(scenario: dict, dp: int, tp: int, pp: int):
+    """The fastest fitting configuration with this (dp, tp, pp), or None if none fits."""
+    found = [r for r in search(scenario["model"], scenario["cluster"], scenario["global_batch"],
+                               scenario["seq_len"], only_fitting=True,
+                               **scenario.get("assumptions", {}))
+             if (r.dp, r.tp, r.pp) == (dp, tp, pp)]
+    return found[0] if found else None
