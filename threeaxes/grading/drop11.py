@@ -26,7 +26,7 @@ from threeaxes.grading import as_choice, as_number
 
 __all__ = ["MODEL", "OLD_CLUSTER", "NEW_CLUSTER", "OLD_BATCH", "NEW_BATCH", "OLD_CONFIG",
            "OLD_SCENARIO", "NEW_SCENARIO", "DROP_RANGE", "old_config_on", "group_strides",
-           "moved_axes", "plain_axis", "axis_mistake", "tp_wire_bytes", "tp_bytes_mistake",
+           "moved_axes", "plain_axis", "axis_mistake", "tp_wire_bytes", "tp_bytes_mistake", "plain_bytes",
            "HIDDEN_CASES"]
 
 MODEL = get_model("175B")
