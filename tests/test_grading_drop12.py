@@ -1,0 +1,93 @@
+"""Drop 12's reference checks: the bubble against simulated plans (an independent
+code path: the schedule's slots, timed with a backward twice a forward), the named
+slips written out by hand, and the configuration rules of the scenario judged by
+the cost model at test time (no step time pasted in)."""
+import math
+
+import pytest
+
+from threeaxes.cost import judge, plan, search
+from threeaxes.grading import drop12
+from threeaxes.grading.sizing import grade_configuration
+from threeaxes.pipeline import simulate
+from threeaxes.pipeline.schedules import make_plan
+
+
+def _simulated(p, m, v):
+    schedule = "1f1b" if v == 1 else "interleaved"
+    return float(simulate(make_plan(schedule, p, m, v), forward_cost=1, backward_cost=2).idle_fraction)
+
+
+@pytest.mark.parametrize("p, m, v", [c for c in drop12.BUBBLE_CASES if c[0] > 1])
+def test_reference_bubble_equals_the_simulated_plan(p, m, v):
+    assert drop12.reference_bubble(p, m, v) == pytest.approx(_simulated(p, m, v), rel=1e-12)
+    assert drop12.bubble_mistake(_simulated(p, m, v), p, m, v) is None
+
+
+def test_the_scenario_is_8_stages_and_13_micro_batches_idling_7_of_20():
+    result = plan(drop12.SCENARIO["model"], drop12.SCENARIO["cluster"],
+                  drop12.SCENARIO["global_batch"], **drop12.CURRENT)
+    assert (result.pp, result.micro_batches, result.virtual_stages) == (8, 13, 1)
+    assert result.bubble_fraction == pytest.approx(7 / 20) and result.fits
+
+
+@pytest.mark.parametrize("p, m, v, wrong, phrase", [
+    (8, 13, 1, 7 / 13, "Megatron's bubble overhead"),            # (p - 1)/m
+    (4, 8, 2, 3 / 16, "Megatron's bubble overhead"),             # (p - 1)/(v m)
+    (4, 8, 2, 3 / 11, "you left out v"),                         # (p - 1)/(m + p - 1)
+    (8, 13, 1, 13 / 20, "busy, not idle"),                       # 1 - 7/20
+    (8, 13, 1, 35.0, "not a percentage"),
+    (8, 13, 1, 0.3, "expected 0.35"),
+])
+def test_each_slip_is_named(p, m, v, wrong, phrase):
+    assert phrase in drop12.bubble_mistake(wrong, p, m, v)
+
+
+def test_an_interleaved_plan_that_cannot_run_must_be_refused():
+    def refuses(p, m, v=1):
+        if v > 1 and m % p:
+            raise ValueError("m must be a multiple of p")
+        return (p - 1) / (v * m + p - 1)
+
+    def accepts(p, m, v=1):
+        return (p - 1) / (v * m + p - 1)
+
+    for p, m, v in drop12.BAD_INTERLEAVE_CASES:
+        assert m % p and drop12.raises_for_bad_interleave(refuses, p, m, v) is None
+        assert "Raise ValueError" in drop12.raises_for_bad_interleave(accepts, p, m, v)
+        with pytest.raises(ValueError, match="interleaved schedule needs m"):
+            drop12.reference_bubble(p, m, v)
+
+
+@pytest.mark.parametrize("change, phrase", [
+    ({}, "not under the 25% target"),                                   # the run as it is
+    ({"tp": 8, "pp": 4, "zero_stage": 0}, "a layout that does not fit meets no target"),
+    ({"micro_batch": 13}, "keeps it at 1"),                             # m = 1: one micro-batch
+])
+def test_target_mistake_names_what_is_wrong(change, phrase):
+    assert phrase in drop12.target_mistake({**drop12.CURRENT, **change})
+
+
+def test_target_mistake_accepts_fewer_stages_and_refuses_a_broken_rule():
+    assert drop12.target_mistake({**drop12.CURRENT, "tp": 8, "pp": 4}) is None
+    with pytest.raises(ValueError, match="tp=16 does not fit in one node"):
+        drop12.target_mistake({**drop12.CURRENT, "tp": 16, "pp": 2})
+
+
+def test_the_graders_best_keeps_the_micro_batch_and_meets_the_target():
+    s = drop12.SCENARIO
+    best = search(s["model"], s["cluster"], s["global_batch"], only_fitting=True, top=1)[0]
+    assert best.micro_batch == drop12.MICRO_BATCH
+    assert best.bubble_fraction < drop12.BUBBLE_TARGET
+
+
+def test_grading_mistakes_score_as_grading_json_says(capsys):
+    s = drop12.SCENARIO
+    with pytest.raises(AssertionError, match="tp=16 does not fit in one node of 8 GPUs"):
+        grade_configuration({**drop12.CURRENT, "tp": 16, "pp": 2}, s, points=3)
+    slow = {**drop12.CURRENT, "tp": 8, "pp": 4, "recompute": "full"}
+    verdict = judge(s["model"], s["cluster"], s["global_batch"], config=slow)
+    assert verdict.feasible and verdict.slowdown > 1.10 and not math.isinf(verdict.slowdown)
+    assert grade_configuration(slow, s, points=3) == 1.5
+    assert "earns full marks" in capsys.readouterr().out
+    assert drop12.target_mistake(slow) is None

@@ -1,0 +1,112 @@
+"""Reference checks for drop 12 (a 35% pipeline bubble, and the micro-batch count is stuck).
+
+The scenario: GPT-3 175B on sixteen DGX A100-style nodes (128 A100 80GB
+GPUs), a global batch of 52 sequences of its 2,048-token context, one
+sequence per micro-batch. The team runs `CURRENT`: dp=4, tp=4, pp=8 with
+ZeRO-1, selective recomputation and sequence parallelism, so each replica
+gets 52 / 4 = 13 micro-batches and 1F1B idles (8 - 1)/(13 + 8 - 1) = 35% of
+every step. The batch is fixed by the training recipe and a micro-batch of one
+sequence cannot shrink, so m = 52 / dp moves only with dp.
+
+`SCENARIO` is what `threeaxes.grading.sizing.grade_configuration` judges a
+student's configuration against (feasibility, then closeness to the search's
+best, computed at grading time). `target_mistake` adds this drop's two rules:
+the micro-batch stays one sequence and the bubble falls under `BUBBLE_TARGET`.
+
+The exercise graded by value:
+
+* `bubble(p, m, v)`: the share of a step each GPU idles under 1F1B (v = 1) or
+  interleaved 1F1B with v chunks per GPU, ValueError when the interleaved
+  schedule cannot run (m not a multiple of p). `bubble_mistake` names the
+  usual slips: Megatron's overhead (p - 1)/m instead of a share of the step,
+  v forgotten, the busy share instead of the idle one.
+"""
+from __future__ import annotations
+
+import math
+
+from threeaxes.cost import bubble_fraction, get_cluster, get_model, plan
+from threeaxes.grading import as_number
+
+__all__ = ["SCENARIO", "CURRENT", "MICRO_BATCH", "BUBBLE_TARGET", "BUBBLE_CASES",
+           "BAD_INTERLEAVE_CASES", "reference_bubble", "plain_bubble", "bubble_mistake",
+           "raises_for_bad_interleave", "target_mistake"]
+
+SCENARIO = {"model": get_model("175B"), "cluster": get_cluster("a100-80gb", n_nodes=16),
+            "global_batch": 52, "seq_len": None, "assumptions": {}}
+MICRO_BATCH = 1          # sequences per micro-batch: already the smallest there is
+BUBBLE_TARGET = 0.25     # idle share of a step the team will accept
+CURRENT = dict(dp=4, tp=4, pp=8, micro_batch=MICRO_BATCH, zero_stage=1, recompute="selective",
+               sequence_parallel=True)
+
+# (p, m, v) the hidden test asks about; the visible check uses the notebook's own
+BUBBLE_CASES = [(8, 13, 1), (4, 13, 1), (16, 52, 1), (2, 7, 1), (1, 5, 1), (4, 8, 2),
+                (8, 16, 3), (6, 12, 4), (3, 9, 2), (5, 20, 5)]
+# interleaved cases that cannot run: m is not a multiple of p
+BAD_INTERLEAVE_CASES = [(8, 13, 2), (4, 26, 2), (16, 52, 3)]
+
+
+def reference_bubble(p: int, m: int, v: int = 1) -> float:
+    """The cost model's idle share of the step (ValueError when it cannot run)."""
+    return bubble_fraction(p, m, schedule="1f1b", virtual_stages=v)
+
+
+def plain_bubble(answer, name="bubble(...)") -> float:
+    return as_number(answer, name)
+
+
+def _near(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def bubble_mistake(got: float, p: int, m: int, v: int = 1) -> str | None:
+    """None when `got` is the idle share of the step; otherwise a message naming the mistake."""
+    want = reference_bubble(p, m, v)
+    if _near(got, want):
+        return None
+    where = f"bubble({p}, {m}, {v}) = {got:.4g}"
+    if _near(got, (p - 1) / (v * m)):
+        return (f"{where}: that is (p - 1)/(v m), Megatron's bubble overhead: idle time divided "
+                "by the useful time. Asked is the share of the whole step, idle time divided by "
+                "useful plus idle time")
+    if v > 1 and _near(got, (p - 1) / (m + p - 1)):
+        return (f"{where}: you left out v. With v chunks per GPU each hop of the fill and drain "
+                "lasts 1/v as long, so the idle time is (p - 1)/v of a micro-batch's work")
+    if _near(got, 1 - want):
+        return f"{where}: that is the share of the step each GPU is busy, not idle"
+    if _near(got, 100 * want):
+        return f"{where}: give a fraction between 0 and 1, not a percentage"
+    return f"{where}, expected {want:.4g}: idle time over the step's wall time"
+
+
+def raises_for_bad_interleave(student_bubble, p: int, m: int, v: int) -> str | None:
+    """None when the student's function refuses an interleaved plan that cannot run."""
+    try:
+        got = student_bubble(p, m, v)
+    except ValueError:
+        return None
+    return (f"bubble({p}, {m}, {v}) returned {got!r}, but the interleaved schedule cannot run "
+            f"there: it sends micro-batches round the pipeline in groups of p={p}, so it needs m "
+            f"to be a multiple of p and {m} is not. Raise ValueError saying so")
+
+
+def target_mistake(answer: dict, scenario: dict = SCENARIO, target: float = BUBBLE_TARGET,
+                   micro_batch: int = MICRO_BATCH) -> str | None:
+    """None when the plain configuration keeps the micro-batch, fits and meets the
+    bubble target; otherwise what is wrong, in the scenario's terms. A configuration
+    that breaks a rule raises ValueError from `plan`, naming every broken rule."""
+    result = plan(scenario["model"], scenario["cluster"], scenario["global_batch"],
+                  scenario.get("seq_len"), **answer, **scenario.get("assumptions", {}))
+    if result.micro_batch != micro_batch:
+        return (f"your micro-batch holds {result.micro_batch} sequences; the scenario keeps it at "
+                f"{micro_batch} (micro_batch={micro_batch}), so m = global batch / dp = "
+                f"{scenario['global_batch']} / {result.dp} = "
+                f"{scenario['global_batch'] // result.dp}")
+    if not result.fits:
+        return (f"{result.label} needs {result.memory.total / 1e9:.1f} GB per GPU and a GPU "
+                f"holds {result.capacity / 1e9:.1f} GB: a layout that does not fit meets no target")
+    if not result.bubble_fraction < target:
+        return (f"{result.label}: p={result.pp}, m={result.micro_batches}, "
+                f"v={result.virtual_stages} idles {result.bubble_fraction:.1%} of the step, not "
+                f"under the {target:.0%} target")
+    return None
