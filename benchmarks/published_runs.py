@@ -8,7 +8,9 @@ fastest micro-batch and chunk count), whether it fits, the predicted and
 published teraFLOP/s per GPU (eq. 3 FLOPs) with their ratio, its throughput
 as a share of the planner's best, and how long each search took. Then times
 search() for Llama-2 70B on 64 GPUs with the shape model, the notebook case.
-Exits 1 if a row is off by more than 10%, does not fit, falls below 85% of
+Held out (not used to fit kernel_time's constants), printed for comparison:
+Narayanan et al. 2021 Table 2's PTD-P rows, and Korthikanti et al. 2022
+Table 5's iteration times. Exits 1 if a row is off by more than 10%, does not fit, falls below 85% of
 the best, or the 70B search takes more than 1 s.
 """
 
@@ -21,7 +23,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root
 
 from threeaxes.cost import SHAPES, get_cluster, get_model, search  # noqa: E402
-from threeaxes.cost.published import NARAYANAN_2021_TABLE1, predict  # noqa: E402
+from threeaxes.cost.published import (KORTHIKANTI_2022_TABLE5, NARAYANAN_2021_TABLE1,  # noqa: E402
+                                      NARAYANAN_2021_TABLE2_PTDP, predict, predict_iteration)
 
 SEARCH_LIMIT_S = 1.0
 
@@ -43,6 +46,22 @@ def main(argv=None):
               f"{'yes' if p.published.fits else 'NO':>4} {p.tflops_per_gpu:>6.1f} "
               f"{run.tflops_per_gpu:>5} {p.ratio:>6.3f} {p.share_of_best:>7.3f} "
               f"{elapsed:>8.3f}  {p.best.label}{'' if ok else '  <-- OUT OF BOUNDS'}")
+    print("held out: Narayanan et al. 2021, Table 2 (PTD-P, micro-batch 1)")
+    for run in NARAYANAN_2021_TABLE2_PTDP:
+        p = predict(run)
+        print(f"{run.params_billion:>7}B {run.n_gpus:>5} {p.published.label:<42} "
+              f"{'yes' if p.published.fits else 'NO':>4} {p.tflops_per_gpu:>6.1f} "
+              f"{run.tflops_per_gpu:>5} {p.ratio:>6.3f} {p.share_of_best:>7.3f}")
+    print("held out: Korthikanti et al. 2022, Table 5 (seconds per iteration; "
+          "full recomputation | sequence parallel + selective)")
+    for run in KORTHIKANTI_2022_TABLE5:
+        full, present = predict_iteration(run)
+        print(f"{run.name:>8} {run.n_gpus:>5} full {full.time.total:6.2f} s vs "
+              f"{run.full_recompute_s:6.2f} ({full.time.total / run.full_recompute_s:.3f}) | "
+              f"sp+selective {present.time.total:6.2f} s vs {run.present_work_s:6.2f} "
+              f"({present.time.total / run.present_work_s:.3f}) | speed-up "
+              f"{full.time.total / present.time.total:.3f} vs "
+              f"{run.full_recompute_s / run.present_work_s:.3f}")
     model, cluster = get_model("llama2-70b"), get_cluster("a100-80gb", n_gpus=64)
     for name, kwargs in (("constant 0.6", {}),
                          ("shapes", dict(compute_efficiency=SHAPES, pp_scatter_gather=True))):
