@@ -95,8 +95,10 @@ def model_of_size(billions: float, *, vocab_size: int = 51200, seq_len: int = 20
 
 
 def _zero_stages(scheme: str, pp: int):
-    if scheme == "fsdp":
-        return (3,)
+    if scheme in ("dp", "fsdp"):
+        return {"dp": (0,), "fsdp": (3,)}[scheme]     # plain replicas; every state sharded
+    # the TP branch may shard over dp as well ("or FSDP"); 3D keeps ZeRO-1, the only stage
+    # that goes with pipelining (constraints.py)
     return (0, 1) if pp > 1 or scheme == "3d" else (0, 1, 2, 3)
 
 
@@ -189,7 +191,7 @@ def walk_tree(model, cluster, global_batch: int, seq_len: int | None = None, *,
             f"16N / tp = {_gb(states)} / {max(tps)} = {_gb(states / max(tps))} > {_gb(hbm)}",
             "add pipeline stages"))
     node_tp = max(tps)
-    for pp in divisors(n // node_tp):                       # the smallest pp that fits
+    for pp in divisors(n // node_tp)[1:]:                   # the smallest pp > 1 that fits
         if model.n_layers % pp:
             continue
         config, result = simplest_fit(model, cluster, global_batch, dp=n // (node_tp * pp),

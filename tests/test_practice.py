@@ -1,0 +1,189 @@
+"""The practice set's logic: the cheatsheet's tree walked on numbers (checked against
+the 16N rule worked by hand and against the seed's answers for scenarios a-d), the
+self-check answers, the scenario judge, and the printable flashcards and cheatsheet."""
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")   # headless; the library itself never picks a backend
+
+import pytest  # noqa: E402
+
+from threeaxes.cost import GB, get_cluster, get_model, plan, transformer_params  # noqa: E402
+from threeaxes.cost.decide import model_of_size, simplest_fit, walk_tree  # noqa: E402
+from threeaxes.practice import CARDS, SCENARIOS, check, pick, scenario_walk  # noqa: E402
+from threeaxes.widgets import print_cheatsheet, print_flashcards  # noqa: E402
+from threeaxes.widgets.flashcards import card_figure  # noqa: E402
+
+A100 = 80e9          # bytes per A100 80GB, the datasheet's (written out, not read back)
+BYTES_A_PARAM = 2 + 2 + 12   # ZeRO Section 3.1: fp16 params + fp16 grads + fp32 Adam (K = 12)
+
+
+def _pdf_pages(path) -> int:
+    """Page objects in a PDF, counted in its bytes (not via matplotlib)."""
+    return len(re.findall(rb"/Type\s*/Page\b", path.read_bytes()))
+
+
+# ----------------------------------------------------------- the tree, a-d ----
+
+# the seed's model answers (practice set, Part A) as tree ends
+SEED = {"a": "dp", "b": "tp", "c": "3d", "d": "fsdp"}
+
+
+@pytest.mark.parametrize("key", sorted(SEED))
+def test_the_tree_reaches_the_seeds_answer(key):
+    walk = scenario_walk(key)
+    assert walk.scheme == SEED[key] == SCENARIOS[key].seed_scheme, walk.path
+    assert walk.result.fits and walk.verdict.feasible
+
+
+def test_scenario_a_fits_one_gpu_by_the_16n_rule():
+    walk = scenario_walk("a")
+    n = walk.model.n_params
+    assert BYTES_A_PARAM * n < A100                      # about 15 GB of 80
+    (one_gpu,) = walk.decisions
+    assert one_gpu.answer and f"{BYTES_A_PARAM * n / GB:,.1f} GB" in one_gpu.numbers
+    assert (walk.config["dp"], walk.config["tp"], walk.config["pp"]) == (8, 1, 1)
+    assert walk.path == "one GPU yes -> dp"
+
+
+def test_scenario_b_needs_the_node_and_the_smallest_tp_that_holds_the_states():
+    walk = scenario_walk("b")
+    n = walk.model.n_params
+    assert BYTES_A_PARAM * n > A100 and BYTES_A_PARAM * n / 8 <= A100   # not one GPU; one node
+    assert BYTES_A_PARAM * n / 4 > A100                  # tp=4 is not enough for the states
+    assert walk.config["tp"] == 8 and walk.config["dp"] * walk.config["tp"] == 8
+    assert [d.answer for d in walk.decisions] == [False, True, True]
+    assert walk.path == "one GPU no -> split layers yes -> one node yes -> tp"
+
+
+def test_scenario_c_goes_3d_with_tp_filling_the_node():
+    walk = scenario_walk("c")
+    n = walk.model.n_params
+    assert BYTES_A_PARAM * n / 8 > A100                  # not even one node
+    c = walk.config
+    assert c["tp"] == 8 and c["pp"] > 1 and c["dp"] * c["tp"] * c["pp"] == 64
+    # the smallest pp: one stage fewer (the next divisor down) does not fit in any plain setting
+    smaller = max(p for p in range(1, c["pp"]) if 64 % (8 * p) == 0 and walk.model.n_layers % p == 0)
+    config, _ = simplest_fit(walk.model, walk.cluster, 512, dp=64 // (8 * smaller), tp=8,
+                             pp=smaller, scheme="3d")
+    assert config is None
+
+
+def test_scenario_d_shards_all_sixteen_bytes_over_sixteen_ranks():
+    walk = scenario_walk("d")
+    n = walk.model.n_params
+    assert walk.config["zero_stage"] == 3 and (walk.config["tp"], walk.config["pp"]) == (1, 1)
+    assert walk.result.memory.params + walk.result.memory.grads + walk.result.memory.optimizer \
+        == pytest.approx(BYTES_A_PARAM * n / 16)
+    assert f"16N / 16 = {BYTES_A_PARAM * n / 16 / GB:.1f} GB each" in walk.decisions[1].numbers
+
+
+def test_simplest_fit_takes_the_plainest_setting_that_fits():
+    model, cluster = get_model("13B"), get_cluster("a100-80gb", n_gpus=16)   # 4k context
+    config, result = simplest_fit(model, cluster, 512, dp=16, tp=1, pp=1, scheme="fsdp")
+    assert result.fits and config["recompute"] != "none"
+    plainer = plan(model, cluster, 512, **{**config, "recompute": "none"})
+    assert not plainer.fits             # no recomputation would not fit: the walk had to add it
+
+
+def test_llama_33b_has_52_heads_so_tp_cannot_reach_8_and_the_tree_pipelines():
+    model = get_model("30B")
+    walk = walk_tree(model, get_cluster("a100-80gb", n_gpus=8), 512)
+    assert model.n_heads == 52 and 52 % 8
+    assert BYTES_A_PARAM * model.n_params / 8 <= A100 < BYTES_A_PARAM * model.n_params / 4
+    assert walk.scheme == "3d" and (walk.config["tp"], walk.config["pp"]) == (4, 2)
+    assert walk.decisions[-1].question.startswith("tp:") and not walk.decisions[-1].answer
+
+
+def test_nothing_fits_says_add_gpus():
+    walk = walk_tree(model_of_size(2000), get_cluster("a100-80gb", n_gpus=8), 512)
+    assert walk.scheme is None and walk.result is None and "add GPUs" in walk.message
+
+
+def test_model_of_size_is_near_the_size_asked_and_counts_like_transformer_params():
+    for billions in (1, 13, 30, 200):
+        m = model_of_size(billions)
+        assert abs(m.n_params / (billions * 1e9) - 1) < 0.1, m
+        assert m.d_model % 128 == 0 and m.n_heads == m.d_model // 128
+        assert m.n_params == int(transformer_params(m.n_layers, m.d_model, 51200, 2048,
+                                                    n_heads=m.n_heads))
+    with pytest.raises(ValueError, match="must be > 0"):
+        model_of_size(0)
+
+
+# -------------------------------------------------------- self-checks, pick ----
+
+@pytest.mark.parametrize("name, right, wrong", [
+    ("q1", 5.0, 80.0),            # 80 GB / 16 bytes = 5 billion parameters
+    ("q2", "NVLink", "infiniband"),
+    ("q3", 3 / 11, 3 / 8),        # (p-1)/(m+p-1) with p=4, m=8; 3/8 is the overhead
+    ("q4", 13.0, 208.0),          # 16 x 13e9 / 16 ranks, in GB
+    ("q5", "tp inside, pp across", "pp inside, tp across"),
+    ("q6", 2, 16),                # 64 / (8 x 4)
+    ("q7", 112.0, 28.0),          # 16 x 7e9 bytes; 28 GB would be fp32 weights alone
+])
+def test_self_checks_accept_the_hand_answer_and_name_the_slip(name, right, wrong, capsys):
+    assert check(name, right) is True
+    assert capsys.readouterr().out.strip() == f"{name}: right."
+    assert check(name, wrong) is False
+    assert "not yet" in capsys.readouterr().out
+    assert check(name, None) is False
+    assert "not answered yet" in capsys.readouterr().out
+
+
+def test_self_check_rejects_answers_of_the_wrong_kind():
+    with pytest.raises(ValueError, match="answer with a number"):
+        check("q3", "0.27")
+    with pytest.raises(ValueError, match="answer with one of"):
+        check("q2", "ethernet")
+    with pytest.raises(ValueError, match="choose one of"):
+        check("q8", 1)
+
+
+def test_pick_judges_fit_and_names_the_bottleneck(capsys):
+    text = pick("b", "dp", dict(dp=8, tp=1, pp=1))
+    assert "not feasible" in text and "GB per GPU" in text and "differs from" in text
+    text = pick("b", "tp", dict(dp=1, tp=8, pp=1))
+    assert text.startswith("scenario b") and "fits (" in text and "agrees with" in text
+    assert "bottleneck here: memory" in text
+    assert "refuses TP and PP" in pick("d", "tp", dict(dp=4, tp=4, pp=1))
+    assert "not answered yet" in pick("a", None, None)
+    with pytest.raises(ValueError, match="choose scheme in"):
+        pick("a", "zero", dict(dp=8))
+    with pytest.raises(ValueError, match="must be a dict"):
+        pick("a", "dp", (8, 1, 1))
+    with pytest.raises(ValueError, match="choose one of"):
+        pick("e", "dp", dict(dp=8))
+
+
+# ----------------------------------------------------------------- print ----
+
+def test_flashcards_print_one_card_a_page(tmp_path):
+    path = tmp_path / "cards.pdf"
+    assert print_flashcards(path) == 9
+    assert path.read_bytes().startswith(b"%PDF") and _pdf_pages(path) == 9
+    assert len(CARDS) == 9 and len({q for q, _ in CARDS}) == 9
+    two = tmp_path / "two.pdf"
+    print_flashcards(two, [("q one", "a one"), ("q two", "a two")])
+    assert _pdf_pages(two) == 2
+
+
+def test_a_printed_card_carries_its_question_and_answer():
+    question, answer = CARDS[4]
+    fig = card_figure(question, answer, 5, 9)
+    words = " ".join(t.get_text().replace("\n", " ") for t in fig.texts)
+    assert question in words and answer in words and "5 of 9" in words
+
+
+def test_print_rejects_a_bad_deck(tmp_path):
+    with pytest.raises(ValueError, match=r"\(question, answer\) pair"):
+        print_flashcards(tmp_path / "x.pdf", [("only a question",)])
+    with pytest.raises(ValueError, match="at least one"):
+        print_flashcards(tmp_path / "x.pdf", [])
+
+
+def test_cheatsheet_prints_on_one_page(tmp_path):
+    path = tmp_path / "cheatsheet.pdf"
+    assert print_cheatsheet(path) == 1
+    assert _pdf_pages(path) == 1
