@@ -11,7 +11,11 @@ its extra forward pass), the interleaved pipeline schedule with the
 scatter/gather optimisation (Section 4.1). The micro-batch size and the
 number of model chunks per GPU are not published; the planner picks the
 fastest for the published (tp, pp, dp). Data-parallel gradients are
-all-reduced after the backward pass, not overlapped (``dp_overlap=0``).
+all-reduced after the backward pass, not overlapped (``dp_overlap=0``);
+tensor-parallel all-reduces and pipeline sends sit on the critical path.
+Every published split is even (105 layers over 35 stages, 128 over 64), so
+no uneven layer split is modelled; the output layer does make the last
+stage the slowest, and the shape model times that stage.
 
 Throughput is compared in the paper's unit: teraFLOP/s per GPU, counting
 eq. 3's FLOPs (``megatron_flops(..., recompute="full").total``) over the
