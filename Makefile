@@ -50,6 +50,7 @@ grade-demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/launch.py
 	$(BIN)/python benchmarks/planner.py
+	$(BIN)/python benchmarks/published_runs.py
 	$(BIN)/python benchmarks/train_3d.py
 	$(BIN)/python benchmarks/data_parallel_overlap.py
 	$(BIN)/python benchmarks/sharding.py
