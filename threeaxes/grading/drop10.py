@@ -114,7 +114,7 @@ def gb_mistake(got: float, seq_len: int, micro_batch: int) -> str | None:
     if abs(got - want) <= GB_TOLERANCE * want:
         return None
     where = f"gb_per_gpu({seq_len}, {micro_batch}) = {got:.2f}:"
-    if abs(got * 1e9 / 2**30 - want) <= GB_TOLERANCE * want:
+    if abs(got * 2**30 / 1e9 - want) <= GB_TOLERANCE * want:       # GiB read as GB
         return f"{where} that looks like GiB (2^30 bytes); return GB (1e9 bytes)"
     if abs(got / 1e9 - want) <= GB_TOLERANCE * want:
         return f"{where} that looks like bytes; return GB (divide by 1e9)"
