@@ -1,7 +1,7 @@
 """Scenario and reference checks for drop 11 (throughput lost on a bigger cluster).
 
-The story: GPT-3 175B trained with Megatron-LM's layout for it (tp = 8 inside
-each 8-GPU DGX A100 node; Narayanan et al. 2021, Table 1) moves to a cluster
+The story: GPT-3 175B trained with tp = 8 inside each 8-GPU DGX A100 node (the
+tensor-parallel size of Megatron-LM's 175B run, Narayanan et al. 2021, Table 1) moves to a cluster
 twice as large whose nodes hold 4 GPUs each. The same (tp, pp) with twice the
 dp and twice the global batch gives each replica the same work, yet every
 GPU now trains far fewer tokens per second: the tp group straddles two nodes.
@@ -11,7 +11,7 @@ grading time, so a change of the cost model changes the answers with it:
 
 * `OLD_SCENARIO`, `NEW_SCENARIO`: the scenario dicts `grade_configuration`
   takes; `OLD_CONFIG`, `old_config_on(...)`: the layout that was moved.
-* `moved_axes(old, new, dp, tp, pp)`: the axes whose group ran inside a node
+* `moved_axes(old, new, old_dims, new_dims)`: the axes whose group ran inside a node
   before and crosses nodes after (`cost.network.group_inside_node`).
 * `tp_wire_bytes(...)`: bytes one GPU sends in its tp all-reduces per step,
   from `cost.network.bytes_sent_per_gpu`; `tp_bytes_mistake` names the usual
@@ -74,7 +74,7 @@ def plain_axis(answer, name: str = "moved_axis") -> str:
 def axis_mistake(got: str, old_cluster, new_cluster, old_dims, new_dims) -> str | None:
     """None when `got` is the one axis that moved off NVLink; else what went wrong."""
     moved = moved_axes(old_cluster, new_cluster, old_dims, new_dims)
-    if moved == [got]:
+    if got in moved:
         return None
     before, after = group_strides(*old_dims), group_strides(*new_dims)
     inside_before = group_inside_node(*before[got], old_cluster.gpus_per_node)
@@ -113,8 +113,9 @@ def tp_bytes_mistake(got: float, args: tuple) -> str | None:
     where = (f"for n_layers={n_layers}, d_model={d_model}, seq_len={seq_len}, "
              f"micro_batch={mbs}, micro_batches={m}, tp={tp}, pp={pp}")
     slips = [
-        (want / 2, "you counted only the two forward all-reduces per layer; backward makes "
-                   "two more"),
+        (want / 2, "half the bytes: either you counted only the two forward all-reduces per "
+                   "layer (backward makes two more), or (tp - 1) / tp of the activation per "
+                   "all-reduce, an all-gather's share (an all-reduce sends 2 (tp - 1) / tp)"),
         (want * pp, f"you counted all {n_layers} layers; this GPU holds only its stage's "
                     f"n_layers / pp = {n_layers // pp}"),
         (want / m, f"you counted one micro-batch; the stage runs all {m} of them each step"),
@@ -122,9 +123,6 @@ def tp_bytes_mistake(got: float, args: tuple) -> str | None:
         (want * tp / (2 * (tp - 1)) if tp > 1 else None,
          "you counted the whole activation per all-reduce; a ring all-reduce sends "
          "2 (tp - 1) / tp of it from each GPU"),
-        (want / 2 * tp / (tp - 1) if tp > 1 else None,
-         "you used (tp - 1) / tp of the activation, an all-gather's share; an all-reduce "
-         "is a reduce-scatter plus an all-gather: 2 (tp - 1) / tp"),
     ]
     for value, message in slips:
         if value is not None and math.isclose(got, value, rel_tol=1e-9):

@@ -1,0 +1,78 @@
+"""Drop 11's scenario and references: the bytes against a hand derivation and
+against the planner's tensor-parallel time, the moved axis against the node
+arithmetic, and every named slip recognised."""
+import pytest
+
+from threeaxes.cost import GB, a100_cluster, plan
+from threeaxes.grading import drop11
+
+VISIBLE = (96, 12288, 2048, 1, 128, 8, 8)   # GPT-3 175B, mbs 1, m = 512 / 4, tp 8, pp 8
+
+
+def by_hand(n_layers, d_model, seq_len, mbs, m, tp, pp, bytes_per_value=2):
+    """Ring all-reduce (Thakur et al. 2005): each GPU sends 2 (tp-1)/tp of the tensor;
+    4 all-reduces per layer per micro-batch (Shoeybi et al. 2019, Section 3)."""
+    tensor = bytes_per_value * mbs * seq_len * d_model
+    return (n_layers // pp) * m * 4 * 2 * (tp - 1) * tensor / tp
+
+
+@pytest.mark.parametrize("args", [VISIBLE, *drop11.HIDDEN_CASES, (8, 64, 16, 1, 1, 1, 1)])
+def test_tp_wire_bytes_equal_the_hand_derivation(args):
+    assert drop11.tp_wire_bytes(*args) == pytest.approx(by_hand(*args), rel=1e-12)
+    assert drop11.tp_bytes_mistake(by_hand(*args), args) is None
+
+
+def test_the_scenario_story_holds_under_the_current_cost_model():
+    model = drop11.MODEL
+    before = plan(model, drop11.OLD_CLUSTER, drop11.OLD_BATCH, **drop11.OLD_CONFIG)
+    after = plan(model, drop11.NEW_CLUSTER, drop11.NEW_BATCH,
+                 **drop11.old_config_on(drop11.NEW_CLUSTER), allow_tp_across_nodes=True)
+    assert before.fits and after.fits and before.micro_batches == after.micro_batches == VISIBLE[4]
+    drop = 1 - (after.tokens_per_second / 256) / (before.tokens_per_second / 128)
+    assert drop11.DROP_RANGE[0] <= drop <= drop11.DROP_RANGE[1]
+    # the planner's tp term is these bytes over the link plus one latency per ring step
+    steps = (96 // 8) * 128 * 4 * 2 * (8 - 1)
+    sent = by_hand(*VISIBLE)
+    assert before.time.tp_comm == pytest.approx(sent / (300 * GB) + steps * 5e-6, rel=1e-12)
+    assert after.time.tp_comm == pytest.approx(sent / (25 * GB) + steps * 10e-6, rel=1e-12)
+
+
+def test_only_tp_moves_off_nvlink_and_not_at_all_on_8_gpu_nodes():
+    old, new = (2, 8, 8), (4, 8, 8)
+    assert drop11.moved_axes(drop11.OLD_CLUSTER, drop11.NEW_CLUSTER, old, new) == ["tp"]
+    assert drop11.moved_axes(drop11.OLD_CLUSTER, a100_cluster(32), old, new) == []
+    # tp = 4, dp = 2 filled an 8-GPU node (dp stride 4, span 8); on 2-GPU nodes both leave it
+    assert drop11.moved_axes(a100_cluster(16), a100_cluster(128, gpus_per_node=2),
+                             (2, 4, 16), (4, 4, 16)) == ["tp", "dp"]
+    assert drop11.axis_mistake("tp", drop11.OLD_CLUSTER, drop11.NEW_CLUSTER, old, new) is None
+    for axis in ("dp", "pp"):
+        message = drop11.axis_mistake(axis, drop11.OLD_CLUSTER, drop11.NEW_CLUSTER, old, new)
+        assert "already crossed nodes on the old cluster" in message
+
+
+@pytest.mark.parametrize("factor, words", [
+    (1 / 2, "only the two forward all-reduces"),
+    (1 / 2, "an all-gather's share"),
+    (8, "you counted all 96 layers"),
+    (1 / 128, "you counted one micro-batch"),
+    (2, "4-byte values"),
+    (8 / 14, "the whole activation per all-reduce"),
+])
+def test_each_slip_in_the_bytes_is_named(factor, words):
+    got = by_hand(*VISIBLE) * factor
+    message = drop11.tp_bytes_mistake(got, VISIBLE)
+    assert words in message
+
+
+def test_an_unrecognised_wrong_answer_still_says_what_was_expected():
+    assert "expected" in drop11.tp_bytes_mistake(123.0, VISIBLE)
+
+
+def test_impostors_are_refused():
+    class Anything(float):
+        def __eq__(self, other):
+            return True
+    with pytest.raises(AssertionError, match="should be a number"):
+        drop11.plain_bytes(Anything(1.0), "bytes")
+    with pytest.raises(AssertionError, match="is not one of"):
+        drop11.plain_axis("TP all-reduce")
