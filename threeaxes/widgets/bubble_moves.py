@@ -109,7 +109,7 @@ class BubbleMovesExplorer(_Explorer):
                      label=f"target {d.target:.0%}")
         left.set_ylabel("bubble, % of the step")
         left.set_title("idle share of a step", fontsize=10)
-        left.legend(fontsize=8, frameon=False)
+        left.legend(loc="upper right", fontsize=8, frameon=False)
         draw_memory_bars([("start", d.baseline.memory), ("this layout", d.result.memory)],
                          d.result.capacity, ax=middle, title="memory per GPU")
         draw_time_breakdown([("start", d.baseline.time), ("this layout", d.result.time)],
