@@ -17,7 +17,8 @@ def by_hand(s, b, *, optimizer_bytes=12.0, optimizer_sharded=True, states_over_t
     psi = MODEL.n_params / (TP if states_over_tp else 1)
     states = psi * (2 + 2 + optimizer_bytes / (DP if optimizer_sharded else 1))
     lin = s * b * H * (10 + 24 / TP) if linear is None else linear(s, b)
-    scores = 5 * HEADS * s * b * (s if attention_exponent == 2 else 2048) / (TP if attention_over_tp else 1)
+    s_times_s = s * (s if attention_exponent == 2 else 2048)      # the slip: linear in s
+    scores = 5 * HEADS * s_times_s * b / (TP if attention_over_tp else 1)
     return (states + layers * (lin + (scores if attention else 0.0))) / 1e9
 
 
