@@ -1,5 +1,6 @@
 """The cost model as a grader: every broken rule as data (constraints.violations), and
 judge / grade_configuration scoring a student's own configuration against the search's best."""
+import dataclasses
 import math
 
 import pytest
@@ -82,3 +83,12 @@ class Sneaky(int):
 def test_answers_become_plain_values_or_say_what_to_fix(answer, message):
     with pytest.raises(AssertionError, match=message):
         plain_config(answer)
+
+
+def test_a_verdict_states_the_node_rule_without_suggesting_the_planners_flag():
+    small_nodes = dataclasses.replace(get_cluster("a100-80gb", n_nodes=16), gpus_per_node=2)   # 32 GPUs
+    verdict = judge(MODEL, small_nodes, 512, config=dict(dp=4, tp=4, pp=2, micro_batch=1))
+    (rule,) = verdict.violations
+    assert rule.rule == "tp_node" and rule.message.endswith("choose tp in {1, 2}")
+    (flagged,) = violations(MODEL, small_nodes, 512, dp=4, tp=4, pp=2, micro_batch=1)
+    assert flagged.message.endswith("or pass allow_tp_across_nodes=True")

@@ -102,13 +102,15 @@ def check_model_split(model, tp: int, pp: int, *, zero_stage: int = 0,
 
 def violations(model, cluster, global_batch: int, *, dp, tp, pp, micro_batch=None,
                micro_batches=None, zero_stage=0, recompute="none", virtual_stages=1,
-               allow_tp_across_nodes=False) -> list:
+               allow_tp_across_nodes=False, suggest_flags: bool = True) -> list:
     """Every rule the configuration breaks, as `Violation`s ([] when it follows them all).
 
     Rules (module docstring): "gpus", "tp_heads", "tp_kv_heads", "tp_node",
     "pp_layers", "zero_stage", "zero_pp", "batch_dp", "micro_batch",
     "recompute", "interleave". Values that are not positive integers are not
-    a configuration at all: they raise ValueError.
+    a configuration at all: they raise ValueError. `suggest_flags=False` leaves
+    out the hint to pass allow_tp_across_nodes (a student's configuration has no
+    such key: the rule is the point).
     """
     for name, value in (("dp", dp), ("tp", tp), ("pp", pp), ("virtual_stages", virtual_stages)):
         _positive(name, value)
@@ -121,9 +123,9 @@ def violations(model, cluster, global_batch: int, *, dp, tp, pp, micro_batch=Non
     good_tp = valid_tp(model, cluster, allow_tp_across_nodes)
     found += _split_violations(model, tp, pp, zero_stage, good_tp)
     if not allow_tp_across_nodes and (tp > cluster.gpus_per_node or cluster.gpus_per_node % tp):
+        flag = " or pass allow_tp_across_nodes=True" if suggest_flags else ""
         found.append(Violation("tp_node", f"tp={tp} does not fit in one node of {cluster.gpus_per_node} "
-                                          f"GPUs; choose tp in {fmt_choices(good_tp)} or pass "
-                                          "allow_tp_across_nodes=True"))
+                                          f"GPUs; choose tp in {fmt_choices(good_tp)}{flag}"))
     if recompute not in RECOMPUTE:
         found.append(Violation("recompute", f"recompute={recompute!r}; choose recompute in "
                                             f"{set(RECOMPUTE)}"))

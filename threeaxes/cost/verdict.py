@@ -80,7 +80,8 @@ def judge(model, cluster, global_batch: int, seq_len: int | None = None, *, conf
     best = best_configuration(model, cluster, global_batch, seq_len, **assumptions)
     rules = {k: config[k] for k in RULE_KEYS if k in config}
     broken = violations(model, cluster, global_batch, **rules,
-                        allow_tp_across_nodes=assumptions.get("allow_tp_across_nodes", False))
+                        allow_tp_across_nodes=assumptions.get("allow_tp_across_nodes", False),
+                        suggest_flags=False)
     result = None
     if not broken:
         result = plan(model, cluster, global_batch, seq_len, **config, **assumptions)
