@@ -6,12 +6,16 @@ the self-check answers, each computed from the cost model (never typed).
 """
 from __future__ import annotations
 
+import html
 from typing import NamedTuple
+
+from IPython.display import HTML
 
 from .cost import GB, bubble_fraction, get_cluster, judge, model_state_bytes
 from .cost.decide import SCHEMES, model_of_size, walk_tree
 
-__all__ = ["Scenario", "SCENARIOS", "CARDS", "SELF_CHECKS", "check", "pick", "scenario_walk"]
+__all__ = ["Scenario", "SCENARIOS", "CARDS", "SELF_CHECKS", "check", "pick", "scenario_walk",
+           "reveal", "reveal_scenario"]
 
 GLOBAL_BATCH = 512   # sequences per step in every scenario (the seed gives none)
 GPU = "a100-80gb"
@@ -148,6 +152,61 @@ def check(name: str, answer, *, rel: float = 0.02) -> bool:
         right = abs(float(answer) - expected) <= rel * abs(expected)
     print(f"{name}: right." if right else f"{name}: not yet: {hint}.")
     return right
+
+
+# the model answers, in words; the number each checks is computed (`_answers`)
+_MODEL_ANSWERS = {
+    "q1": "Each GPU keeps a whole replica and trains on its own slice of the batch; one "
+          "all-reduce a step averages the gradients so every replica takes the same update. "
+          "The hard limit is memory: the whole model, with its gradients and optimizer "
+          "states, must fit every single GPU.",
+    "q2": "It cuts the matrices inside each layer (MLP columns and rows, attention heads) "
+          "and joins the partial results with an all-reduce or all-gather in every layer, "
+          "forward and backward. Traffic that frequent needs NVLink/NVSwitch, so the tp group "
+          "stays within a node.",
+    "q3": "Consecutive layers become stages on different GPUs; activations go forward and "
+          "gradients back only at stage edges, so slower links do. The bubble is the time "
+          "GPUs wait while the pipeline fills and drains; many micro-batches shrink it.",
+    "q4": "Parameters, gradients and optimizer states, all split over the data-parallel "
+          "ranks. A layer's weights are gathered just before it runs and freed right after. "
+          "It saves memory like model splitting while the code stays data-parallel; the "
+          "price is extra gathers, mostly hidden behind compute.",
+    "q5": "Tensor parallelism inside a node, where per-layer traffic rides NVLink; pipeline "
+          "parallelism across nodes, where only stage edges cross the slower fabric; data "
+          "parallelism on top when the model outgrows a node.",
+    "q6": "Each axis removes a different limit: TP the per-layer memory inside a node, PP "
+          "the memory that no single node can hold, DP the batch size. At the largest "
+          "scale no one axis is enough, and their sizes multiply to the GPU count.",
+    "q7": "The 16-bytes-a-parameter count says whether one GPU is enough; this part says "
+          "what to add when it is not: FSDP/ZeRO or TP past one GPU, PP past one node, "
+          "DP wherever the batch should grow.",
+}
+
+
+def reveal(name: str):
+    """The model answer and the computed number, folded under "Show the answer"."""
+    answers = _answers()
+    if name not in answers:
+        raise ValueError(f"self-check {name!r} unknown; choose one of {list(answers)}")
+    kind, expected, hint = answers[name]
+    value = expected if kind == "choice" else f"{expected:,.4g}"
+    return HTML(f"<details><summary>Show the answer</summary><p>{html.escape(_MODEL_ANSWERS[name])}"
+                f"</p><p>The check's answer: <b>{html.escape(str(value))}</b> ({html.escape(hint)})."
+                "</p></details>")
+
+
+def reveal_scenario(key: str):
+    """Scenario `key`'s model answer beside the decision tree's walk and the planner's
+    verdict, folded under "Show the answer"."""
+    s, walk = _scenario(key), scenario_walk(key)
+    steps = "".join(f"<li>{html.escape(d.question)} <b>{'yes' if d.answer else 'no'}</b>: "
+                    f"{html.escape(d.numbers)}</li>" for d in walk.decisions)
+    return HTML(f"<details><summary>Show the answer for {key}</summary>"
+                f"<p><b>{html.escape(SCHEMES[s.seed_scheme])}</b>: {html.escape(s.why)} "
+                f"Bottleneck: {html.escape(s.bottleneck)}.</p><p>The tree on "
+                f"{html.escape(str(s.model))}, {s.cluster.n_gpus} GPUs:</p><ol>{steps}</ol>"
+                f"<p>It ends at <b>{html.escape(walk.result.label)}</b>; "
+                f"the planner: {html.escape(walk.verdict.feedback)}</p></details>")
 
 
 # -------------------------------------------------------------- flashcards ----
