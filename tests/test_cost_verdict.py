@@ -92,3 +92,12 @@ def test_a_verdict_states_the_node_rule_without_suggesting_the_planners_flag():
     assert rule.rule == "tp_node" and rule.message.endswith("choose tp in {1, 2}")
     (flagged,) = violations(MODEL, small_nodes, 512, dp=4, tp=4, pp=2, micro_batch=1)
     assert flagged.message.endswith("or pass allow_tp_across_nodes=True")
+
+
+def test_search_options_limit_the_best_the_answer_is_compared_with():
+    free = judge(MODEL, CLUSTER, 512, config=dict(dp=4, tp=4, pp=2, micro_batch=4))
+    fixed = judge(MODEL, CLUSTER, 512, config=dict(dp=4, tp=4, pp=2, micro_batch=4),
+                  search_options={"micro_batch_sizes": [4]})
+    assert fixed.best.micro_batch == 4
+    assert fixed.best == search(MODEL, CLUSTER, 512, micro_batch_sizes=(4,), only_fitting=True)[0]
+    assert fixed.slowdown <= free.slowdown

@@ -42,7 +42,7 @@ DROPS = [
     (9, 2, "Counting bytes per GPU under each regime", "drop09-bytes-per-gpu"),
     (10, 3, "Your 13B training run just crashed at step 4,000", None),
     (11, 3, "Your throughput dropped 40% after moving to a bigger cluster", "drop11-slower-bigger-cluster"),
-    (12, 3, "Your pipeline has a 35% bubble and you can't increase M", None),
+    (12, 3, "Your pipeline has a 35% bubble and you can't increase M", "drop12-bubble-fixed-m"),
     (13, 3, "Choose (DP, TP, PP) for a 30B model on 32 GPUs", None),
     (14, 4, "Defend a (DP, TP, PP) tuple for a 70B model on 64 GPUs", None),
 ]

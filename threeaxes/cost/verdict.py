@@ -41,18 +41,22 @@ class Verdict(NamedTuple):
 
 
 @functools.lru_cache(maxsize=64)
-def _best(model, cluster, global_batch, seq_len, assumptions) -> PlanResult:
-    found = search(model, cluster, global_batch, seq_len, only_fitting=True, top=1, **dict(assumptions))
+def _best(model, cluster, global_batch, seq_len, assumptions, options) -> PlanResult:
+    found = search(model, cluster, global_batch, seq_len, only_fitting=True, top=1,
+                   **dict(assumptions), **dict(options))
     if not found:
         raise ValueError(f"no configuration of {model.name} fits on {cluster}; the scenario needs "
                          f"more GPUs or GPU memory")
     return found[0]
 
 
-def best_configuration(model, cluster, global_batch: int, seq_len: int | None = None,
-                       **assumptions) -> PlanResult:
-    """The search's fastest fitting configuration (cached per scenario)."""
-    return _best(model, cluster, global_batch, seq_len, tuple(sorted(assumptions.items())))
+def best_configuration(model, cluster, global_batch: int, seq_len: int | None = None, *,
+                       search_options: dict | None = None, **assumptions) -> PlanResult:
+    """The search's fastest fitting configuration (cached per scenario). `search_options`
+    go to `search` only, e.g. {"micro_batch_sizes": (1,)} when the scenario fixes them."""
+    options = {k: tuple(v) if isinstance(v, list) else v for k, v in (search_options or {}).items()}
+    return _best(model, cluster, global_batch, seq_len, tuple(sorted(assumptions.items())),
+                 tuple(sorted(options.items())))
 
 
 def _memory_violation(result: PlanResult) -> Violation:
@@ -65,9 +69,11 @@ def _memory_violation(result: PlanResult) -> Violation:
 
 
 def judge(model, cluster, global_batch: int, seq_len: int | None = None, *, config: dict,
-          margin: float = 0.10, partial: float = 0.5, **assumptions) -> Verdict:
+          margin: float = 0.10, partial: float = 0.5, search_options: dict | None = None,
+          **assumptions) -> Verdict:
     """Score `config` (a dict of `CONFIG_KEYS`) for the scenario (model, cluster, global
-    batch, sequence length, and the planner's `assumptions`, passed to plan and search alike).
+    batch, sequence length, and the planner's `assumptions`, passed to plan and search alike;
+    `search_options` limit the search only, e.g. to the micro-batch sizes a scenario allows).
 
     0.0 when infeasible; `partial` when it fits but its predicted step time is more
     than (1 + margin) times the best's; 1.0 within the margin.
@@ -77,7 +83,8 @@ def judge(model, cluster, global_batch: int, seq_len: int | None = None, *, conf
         raise ValueError(f"config has {unknown}; a configuration is made of {list(CONFIG_KEYS)}")
     if not 0 <= partial <= 1 or margin < 0:
         raise ValueError(f"partial={partial} must be in [0, 1] and margin={margin} >= 0")
-    best = best_configuration(model, cluster, global_batch, seq_len, **assumptions)
+    best = best_configuration(model, cluster, global_batch, seq_len, search_options=search_options,
+                              **assumptions)
     rules = {k: config[k] for k in RULE_KEYS if k in config}
     broken = violations(model, cluster, global_batch, **rules,
                         allow_tp_across_nodes=assumptions.get("allow_tp_across_nodes", False),

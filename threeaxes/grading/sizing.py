@@ -3,7 +3,9 @@
     points = grade_configuration(my_config, SCENARIO, points=3)   # the last line of a test cell
 
 `SCENARIO` is a dict {"model", "cluster", "global_batch", "seq_len" (or None),
-"assumptions" (the planner's, e.g. {"usable_memory_fraction": 0.9})}, kept in
+"assumptions" (the planner's, e.g. {"usable_memory_fraction": 0.9}), and
+optionally "search_options" (what limits the search only, e.g.
+{"micro_batch_sizes": (1,)})}, kept in
 the drop's grading module. The student's own tuple is evaluated
 (`threeaxes.cost.judge`): an infeasible one fails with every broken rule
 listed; a feasible one earns `points` times the verdict's score (full within
@@ -61,7 +63,7 @@ def grade_configuration(answer, scenario: dict, points: float, name: str = "my_c
     config = plain_config(answer, name)
     verdict = judge(scenario["model"], scenario["cluster"], scenario["global_batch"],
                     scenario.get("seq_len"), config=config, margin=margin, partial=partial,
-                    **scenario.get("assumptions", {}))
+                    search_options=scenario.get("search_options"), **scenario.get("assumptions", {}))
     if not verdict.feasible:
         raise AssertionError(f"{name} is {verdict.feedback}")
     r = verdict.result
