@@ -40,7 +40,7 @@ DROPS = [
     (7, 2, "Microbatches filling the pipeline", "drop07-pipeline-trace"),
     (8, 2, "Stack DP, TP, and PP on the same eight GPUs", "drop08-3d-parallel"),
     (9, 2, "Counting bytes per GPU under each regime", "drop09-bytes-per-gpu"),
-    (10, 3, "Your 13B training run just crashed at step 4,000", None),
+    (10, 3, "Your 13B training run just crashed at step 4,000", "drop10-oom-at-step-4000"),
     (11, 3, "Your throughput dropped 40% after moving to a bigger cluster", "drop11-slower-bigger-cluster"),
     (12, 3, "Your pipeline has a 35% bubble and you can't increase M", "drop12-bubble-fixed-m"),
     (13, 3, "Choose (DP, TP, PP) for a 30B model on 32 GPUs", None),
