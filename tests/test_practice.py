@@ -11,7 +11,8 @@ import pytest  # noqa: E402
 
 from threeaxes.cost import GB, get_cluster, get_model, plan, transformer_params  # noqa: E402
 from threeaxes.cost.decide import model_of_size, simplest_fit, walk_tree  # noqa: E402
-from threeaxes.practice import CARDS, SCENARIOS, check, pick, scenario_walk  # noqa: E402
+from threeaxes.practice import (CARDS, SCENARIOS, check, pick, reveal, reveal_scenario,  # noqa: E402
+                                scenario_walk)
 from threeaxes.widgets import print_cheatsheet, print_flashcards  # noqa: E402
 from threeaxes.widgets.flashcards import card_figure  # noqa: E402
 
@@ -187,3 +188,20 @@ def test_cheatsheet_prints_on_one_page(tmp_path):
     path = tmp_path / "cheatsheet.pdf"
     assert print_cheatsheet(path) == 1
     assert _pdf_pages(path) == 1
+
+
+def test_reveal_folds_the_computed_answer_under_a_summary():
+    shown = reveal("q4").data
+    assert shown.startswith("<details><summary>Show the answer</summary>")
+    assert "<b>13</b>" in shown                     # 16 x 13e9 / 16 ranks = 13e9 bytes
+    with pytest.raises(ValueError, match="choose one of"):
+        reveal("q0")
+
+
+@pytest.mark.parametrize("key", sorted(SEED))
+def test_reveal_scenario_shows_the_tree_and_the_planners_verdict(key):
+    shown = reveal_scenario(key).data
+    walk = scenario_walk(key)
+    assert shown.startswith(f"<details><summary>Show the answer for {key}</summary>")
+    assert shown.count("<li>") == len(walk.decisions) and walk.result.label in shown
+    assert "the best found" in shown

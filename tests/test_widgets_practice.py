@@ -142,3 +142,9 @@ def test_tree_draws_the_taken_edges_in_the_taken_colour():
     arrows = [a for a in tree.figure.axes[0].texts if getattr(a, "arrow_patch", None) is not None]
     taken = [a for a in arrows if to_hex(a.arrow_patch.get_edgecolor()) == TAKEN]
     assert len(arrows) == 7 and len(taken) == 3        # one GPU no, split yes, one node no
+
+
+def test_both_widgets_display_as_widgets_in_a_notebook():
+    for shown in (FlashcardDeck(DECK), DecisionTreeExplorer()):
+        bundle = shown._repr_mimebundle_()
+        assert "application/vnd.jupyter.widget-view+json" in bundle
