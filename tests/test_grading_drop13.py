@@ -74,7 +74,8 @@ def test_the_scenario_story_holds_under_the_current_cost_model():
         r = drop13.best_for_shape(s, *shape)
         assert r is not None and r.fits and (r.dp, r.tp, r.pp) == shape
     # the solution's shape fits with single-sequence micro-batches and ZeRO-1
-    assert plan(model, cluster, batch, dp=4, tp=2, pp=4, micro_batch=1, zero_stage=1).fits
+    assert plan(model, cluster, batch, dp=4, tp=2, pp=4, micro_batch=1, zero_stage=1,
+                **s["assumptions"]).fits
 
 
 def test_best_for_shape_is_no_slower_than_any_knob_setting_of_that_shape():
@@ -84,8 +85,10 @@ def test_best_for_shape_is_no_slower_than_any_knob_setting_of_that_shape():
         for zero in (0, 1, 2, 3):
             for rc in ("none", "selective", "full"):
                 for sp in (False, True):
+                    knobs = dict(micro_batch=mbs, zero_stage=zero, recompute=rc,
+                                 sequence_parallel=sp)
                     other = plan(s["model"], s["cluster"], s["global_batch"], dp=8, tp=4, pp=1,
-                                 micro_batch=mbs, zero_stage=zero, recompute=rc, sequence_parallel=sp)
+                                 **knobs, **s["assumptions"])
                     assert not other.fits or other.time.total >= r.time.total * (1 - 1e-12)
 
 
@@ -123,6 +126,8 @@ def test_the_configuration_explorer_on_the_scenario_ranks_like_the_search():
     s = drop13.SCENARIO
     explorer = ConfigExplorer(model="llama-30b", cluster="a100-80gb", n_gpus=32,
                               global_batch=s["global_batch"], seq_len=s["model"].seq_len, rows=5)
+    # the widget plans with the planner's defaults, which is what the scenario assumes
+    assert s["assumptions"] == {}
     ranked = search(s["model"], s["cluster"], s["global_batch"], only_fitting=True, top=5)
     assert [r.label for r in explorer.data.rows] == [r.label for r in ranked]
     explorer.set(pick=3)                                  # move the "show row" slider

@@ -73,7 +73,8 @@ def test_variants_change_only_what_they_name():
     h100 = drop14.variant_scenario("H100 nodes")
     assert h100["cluster"].gpu.startswith("H100") and h100["cluster"].n_gpus == 64
     longer = drop14.variant_scenario("twice the context (8192 tokens, half the sequences)")
-    assert longer["seq_len"] * longer["global_batch"] == base["model"].seq_len * base["global_batch"]
+    tokens = longer["seq_len"] * longer["global_batch"]
+    assert tokens == base["model"].seq_len * base["global_batch"]
     assert drop14.variant_scenario("as given") == base
 
 
@@ -84,7 +85,7 @@ def test_the_scenario_story_holds_under_the_current_cost_model():
     for shape in ((1, 8, 8), (8, 8, 1)):                                     # the two alternatives
         r = drop13.best_for_shape(s, *shape)
         assert r is not None and r.fits and (r.dp, r.tp, r.pp) == shape
-    top5 = search(model, cluster, s["global_batch"], only_fitting=True, top=5)
+    top5 = search(model, cluster, s["global_batch"], only_fitting=True, top=5, **s["assumptions"])
     assert len(top5) == 5 and all(r.time.compute > r.time.total / 2 for r in top5)
 
 
