@@ -205,3 +205,10 @@ def test_reveal_scenario_shows_the_tree_and_the_planners_verdict(key):
     assert shown.startswith(f"<details><summary>Show the answer for {key}</summary>")
     assert shown.count("<li>") == len(walk.decisions) and walk.result.label in shown
     assert "the best found" in shown
+
+
+def test_a_team_without_tp_or_pp_and_too_few_gpus_is_told_to_add_gpus():
+    walk = walk_tree(model_of_size(200), get_cluster("a100-80gb", n_gpus=8), 512,
+                     split_layers=False)
+    assert walk.scheme is None and walk.message.startswith("ZeRO-3 over every GPU")
+    assert "add GPUs" in walk.message

@@ -131,14 +131,8 @@ def walk_tree(model, cluster, global_batch: int, seq_len: int | None = None, *,
     states = model_state_bytes(model.n_params).total       # 16N: 2 + 2 + 12 bytes each
     decisions = []
 
-    def end(scheme, dp, tp, pp, why_not=""):
-        config, result = simplest_fit(model, cluster, global_batch, dp=dp, tp=tp, pp=pp,
-                                      scheme=scheme, seq_len=seq_len)
-        if config is None:
-            message = (f"{why_not}even the lightest setting ({result.label}) needs "
-                       f"{_gb(result.memory.total)} per GPU of {_gb(hbm)}; add GPUs")
-            return TreeWalk(model, cluster, global_batch, decisions, None, None, None, None,
-                            message)
+    def end(scheme, config, result):
+        """The walk ending at `config`, judged against the search's best."""
         verdict = judge(model, cluster, global_batch, seq_len, config=config)
         return TreeWalk(model, cluster, global_batch, decisions, scheme, config, result, verdict,
                         "")
@@ -157,7 +151,7 @@ def walk_tree(model, cluster, global_batch: int, seq_len: int | None = None, *,
     decisions.append(Decision("one GPU: do the model states fit one GPU?", fits_one, numbers,
                               "data parallelism alone" if fits_one else "split the model"))
     if fits_one:
-        return end("dp", n, 1, 1)
+        return end("dp", config, result)
 
     # 2. will the team split layers? if not, shard the states over every GPU
     decisions.append(Decision(
@@ -166,7 +160,13 @@ def walk_tree(model, cluster, global_batch: int, seq_len: int | None = None, *,
                                f"; ZeRO-3 over {n} GPUs keeps 16N / {n} = {_gb(states / n)} each"),
         "ask about the node" if split_layers else "FSDP / ZeRO-3"))
     if not split_layers:
-        return end("fsdp", n, 1, 1, "ZeRO-3 over every GPU: ")
+        config, result = simplest_fit(model, cluster, global_batch, dp=n, tp=1, pp=1,
+                                      scheme="fsdp", seq_len=seq_len)
+        if config is None:
+            return TreeWalk(model, cluster, global_batch, decisions, None, None, None, None,
+                            f"ZeRO-3 over every GPU: even the lightest setting ({result.label}) "
+                            f"needs {_gb(result.memory.total)} per GPU of {_gb(hbm)}; add GPUs")
+        return end("fsdp", config, result)
 
     # 3. one node: the states spread over the node's GPUs
     fits_node = states / per_node <= hbm
@@ -182,7 +182,7 @@ def walk_tree(model, cluster, global_batch: int, seq_len: int | None = None, *,
                 config, result = simplest_fit(model, cluster, global_batch, dp=n // tp, tp=tp,
                                               pp=1, scheme="tp", seq_len=seq_len)
                 if config is not None:
-                    return end("tp", n // tp, tp, 1)
+                    return end("tp", config, result)
         # no tp the heads allow fits (or the activations never do): pipeline inside the node
         decisions.append(Decision(
             f"tp: does a tp in {tps} (dividing {model.n_heads} heads) fit?", False,
@@ -197,6 +197,6 @@ def walk_tree(model, cluster, global_batch: int, seq_len: int | None = None, *,
         config, result = simplest_fit(model, cluster, global_batch, dp=n // (node_tp * pp),
                                       tp=node_tp, pp=pp, scheme="3d", seq_len=seq_len)
         if config is not None:
-            return end("3d", n // (node_tp * pp), node_tp, pp)
+            return end("3d", config, result)
     return TreeWalk(model, cluster, global_batch, decisions, None, None, None, None,
                     f"no pipeline depth makes {model.name} fit {n} GPUs of {_gb(hbm)}; add GPUs")
