@@ -171,13 +171,15 @@ def print_cheatsheet(path) -> int:
     fig = Figure(figsize=(8.5, 11))
     fig.text(0.5, 0.975, "Three Axes cheatsheet: which parallelism, when", ha="center",
              fontsize=15, weight="bold")
-    top = fig.add_axes([0.04, 0.73, 0.92, 0.22])
+    top = fig.add_axes([0.04, 0.72, 0.92, 0.23])
     top.set_axis_off()
-    table = top.table(cellText=[list(row) for row in CHEATSHEET_TABLE[1:]],
-                      colLabels=list(CHEATSHEET_TABLE[0]), loc="center", cellLoc="left")
+    rows = [["\n".join(textwrap.wrap(cell, 28)) for cell in row] for row in CHEATSHEET_TABLE[1:]]
+    table = top.table(cellText=rows, colLabels=list(CHEATSHEET_TABLE[0]), loc="center",
+                      cellLoc="left")
     table.auto_set_font_size(False)
     table.set_fontsize(7.5)
-    table.scale(1, 1.6)
+    for (row, _), cell in table.get_celld().items():
+        cell.set_height(0.09 if row == 0 else 0.2)    # two wrapped lines a row
     draw_tree(None, fig.add_axes([0.02, 0.2, 0.96, 0.52]))
     fig.text(0.06, 0.15, "dp x tp x pp = GPUs:  tp = the GPUs of one node (fast links), "
              "pp = stages across nodes, dp = what is left (batch scale).", fontsize=9)
