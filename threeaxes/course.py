@@ -43,8 +43,8 @@ DROPS = [
     (10, 3, "Your 13B training run just crashed at step 4,000", "drop10-oom-at-step-4000"),
     (11, 3, "Your throughput dropped 40% after moving to a bigger cluster", "drop11-slower-bigger-cluster"),
     (12, 3, "Your pipeline has a 35% bubble and you can't increase M", "drop12-bubble-fixed-m"),
-    (13, 3, "Choose (DP, TP, PP) for a 30B model on 32 GPUs", None),
-    (14, 4, "Defend a (DP, TP, PP) tuple for a 70B model on 64 GPUs", None),
+    (13, 3, "Choose (DP, TP, PP) for a 30B model on 32 GPUs", "drop13-size-30b-on-32"),
+    (14, 4, "Defend a (DP, TP, PP) tuple for a 70B model on 64 GPUs", "drop14-defend-70b-on-64"),
 ]
 
 
