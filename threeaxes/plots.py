@@ -274,14 +274,25 @@ def draw_time_breakdown(rows, *, ax=None, title: str | None = None):
 
 
 def plan_table_html(rows, chosen=None) -> str:
-    """An HTML table of ranked PlanResults, the chosen one highlighted."""
+    """An HTML table of ranked PlanResults, the chosen one highlighted.
+
+    The SP column says "yes" or "no" for every plan with tp > 1, and "n/a" where
+    tp = 1: sequence parallelism splits along the tp group, so with one tp rank
+    there is nothing to split (the planner never turns it on there).
+    """
+
+    def sequence_parallel(r):
+        if r.tp == 1:
+            return "n/a"
+        return "yes" if r.sequence_parallel else "no"
+
     head = ("rank", "dp", "tp", "pp", "mbs", "m", "ZeRO", "recompute", "v", "SP",
             "GB/GPU", "s/step", "tokens/s", "MFU", "bubble")
     cells = "".join(f"<th style='padding:2px 6px'>{h}</th>" for h in head)
     lines = [f"<tr>{cells}</tr>"]
     for i, r in enumerate(rows, 1):
         values = (i, r.dp, r.tp, r.pp, r.micro_batch, r.micro_batches, r.zero_stage,
-                  r.recompute, r.virtual_stages, "yes" if r.sequence_parallel else "",
+                  r.recompute, r.virtual_stages, sequence_parallel(r),
                   f"{r.memory.total / GB:.1f}", f"{r.time.total:.2f}",
                   f"{r.tokens_per_second:,.0f}", f"{r.mfu:.1%}", f"{r.bubble_fraction:.1%}")
         style = " style='background:#e8f0fe'" if r is chosen else ""

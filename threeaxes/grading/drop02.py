@@ -104,4 +104,69 @@ def check_average_gradients(rank, world_size, student_fn):
             "message": f"rank {rank}: {hint} (max abs diff from one process {diff:.3g})"}
 
 
-__all__ = ["CHECK_CONFIG", "EXAMPLES_PER_RANK", "check_average_gradients"]
+def toy_parameter_count() -> int:
+    """Parameters of the notebook's toy model, ToyTransformer(ToyConfig()), counted."""
+    return sum(p.numel() for p in ToyTransformer(ToyConfig()).parameters())
+
+
+def state_bytes_mistake(got, n_params: int, ranks: int = 4) -> str | None:
+    """None when `got` is the fp32 Adam training state one dp rank holds (16 B per parameter)."""
+    from threeaxes.grading import as_number
+
+    value = as_number(got, "state_bytes_per_rank")
+    want = 16 * n_params
+    if value == want:
+        return None
+    named = {
+        4 * n_params: "that is 4 bytes per parameter, the weights alone; every rank also keeps "
+                      "4 bytes of gradient and 8 of Adam state per parameter",
+        want / ranks: f"that is 1/{ranks} of the state: under data parallelism every rank keeps "
+                      f"the whole model, its gradients and its optimizer state; only the batch is split",
+        8 * n_params: "that is weights and gradients (8 bytes per parameter); Adam's two moments "
+                      "add 8 bytes more per parameter",
+        12 * n_params: "that is 12 bytes per parameter; fp32 training keeps 4 of weight, 4 of "
+                       "gradient and 8 of Adam state (two moments)",
+        n_params: "that is the number of parameters; give bytes (16 per parameter)",
+        16 * n_params * ranks: f"that is the state of all {ranks} ranks together; give one rank's",
+    }
+    for wrong, why in named.items():
+        if value == wrong:
+            return f"state_bytes_per_rank = {value:,.0f}: {why}"
+    return (f"state_bytes_per_rank = {value:,.0f}; every rank holds all {n_params:,} parameters, "
+            f"with 4 bytes of weight, 4 of gradient and 8 of Adam state for each")
+
+
+def ring_bytes_mistake(got, n_params: int, ranks: int = 4) -> str | None:
+    """None when `got` is what one rank sends in a ring all-reduce of the fp32
+    gradients over `ranks` ranks: 2 (n - 1) / n x S, S = 4 bytes x parameters."""
+    import math
+
+    from threeaxes.grading import as_number
+
+    value = as_number(got, "ring_bytes_sent_per_rank")
+    n, grads = ranks, 4 * n_params
+    want = 2 * (n - 1) / n * grads
+    if math.isclose(value, want, rel_tol=1e-9):
+        return None
+    named = {
+        # (with n = 4 this is also 2 (n - 1) x S, the / n forgotten)
+        2 * (n - 1) / n * 16 * n_params: "S is the gradients only (4 bytes per parameter), "
+                                          "not the whole training state: only gradients are all-reduced "
+                                          "(and each of the 2 (n - 1) ring steps sends S / n)",
+        (n - 1) / n * grads: "that is one half of the ring: the reduce-scatter. The all-gather "
+                             "that follows sends as much again: 2 (n - 1) / n x S",
+        2 * grads: "that is 2 x S: the ring sends (n - 1)/n of it, as each rank keeps its own "
+                   "chunk: 2 (n - 1) / n x S",
+        grads: "that is S, the gradients themselves; a ring all-reduce sends 2 (n - 1) / n x S per rank",
+        2 * (n - 1) / n * n_params: "that counts numbers, not bytes: each fp32 gradient is 4 bytes",
+        (n - 1) * grads: "each rank sends one chunk of S / n per step, 2 (n - 1) steps",
+    }
+    for wrong, why in named.items():
+        if math.isclose(value, wrong, rel_tol=1e-9):
+            return f"ring_bytes_sent_per_rank = {value:,.0f}: {why}"
+    return (f"ring_bytes_sent_per_rank = {value:,.0f}; use S = 4 bytes x parameters and n = {n} "
+            f"in 2 (n - 1) / n x S")
+
+
+__all__ = ["CHECK_CONFIG", "EXAMPLES_PER_RANK", "check_average_gradients", "toy_parameter_count",
+           "state_bytes_mistake", "ring_bytes_mistake"]

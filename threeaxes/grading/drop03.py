@@ -126,4 +126,53 @@ def column_split_check(rank, world_size, student_fn, tokens=3, d_in=4, d_out=6, 
         f"all-gathered {sent.total_bytes('all_gather')} B; y equals x @ w"), diff)
 
 
-__all__ = ["exercise_tensors", "column_split_check"]
+def tp_counts_mistake(counts, measured=(2, 2)) -> str | None:
+    """None when (forward, backward) all-reduce counts of one tensor-parallel
+    block equal `measured` (the trace's: two each way); otherwise the mistake."""
+    forward, backward = counts
+    if (forward, backward) == tuple(measured):
+        return None
+    if backward == 0 and forward > 0:
+        return (f"you counted {forward} forward all-reduces and none backward; backward makes two "
+                f"more per block: the gradient reaching the input of attention and of the MLP is "
+                f"a partial sum on each rank (the f map's all-reduce)")
+    if (forward, backward) == (1, 1):
+        return ("one all-reduce each way is one sublayer's worth; a block has two (attention, "
+                "then the MLP), and each ends with a row-parallel linear")
+    if (forward, backward) == (4, 4) or (forward, backward) == (4, 0):
+        return ("a column-parallel linear followed by a row-parallel one needs no all-reduce "
+                "in between: count one per sublayer each way, not one per linear")
+    if forward != measured[0]:
+        return (f"forward: you said {forward}, the trace counted {measured[0]}: one all-reduce "
+                f"after attention's output projection and one after the MLP's fc2")
+    return (f"backward: you said {backward}, the trace counted {measured[1]}: one at the input "
+            f"of attention and one at the input of the MLP")
+
+
+def tp_bytes_mistake(got: int, batch: int, seq: int, d_model: int, bytes_per_value: int,
+                     tp: int = 2) -> str | None:
+    """None when `got` is the bytes handed to each block all-reduce: the whole
+    (batch, seq, d_model) activation at bytes_per_value bytes per number."""
+    want = batch * seq * d_model * bytes_per_value
+    if got == want:
+        return None
+    shape = f"({batch}, {seq}, {d_model})"
+    named = {
+        want // tp: f"that is 1/{tp} of the activation: the all-reduce adds up whole partial "
+                    f"sums, every rank hands it the full {shape} tensor, not a slice",
+        want // bytes_per_value: f"that counts numbers, not bytes: multiply by "
+                                 f"bytes_per_value={bytes_per_value}",
+        4 * want: "that is the MLP's hidden width (4 x d_model); the all-reduce comes after fc2 "
+                  "(and after attention's projection), back at width d_model",
+        2 * want: "that is twice the activation, what a ring sends per rank at large tp; the "
+                  "question is the bytes handed to the all-reduce (the full tensor), not wire bytes",
+        8 * want: "that is bits; give bytes",
+    }
+    for wrong, why in named.items():
+        if got == wrong:
+            return f"{got:,} B per all-reduce: {why}"
+    return (f"{got:,} B per all-reduce; each one carries the whole {shape} activation at "
+            f"{bytes_per_value} bytes per number, {want:,} B")
+
+
+__all__ = ["exercise_tensors", "column_split_check", "tp_counts_mistake", "tp_bytes_mistake"]

@@ -28,7 +28,8 @@ BATCH, MICROBATCHES = 8, 4
 _TOL = 1e-10
 
 __all__ = ["CHECK_CONFIG", "plain_stage_layers", "check_stage_split",
-           "expected_stage_layers", "expected_bubble_fraction", "expected_stage0_held"]
+           "expected_stage_layers", "expected_bubble_fraction", "expected_stage0_held",
+           "stage_layers_mistake", "bubble_mistake", "stage0_held_mistake"]
 
 
 def expected_stage_layers(n_layers: int, pp: int) -> list[list[int]]:
@@ -102,3 +103,80 @@ def check_stage_split(rank, world_size, student_fn):
                            f"(max abs diff {diff:.1e})"}
     return {"ok": False, "max_abs_diff": diff,
             "message": f"rank {rank}: parameters differ from one process by {diff:.3g}"}
+
+
+def stage_layers_mistake(got: list[list[int]], n_layers: int, pp: int) -> str | None:
+    """None when `got` (plain, from plain_stage_layers) is stage_layers(n_layers, pp)."""
+    want = expected_stage_layers(n_layers, pp)
+    if got == want:
+        return None
+    call = f"stage_layers({n_layers}, {pp}) = {got}"
+    k = n_layers // pp
+    if got == [list(range(s * k, (s + 1) * k + 1)) for s in range(pp)]:
+        return (f"{call}: each range is one layer too long, so neighbouring stages share a layer "
+                f"and the last one has layer {n_layers}, which does not exist; layers 0..{n_layers - 1} "
+                f"should each appear exactly once: range(s * k, (s + 1) * k) already stops before (s + 1) * k")
+    if got == [list(range(s * k + 1, (s + 1) * k)) for s in range(pp)] or \
+            got == [list(range(s * k, (s + 1) * k - 1)) for s in range(pp)]:
+        return (f"{call}: each range is one layer short, so some layers are on no stage; layers "
+                f"0..{n_layers - 1} should each appear exactly once")
+    if got == [list(range(s, n_layers, pp)) for s in range(pp)]:
+        return (f"{call}: you dealt the layers out in turn (layer i to stage i % pp); a stage "
+                f"holds a contiguous run of layers, so that each activation goes to the next "
+                f"stage only once: stage 0 gets layers 0..{k - 1}")
+    if len(got) != pp:
+        return f"{call}: that is {len(got)} stages; pp={pp} stages should each get {k} layers"
+    if sorted(i for stage in got for i in stage) != list(range(n_layers)):
+        return f"{call}: layers 0..{n_layers - 1} should each appear exactly once"
+    if [i for stage in got for i in stage] != list(range(n_layers)):
+        return f"{call}: the stages should hold the layers in order, stage 0 the first {k}"
+    return f"{call}: every stage should hold {k} layers"
+
+
+def bubble_mistake(got: float, p: int, m: int) -> str | None:
+    """None when `got` is the idle fraction of a GPipe/1F1B step, (p-1)/(m+p-1)."""
+    import math
+
+    want = float(expected_bubble_fraction(p, m))
+    if math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12):
+        return None
+    call = f"bubble_fraction({p}, {m}) = {got:g}"
+    if p > 1 and math.isclose(got, (p - 1) / m, rel_tol=1e-9):
+        return (f"{call} is (p-1)/m: idle time over the *useful* time (m slots of work). The "
+                f"bubble fraction divides the idle time by the whole step, which also contains "
+                f"the idle part: m + p - 1 slots")
+    if math.isclose(got, 1 - want, rel_tol=1e-9):
+        return f"{call} is the busy fraction, m/(m+p-1); the question asks for the idle part"
+    if math.isclose(got, 100 * want, rel_tol=1e-9):
+        return f"{call} is a percentage; give a fraction between 0 and 1"
+    if math.isclose(got, (p - 1) / (m + p), rel_tol=1e-9):
+        return (f"{call} is (p-1)/(m+p): one slot too many. A step lasts m + p - 1 slots: m of "
+                f"work, and p - 1 of waiting for the pipeline to fill (and drain)")
+    if p > 1 and math.isclose(got, (p - 1) / p, rel_tol=1e-9):
+        return f"{call} leaves out m: more microbatches shrink the bubble"
+    return (f"{call}; count the idle slots of one stage in gpipe({p}, {m}) and divide by all "
+            f"the slots of the step")
+
+
+def stage0_held_mistake(got: int, schedule: str, p: int, m: int) -> str | None:
+    """None when `got` is the peak count of microbatches in flight on stage 0."""
+    want = expected_stage0_held(schedule, p, m)
+    if got == want:
+        return None
+    call = f"stage0_microbatches_held({schedule!r}, {p}, {m}) = {got}"
+    if schedule == "gpipe":
+        if got == min(p, m):
+            return (f"{call}: that is 1F1B's count. GPipe runs all {m} forwards before its first "
+                    f"backward, so stage 0 holds all {m}")
+        return f"{call}: GPipe runs every forward before its first backward; stage 0 holds all {m}"
+    if m < p and got == p:
+        return (f"{call}: there are only {m} microbatches, so stage 0 cannot hold {p}; 1F1B "
+                f"holds min(p, m)")
+    if got == m and m > p:
+        return (f"{call}: that is GPipe's count. 1F1B starts a backward after p - 1 warmup "
+                f"forwards and one more, so stage 0 holds at most p = {p}")
+    if got == p - 1 and m >= p:
+        return (f"{call}: p - 1 is the warmup forwards alone; stage 0 runs one more forward "
+                f"before its first backward comes back: p = {p}")
+    return (f"{call}; count the forwards of stage 0 before its first backward in "
+            f"one_f_one_b({p}, {m}) (never more than m)")
