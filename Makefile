@@ -8,10 +8,13 @@ STAMP  := $(VENV)/.installed-stamp
 # pytest workers: 2 matches the 2-core machines the course is tested on
 JOBS   ?= 2
 
-.PHONY: lab test test-fast release grade grade-demo bench clean-grading help
+.PHONY: lab lab-instructor reset test test-fast release grade grade-demo bench clean-grading help
 
 help:
-	@echo "make lab        start JupyterLab on the start page (installs .venv first)"
+	@echo "make lab        your copy of the course in work/ (new drops added, nothing overwritten),"
+	@echo "                then JupyterLab on its start page (installs .venv first)"
+	@echo "make reset DROP=<drop>  back up your copy of one drop in work/ and take the release's again"
+	@echo "make lab-instructor     JupyterLab on the repository itself, with nbgrader's formgrader"
 	@echo "make test       the whole suite: package, notebooks (nbval), grading path"
 	@echo "make release    regenerate release/ from source/ with nbgrader"
 	@echo "make grade      autograde submitted/, write feedback/ and grades.csv"
@@ -25,11 +28,15 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
-# Jupyter refuses to run as root unless told; containers often are root.
-ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
-
+# Students work in work/ (git-ignored); see autograder/workspace.py.
 lab: $(STAMP)
-	$(BIN)/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=. notebooks/00-start-here.ipynb
+	$(BIN)/python -m autograder.workspace lab
+
+lab-instructor: $(STAMP)
+	$(BIN)/python -m autograder.workspace lab --instructor
+
+reset: $(STAMP)
+	$(BIN)/python -m autograder.workspace reset $(DROP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile -p no:cacheprovider \
