@@ -9,7 +9,8 @@ Students work in `work/` (git-ignored), never in the tracked notebooks, so a
     work/release/<drop>/...       copies of release/<drop>/...
 
 * `sync` copies what the student lacks and never touches a file that exists:
-  the first run creates `work/`, later runs add new drops and new notebooks.
+  the first run creates `work/`, later runs add new drops and new notebooks,
+  and name the files the course changed since they were copied.
 * `reset(drop)` renames the student's files of one drop to
   `<name>.bak-<timestamp>` and copies the release's files again.
 * `lab_command` builds the JupyterLab command: student mode (default) serves
@@ -22,6 +23,7 @@ Students work in `work/` (git-ignored), never in the tracked notebooks, so a
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -63,6 +65,26 @@ NBGRADER_LAB_OFF = [
 class SyncReport:
     added: list[Path] = field(default_factory=list)   # copied now, relative to work/
     kept: list[Path] = field(default_factory=list)    # already there, left as the student has it
+    updated: list[Path] = field(default_factory=list)  # kept, but the course changed it since the copy
+
+
+# work/.copied.json: the digest of each course file when it was copied, so a
+# later run can tell the student the course changed a file they hold.
+RECORD = ".copied.json"
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def read_record(work: Path) -> dict[str, str]:
+    path = work / RECORD
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def write_record(work: Path, record: dict[str, str]) -> None:
+    work.mkdir(parents=True, exist_ok=True)
+    (work / RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
 def course_files(root: Path = ROOT) -> list[Path]:
@@ -78,18 +100,30 @@ def course_files(root: Path = ROOT) -> list[Path]:
     return files
 
 
+def copy_course_file(root: Path, work: Path, rel: Path, record: dict[str, str]) -> None:
+    target = work / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(root / rel, target)
+    record[rel.as_posix()] = digest(root / rel)
+
+
 def sync(root: Path = ROOT, work: Path | None = None) -> SyncReport:
-    """Copy into `work` every course file it lacks; never overwrite one it has."""
+    """Copy into `work` every course file it lacks; never overwrite one it has.
+    A kept file whose course version changed since it was copied is reported
+    in `updated` (the student takes it with `reset`)."""
     work = work or root / WORK
     report = SyncReport()
+    record = read_record(work)
     for rel in course_files(root):
-        target = work / rel
-        if target.exists():
+        if (work / rel).exists():
             report.kept.append(rel)
+            copied = record.get(rel.as_posix())
+            if copied is not None and copied != digest(root / rel):
+                report.updated.append(rel)
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(root / rel, target)
+        copy_course_file(root, work, rel, record)
         report.added.append(rel)
+    write_record(work, record)
     return report
 
 
@@ -117,15 +151,15 @@ def reset(drop: str, root: Path = ROOT, work: Path | None = None, stamp: str | N
             f"(e.g. `make reset DROP={known[0]}`)" if known else f"release/ holds no drops to reset {drop!r} to"
         )
     stamp = stamp or time.strftime("%Y%m%d-%H%M%S")
-    backups = []
+    backups, record = [], read_record(work)
     for rel in [p for p in course_files(root) if p.parts[:2] == ("release", drop)]:
         target = work / rel
         if target.exists():
             backup = backup_name(target, stamp)
             target.rename(backup)
             backups.append(backup)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(root / rel, target)
+        copy_course_file(root, work, rel, record)
+    write_record(work, record)
     return backups
 
 
@@ -172,9 +206,9 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.command == "reset":
         if not args.drop:
-            parser.exit(2, f"say which drop: make reset DROP=<one of {', '.join(drops())}>\n")
+            parser.exit(2, f"say which drop: make reset DROP=<one of {', '.join(drops(ROOT))}>\n")
         try:
-            backups = reset(args.drop)
+            backups = reset(args.drop, ROOT)
         except ValueError as error:
             parser.exit(2, f"{error}\n")
         for backup in backups:
@@ -182,14 +216,18 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{WORK}/release/{args.drop} now holds the release's copy")
         return
     if args.command == "sync" or not args.instructor:
-        report = sync()
+        report = sync(ROOT)
         new = sorted({rel.parts[1] if rel.parts[0] == "release" else rel.name for rel in report.added})
         if new:
             print(f"new in {WORK}/: {', '.join(new)}")
         print(f"{WORK}/ is your copy of the course; {len(report.kept)} files already there were left as they are")
+        for rel in report.updated:
+            take = (f"`make reset DROP={rel.parts[1]}` takes it and keeps yours as a backup" if rel.parts[0] == "release"
+                    else f"rename your {WORK}/{rel} and run `make lab` again to take it")
+            print(f"the course has a newer {rel} than your copy; {take}")
         if args.command == "sync":
             return
-    command, env = lab_command("instructor" if args.instructor else "student", extra=extra)
+    command, env = lab_command("instructor" if args.instructor else "student", root=ROOT, extra=extra)
     os.execvpe(command[0], command, env)
 
 

@@ -78,6 +78,25 @@ def test_sync_never_overwrites_the_students_file_even_when_the_release_changes(r
     assert (repo / "work" / START).read_text() == "my notes on the start page"
 
 
+def test_a_later_run_names_the_files_the_course_changed_and_reset_takes_them(repo, capsys, monkeypatch):
+    workspace.sync(repo)
+    released = repo / "release" / DROP / f"{DROP}.ipynb"
+    mine = repo / "work" / "release" / DROP / f"{DROP}.ipynb"
+    mine.write_text("my answers")
+    released.write_text(released.read_text().replace("YOUR CODE HERE", "YOUR CODE HERE (fixed)"))
+    report = workspace.sync(repo)
+    assert report.updated == [Path(f"release/{DROP}/{DROP}.ipynb")] and report.added == []
+    assert mine.read_text() == "my answers"
+    monkeypatch.setattr(workspace, "ROOT", repo)      # what `make lab` prints, on the test's repository
+    monkeypatch.setattr(workspace, "lab_command", lambda *a, **k: pytest.skip("reached the launch"))
+    with pytest.raises(pytest.skip.Exception):
+        workspace.main(["lab"])
+    assert f"make reset DROP={DROP}" in capsys.readouterr().out
+    workspace.reset(DROP, repo)
+    assert workspace.sync(repo).updated == []
+    assert mine.read_bytes() == released.read_bytes()
+
+
 def test_working_in_the_copy_leaves_the_tracked_files_unchanged(repo):
     before = tracked_digests(repo)
     workspace.sync(repo)
