@@ -168,7 +168,8 @@ def write_student_config(config_dir: Path) -> Path:
     nbgrader's instructor plugins; added to JUPYTER_CONFIG_PATH for one launch."""
     page_config = config_dir / "labconfig" / "page_config.json"
     page_config.parent.mkdir(parents=True, exist_ok=True)
-    page_config.write_text(json.dumps({"disabledExtensions": {name: True for name in NBGRADER_LAB_OFF}}, indent=1) + "\n")
+    disabled = {"disabledExtensions": {name: True for name in NBGRADER_LAB_OFF}}
+    page_config.write_text(json.dumps(disabled, indent=1) + "\n")
     return config_dir
 
 
@@ -177,7 +178,9 @@ def lab_command(
 ) -> tuple[list[str], dict[str, str]]:
     """(argv, environment) that start JupyterLab in `mode` ("student" or "instructor")."""
     if mode not in ("student", "instructor"):
-        raise ValueError(f"mode {mode!r} is not known; use mode='student' (make lab) or 'instructor' (make lab-instructor)")
+        raise ValueError(
+            f"mode {mode!r} is not known; use mode='student' (make lab) or 'instructor' (make lab-instructor)"
+        )
     work = work or root / WORK
     serve = work if mode == "student" else root
     argv = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={serve}"]
@@ -222,8 +225,10 @@ def main(argv: list[str] | None = None) -> None:
             print(f"new in {WORK}/: {', '.join(new)}")
         print(f"{WORK}/ is your copy of the course; {len(report.kept)} files already there were left as they are")
         for rel in report.updated:
-            take = (f"`make reset DROP={rel.parts[1]}` takes it and keeps yours as a backup" if rel.parts[0] == "release"
-                    else f"rename your {WORK}/{rel} and run `make lab` again to take it")
+            if rel.parts[0] == "release":
+                take = f"`make reset DROP={rel.parts[1]}` takes it and keeps yours as a backup"
+            else:
+                take = f"rename your {WORK}/{rel} and run `make lab` again to take it"
             print(f"the course has a newer {rel} than your copy; {take}")
         if args.command == "sync":
             return

@@ -31,11 +31,13 @@ def make_repo(path: Path) -> Path:
 
 
 def digest_of_tree(path: Path) -> dict[str, str]:
-    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.rglob("*")) if p.is_file()}
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
 def tracked_digests(repo: Path) -> dict[str, str]:
-    return {**digest_of_tree(repo / "notebooks"), **{"release/" + k: v for k, v in digest_of_tree(repo / "release").items()}}
+    release = {"release/" + name: value for name, value in digest_of_tree(repo / "release").items()}
+    return {**digest_of_tree(repo / "notebooks"), **release}
 
 
 @pytest.fixture
@@ -323,6 +325,7 @@ def test_a_real_instructor_server_serves_the_formgrader_on_the_repository(repo, 
         assert get(server.port, "/formgrader")[0] == 200
         listing = [item["name"] for item in json.loads(get(server.port, "/api/contents/")[1])["content"]]
         assert sorted(listing) == ["notebooks", "release"], listing
-        assert "@jupyter/nbgrader:formgrader" not in page_config(get(server.port, f"/lab/tree/{START}")[1])["disabledExtensions"]
+        served_off = page_config(get(server.port, f"/lab/tree/{START}")[1])["disabledExtensions"]
+        assert "@jupyter/nbgrader:formgrader" not in served_off
     finally:
         server.stop()
