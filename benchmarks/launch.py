@@ -1,16 +1,30 @@
-"""How long a warm 4-rank launch takes, against torch.multiprocessing.spawn.
+"""How long the first (cold) and later (warm) 4-rank launches take, against
+torch.multiprocessing.spawn.
 
-    python benchmarks/launch.py [--runs 10] [--spawn-runs 3] [--ranks 4]
+    python benchmarks/launch.py [--runs 10] [--spawn-runs 3] [--cold-runs 3] [--pause 1.5] [--ranks 4]
 
 Both sides do the same work: join a gloo group through a TCPStore, one all_reduce,
-leave the group. Prints both medians and the ratio; exits 1 if a warm launch takes
-more than 0.5 s (median) or is less than 10x faster than spawn.
+leave the group.
+
+Cold: each run is a fresh Python that does what a notebook does: ``import threeaxes``
+(which starts the forkserver in the background; forced here with THREEAXES_PRESTART=1,
+as outside a Jupyter kernel it is off), then either at once or after --pause seconds
+(the student running other cells) ``from threeaxes.launch import launch`` and the first
+launch. Each is also measured with THREEAXES_PRESTART=0, i.e. as before the prestart.
+Reported per run: the launch call itself, and everything from the end of
+``import threeaxes`` to the launch's return, less the pause.
+
+Prints the medians and the ratios; exits 1 if a warm launch takes more than 0.5 s
+(median), is less than 10x faster than spawn, or the first launch after the pause
+takes more than 1 s (median).
 """
 
 import argparse
 import datetime
 import os
+import json
 import statistics
+import subprocess
 import sys
 import time
 
@@ -24,6 +38,31 @@ from threeaxes.launch import launch  # noqa: E402
 
 MAX_LAUNCH_S = 0.5
 MIN_SPEEDUP = 10.0
+MAX_COLD_AFTER_PAUSE_S = 1.0
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# One cold run, in a fresh interpreter: argv is the pause, the rank count, the repo root.
+COLD_CHILD = """
+import json, sys, time
+sys.path.insert(0, sys.argv[3])
+import threeaxes
+imported = time.perf_counter()
+time.sleep(float(sys.argv[1]))  # the student reading, running other cells
+resumed = time.perf_counter()
+import torch, torch.distributed as dist
+from threeaxes.launch import launch
+
+def all_reduce_rank(rank, world_size):
+    t = torch.ones(1)
+    dist.all_reduce(t)  # communication: sum of ones over all ranks
+    return t.item()
+
+called = time.perf_counter()
+assert launch(all_reduce_rank, int(sys.argv[2])) == [float(sys.argv[2])] * int(sys.argv[2])
+done = time.perf_counter()
+print(json.dumps({"launch_s": done - called, "since_import_s": (done - imported) - (resumed - imported),
+                  "decision": threeaxes._prestart.decision}))
+"""
 
 
 def all_reduce_rank(rank, world_size):
@@ -58,12 +97,42 @@ def time_spawn(ranks):
     return time.perf_counter() - start
 
 
+def time_cold(ranks, pause, prestart):
+    """The first launch in a fresh process (see the module docstring)."""
+    env = dict(os.environ, THREEAXES_PRESTART="1" if prestart else "0")
+    out = subprocess.run([sys.executable, "-c", COLD_CHILD, str(pause), str(ranks), ROOT],
+                         env=env, capture_output=True, text=True, check=True, timeout=300)
+    run = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (run["decision"] == "started") == prestart, run
+    return run
+
+
+def cold_line(label, runs):
+    launch_s = statistics.median(r["launch_s"] for r in runs)
+    since_s = statistics.median(r["since_import_s"] for r in runs)
+    print(f"{label:<44} launch call {launch_s:.3f} s, from end of import {since_s:.3f} s "
+          f"(median of {len(runs)})")
+    return launch_s
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=10, help="timed warm launches")
     parser.add_argument("--spawn-runs", type=int, default=3, help="timed torch.multiprocessing.spawn runs")
+    parser.add_argument("--cold-runs", type=int, default=3, help="fresh processes per cold case")
+    parser.add_argument("--pause", type=float, default=1.5, help="seconds between import and first launch")
     parser.add_argument("--ranks", type=int, default=4)
     opts = parser.parse_args()
+
+    print(f"{opts.ranks} ranks, one all_reduce, {os.cpu_count()} CPU cores")
+    cold = {}
+    for prestart in (True, False):
+        for pause in (0.0, opts.pause):
+            cold[prestart, pause] = [time_cold(opts.ranks, pause, prestart) for _ in range(opts.cold_runs)]
+    cold_pause_s = cold_line(f"cold, prestart, after a {opts.pause:g} s pause:", cold[True, opts.pause])
+    cold_line("cold, prestart, immediately:", cold[True, 0.0])
+    cold_line(f"cold, THREEAXES_PRESTART=0, after {opts.pause:g} s:", cold[False, opts.pause])
+    cold_line("cold, THREEAXES_PRESTART=0, immediately:", cold[False, 0.0])
 
     time_launch(opts.ranks)  # warm-up: starts the forkserver, which imports torch once
     launch_s = [time_launch(opts.ranks) for _ in range(opts.runs)]
@@ -71,12 +140,13 @@ def main():
 
     launch_median, spawn_median = statistics.median(launch_s), statistics.median(spawn_s)
     speedup = spawn_median / launch_median
-    print(f"{opts.ranks} ranks, one all_reduce, {os.cpu_count()} CPU cores")
     print(f"launch (warm), median of {opts.runs}: {launch_median:.3f} s  (min {min(launch_s):.3f}, max {max(launch_s):.3f})")
     print(f"torch.multiprocessing.spawn, median of {opts.spawn_runs}: {spawn_median:.3f} s")
     print(f"speedup: {speedup:.1f}x")
 
     failures = []
+    if cold_pause_s > MAX_COLD_AFTER_PAUSE_S:
+        failures.append(f"first launch after a {opts.pause:g} s pause {cold_pause_s:.3f} s > {MAX_COLD_AFTER_PAUSE_S} s")
     if launch_median > MAX_LAUNCH_S:
         failures.append(f"launch median {launch_median:.3f} s > {MAX_LAUNCH_S} s")
     if speedup < MIN_SPEEDUP:

@@ -19,23 +19,16 @@ import time
 
 import torch.distributed as dist
 
-from threeaxes import _launch_worker
+from threeaxes import _launch_worker, _prestart
 
 # Starting the processes and joining the group has its own limit; `timeout` counts
 # from the moment fn is running on every rank.
 STARTUP_TIMEOUT_S = 120.0
 _EXIT_GRACE_S = 10.0  # finished ranks get this long to leave the group before being stopped
 _STACK_WAIT_S = 1.0  # how long a timeout waits for stuck ranks to say where they are
-# Imported once in the forkserver; never anything that initialises CUDA.
-# torch.fx.experimental.symbolic_shapes (sympy, ~1 s) is imported lazily by the first
-# backward given an explicit gradient, which every pipeline stage but the last runs.
-# Imported once by the forkserver, so every rank forks with them loaded. torch._dynamo
-# is what torch.optim and parallelize_module pull in on first use: 2-5 s per rank otherwise.
 _POLL_S = 0.2  # the longest the wait loop blocks before it checks for an interrupt
 
-_PRELOAD = ["torch", "torch.distributed", "cloudpickle", "threeaxes._launch_worker",
-            "torch.fx.experimental.symbolic_shapes", "torch._dynamo",
-            "torch.distributed.tensor.parallel", "torch.distributed.pipelining", "threeaxes.toy"]
+_PRELOAD = _prestart.PRELOAD  # what the forkserver imports once (see _prestart)
 
 
 class RankError(RuntimeError):
@@ -51,14 +44,10 @@ class LaunchTimeout(RankError):
 
 
 def _forkserver():
-    """The process-wide forkserver context. Workers fork from a server that imported
-    torch once; multiprocessing keeps it running between calls and stops it (and it
-    stops itself) when this process exits."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():  # Windows: slower, still works
-        return multiprocessing.get_context("spawn")
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(_PRELOAD)  # takes effect when the server starts; a no-op after
-    return ctx
+    """The process-wide forkserver context. Usually already started in the background
+    when threeaxes was imported in a kernel (``threeaxes._prestart``); if that start is
+    still under way, the first spawn waits on the forkserver's lock and uses that server."""
+    return _prestart.forkserver_context()
 
 
 class LocalLaunch:

@@ -8,8 +8,11 @@ How it works, phase by phase:
   parallel launches never collide; each rank joins the default process group through
   it (gloo on CPU, NCCL with one GPU per rank).
 * Spawn. Ranks fork from a multiprocessing forkserver that has imported torch once,
-  so a warm launch takes a tenth of a second instead of seconds. fn and its arguments
-  are pickled by value (cloudpickle): notebook functions, closures and lambdas work.
+  so a warm launch takes a tenth of a second instead of seconds. In a Jupyter kernel
+  that server starts in the background as soon as ``threeaxes`` is imported, so the
+  first launch finds it ready too (``threeaxes._prestart``; ``THREEAXES_PRESTART=0``
+  turns this off, ``=1`` turns it on outside kernels). fn and its arguments are
+  pickled by value (cloudpickle): notebook functions, closures and lambdas work.
 * Wait loop. Each rank has a pipe to the caller. What a rank prints comes back over
   it line by line and is printed here as ``[rank r] ...`` (in Jupyter only the
   kernel's own output reaches the cell), then its result, or its traceback, which is

@@ -1,0 +1,242 @@
+"""threeaxes._prestart: the forkserver starts in the background when threeaxes is imported.
+
+What is checked is structure, not timing: the server is running before the first
+launch is called, the ranks of that launch fork from exactly that server, no second
+server appears (not even when a launch races the prestart), and nothing starts when
+opted out, outside a kernel, or inside the forkserver and its ranks.
+
+Each scenario runs in a fresh Python (or a real Jupyter kernel): the decision is
+taken once, when threeaxes is first imported in a process.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from threeaxes import _prestart
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Shared by the child programs: which processes in this one's subtree are forkservers.
+CHILD_HELPERS = textwrap.dedent("""
+    import json, os, sys, time
+    from pathlib import Path
+    sys.path.insert(0, {root!r})
+
+    def forkservers_under(pid):
+        '''pids of forkserver processes among pid's descendants.'''
+        found, todo = [], [pid]
+        while todo:
+            parent = todo.pop()
+            for stat in Path("/proc").glob("[0-9]*/stat"):
+                try:
+                    fields = stat.read_text().rsplit(")", 1)[1].split()
+                    cmdline = (stat.parent / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                if int(fields[1]) == parent:
+                    child = int(stat.parent.name)
+                    todo.append(child)
+                    if b"multiprocessing.forkserver import main" in cmdline:
+                        found.append(child)
+        return sorted(found)
+
+    def ppid_of_rank(rank, world_size):
+        import threeaxes._prestart as p
+        return {{"ppid": os.getppid(), "decision": p.decision,
+                 "reason_if_forced": p.skip_reason({{"THREEAXES_PRESTART": "1"}})}}
+""").format(root=str(ROOT))
+
+FAKE_KERNEL = textwrap.dedent("""
+    # kernel-like: IPython's shell exists and has a kernel, as in ipykernel
+    from IPython.core.interactiveshell import InteractiveShell
+    InteractiveShell.instance().kernel = object()
+""")
+
+
+def _run_child(body, prestart, kernel_like=False, timeout=180):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", _prestart.ENV_VAR)}
+    if prestart is not None:
+        env[_prestart.ENV_VAR] = prestart
+    code = CHILD_HELPERS + (FAKE_KERNEL if kernel_like else "") + textwrap.dedent(body)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=timeout, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ---- the decision, in this process ------------------------------------------------------
+
+
+def test_outside_a_kernel_it_waits_for_the_first_launch():
+    assert _prestart.skip_reason({}) == "not in a Jupyter kernel (THREEAXES_PRESTART=1 starts it anyway)"
+    assert _prestart.skip_reason({"THREEAXES_PRESTART": "auto"}).startswith("not in a Jupyter kernel")
+
+
+def test_forced_on_it_starts_in_a_plain_process():
+    assert _prestart.skip_reason({"THREEAXES_PRESTART": "1"}) is None
+
+
+@pytest.mark.parametrize("value", ["0", "off", "false", " No "])
+def test_opting_out_wins_even_in_a_kernel(monkeypatch, value):
+    _pretend_kernel(monkeypatch)
+    assert _prestart.skip_reason({}) is None  # the kernel alone would start it
+    assert _prestart.skip_reason({"THREEAXES_PRESTART": value}).startswith("opted out")
+
+
+def test_in_a_kernel_like_condition_it_starts(monkeypatch):
+    _pretend_kernel(monkeypatch)
+    assert _prestart.skip_reason({}) is None
+
+
+def test_a_terminal_ipython_is_not_a_kernel(monkeypatch):
+    _pretend_kernel(monkeypatch, kernel=None)
+    assert _prestart.skip_reason({}).startswith("not in a Jupyter kernel")
+
+
+def test_under_torchrun_nothing_is_started():
+    assert _prestart.skip_reason({"THREEAXES_PRESTART": "1", "RANK": "0", "WORLD_SIZE": "2"}) == (
+        "under torchrun: launch spawns no processes")
+
+
+def test_an_unknown_setting_warns_with_the_valid_ones_and_means_auto():
+    with pytest.warns(UserWarning, match=r"use 0 \(never\), 1 \(always\) or auto"):
+        reason = _prestart.skip_reason({"THREEAXES_PRESTART": "sometimes"})
+    assert reason.startswith("not in a Jupyter kernel")
+
+
+def test_without_a_forkserver_nothing_is_started(monkeypatch):
+    import multiprocessing
+
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])
+    assert _prestart.skip_reason({"THREEAXES_PRESTART": "1"}) == "this platform has no forkserver"
+    assert _prestart.forkserver_context().get_start_method() == "spawn"
+
+
+def _pretend_kernel(monkeypatch, kernel=object()):
+    class Shell:
+        pass
+
+    shell = Shell()
+    shell.kernel = kernel
+    fake = type(sys)("IPython")
+    fake.get_ipython = lambda: shell
+    monkeypatch.setitem(sys.modules, "IPython", fake)
+
+
+# ---- fresh processes ----------------------------------------------------------------------
+
+
+@pytest.mark.slow  # a fresh Python and torch import
+def test_kernel_like_import_starts_one_server_and_the_first_launch_uses_it():
+    run = _run_child("""
+        import multiprocessing.forkserver as fs
+        import threeaxes
+        assert threeaxes._prestart.wait(30)
+        server_before = fs._forkserver._forkserver_pid      # running before launch is called
+        from threeaxes.launch import launch
+        ranks = launch(ppid_of_rank, 2)
+        print(json.dumps({"decision": threeaxes._prestart.decision, "error": repr(threeaxes._prestart.error),
+                          "server_before": server_before, "server_after": fs._forkserver._forkserver_pid,
+                          "servers": forkservers_under(os.getpid()), "ranks": ranks}))
+    """, prestart=None, kernel_like=True)
+    assert run["decision"] == "started" and run["error"] == "None"
+    assert run["server_before"] is not None
+    assert run["server_after"] == run["server_before"]
+    assert run["servers"] == [run["server_before"]]  # one server, and it started no server of its own
+    assert [r["ppid"] for r in run["ranks"]] == [run["server_before"]] * 2  # forked from it
+    for rank in run["ranks"]:
+        # The forkserver imported threeaxes (PRELOAD) and declined (it is no kernel);
+        # ranks fork with that module, and would decline on their own even when forced.
+        assert rank["decision"].startswith("not in a Jupyter kernel")
+        assert rank["reason_if_forced"] == "inside a multiprocessing child (a rank)"
+
+
+@pytest.mark.slow
+def test_opted_out_kernel_starts_nothing_until_launch():
+    run = _run_child("""
+        import multiprocessing.forkserver as fs
+        import threeaxes
+        time.sleep(0.5)
+        before = {"decision": threeaxes._prestart.decision, "thread": threeaxes._prestart._thread is None,
+                  "server": fs._forkserver._forkserver_pid, "servers": forkservers_under(os.getpid())}
+        from threeaxes.launch import launch
+        ranks = launch(ppid_of_rank, 2)
+        print(json.dumps({**before, "servers_after": forkservers_under(os.getpid()), "ranks": ranks}))
+    """, prestart="0", kernel_like=True)
+    assert run["decision"] == "opted out (THREEAXES_PRESTART=0)"
+    assert run["thread"] and run["server"] is None and run["servers"] == []
+    assert len(run["servers_after"]) == 1  # launch starts it, as before
+    assert {r["ppid"] for r in run["ranks"]} == set(run["servers_after"])
+
+
+@pytest.mark.slow
+def test_a_launch_racing_the_prestart_shares_its_server():
+    # Forced on (THREEAXES_PRESTART=1), which the forkserver inherits: only its own
+    # guard keeps it from starting a server of its own while it imports threeaxes.
+    # Hold the forkserver's lock until both the prestart thread and a launch are waiting
+    # for it, then let them race: whichever wins starts the server, the other must use it.
+    run = _run_child("""
+        import threading
+        import multiprocessing.forkserver as fs
+        import torch, cloudpickle  # so the launch below reaches the lock quickly
+        fs._forkserver._lock.acquire()
+        import threeaxes
+        from threeaxes.launch import launch
+        result = {}
+        racer = threading.Thread(target=lambda: result.update(ranks=launch(ppid_of_rank, 2)))
+        racer.start()
+        time.sleep(1.0)
+        prestart_waiting = threeaxes._prestart._thread.is_alive()
+        fs._forkserver._lock.release()
+        racer.join(120)
+        assert threeaxes._prestart.wait(30)
+        print(json.dumps({"prestart_waiting": prestart_waiting, "racer_done": not racer.is_alive(),
+                          "error": repr(threeaxes._prestart.error), "server": fs._forkserver._forkserver_pid,
+                          "servers": forkservers_under(os.getpid()), **result}))
+    """, prestart="1")
+    assert run["prestart_waiting"] and run["racer_done"] and run["error"] == "None"
+    assert run["servers"] == [run["server"]]
+    assert [r["ppid"] for r in run["ranks"]] == [run["server"]] * 2
+    assert [r["decision"] for r in run["ranks"]] == ["inside the forkserver"] * 2
+
+
+@pytest.mark.slow
+def test_a_plain_python_starts_nothing_by_default():
+    run = _run_child("""
+        import threeaxes
+        time.sleep(0.5)
+        print(json.dumps({"decision": threeaxes._prestart.decision, "servers": forkservers_under(os.getpid()),
+                          "heavy": sorted(m for m in ("torch", "IPython", "multiprocessing") if m in sys.modules)}))
+    """, prestart=None, timeout=60)
+    assert run["decision"].startswith("not in a Jupyter kernel")
+    assert run["servers"] == []
+    assert run["heavy"] == []  # importing threeaxes stays light where it does nothing
+
+
+@pytest.mark.slow  # a real Jupyter kernel
+def test_in_a_real_kernel_the_server_runs_before_the_first_launch(monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    monkeypatch.delenv(_prestart.ENV_VAR, raising=False)
+    cells = [
+        f"import sys; sys.path.insert(0, {str(ROOT)!r})\nimport threeaxes",
+        "import os, json, multiprocessing.forkserver as fs\n"
+        "assert threeaxes._prestart.wait(30)\n"
+        "server = fs._forkserver._forkserver_pid\n"
+        "from threeaxes.launch import launch\n"
+        "ppids = launch(lambda rank, world_size: os.getppid(), 2)\n"
+        "print(json.dumps({'decision': threeaxes._prestart.decision, 'server': server, 'ppids': ppids}))",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(ROOT)}}).execute()
+    text = "".join(o.get("text", "") for o in nb.cells[1].outputs if o.get("name") == "stdout")
+    run = json.loads(text.strip().splitlines()[-1])
+    assert run["decision"] == "started"
+    assert run["server"] is not None and run["ppids"] == [run["server"]] * 2

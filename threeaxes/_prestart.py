@@ -1,0 +1,152 @@
+"""Start launch's forkserver in the background as soon as ``threeaxes`` is imported.
+
+The first :func:`threeaxes.launch.launch` in a process starts a multiprocessing
+forkserver that imports torch and friends once (``PRELOAD``, 2-4 s); every rank then
+forks from it already warm. Started at import time on a daemon thread, that work
+overlaps with the student reading and running the next cells, so the first launch
+finds the server ready.
+
+When it happens (``THREEAXES_PRESTART``):
+
+* unset or ``auto``: only in a Jupyter kernel (IPython's shell has a ``kernel``).
+  Kernels are where launches are interactive; the test suite, scripts and grading
+  helpers import threeaxes in many processes that never launch, and a server each
+  would cost them CPU for nothing.
+* ``1``: in any process (a script, a benchmark).
+* ``0``: never; the first launch starts the server itself, as before.
+
+Never on a platform without the forkserver start method (Windows), never inside the
+forkserver or a rank (the forkserver imports threeaxes: a prestart there would start
+servers without end), and never under torchrun (launch spawns nothing there).
+
+Safety: this module imports nothing heavy (no torch: importing torch on a second
+thread while the main thread imports too could hand either a half-built module).
+The thread only calls ``multiprocessing.forkserver.ensure_running()``, which holds the
+forkserver's own lock; a launch that arrives meanwhile waits on that lock and then
+uses the same server, which accepts it once its imports are done.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+
+ENV_VAR = "THREEAXES_PRESTART"
+_OFF, _ON, _AUTO = ("0", "no", "false", "off"), ("1", "yes", "true", "on"), ("", "auto")
+
+# Imported once by the forkserver, so every rank forks with them loaded; never anything
+# that initialises CUDA. torch._dynamo is what torch.optim and parallelize_module pull
+# in on first use (2-5 s per rank otherwise); torch.fx.experimental.symbolic_shapes
+# (sympy, ~1 s) is imported by the first backward given an explicit gradient, which
+# every pipeline stage but the last runs.
+PRELOAD = ["torch", "torch.distributed", "cloudpickle", "threeaxes._launch_worker",
+           "torch.fx.experimental.symbolic_shapes", "torch._dynamo",
+           "torch.distributed.tensor.parallel", "torch.distributed.pipelining", "threeaxes.toy"]
+
+# What the import of threeaxes decided in this process: "started", or why not. A rank
+# inherits the forkserver's value (it forks with threeaxes already imported).
+decision = None
+error = None  # the exception if the background start failed; launch then tries itself
+_thread = None
+_lock = threading.Lock()
+
+
+def forkserver_context():
+    """The process-wide forkserver context launch uses (spawn where there is no
+    forkserver: slower, still works). multiprocessing keeps one server per process,
+    running between launches, and stops it when this process exits."""
+    import multiprocessing
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)  # takes effect when the server starts; a no-op after
+    return ctx
+
+
+def skip_reason(environ=None):
+    """None if this process should prestart the forkserver, else why not (a sentence)."""
+    environ = os.environ if environ is None else environ
+    setting = environ.get(ENV_VAR, "auto").strip().lower()
+    if setting not in _OFF + _ON + _AUTO:
+        warnings.warn(f"{ENV_VAR}={setting!r} is not understood; use 0 (never), 1 (always) "
+                      "or auto (in a Jupyter kernel); using auto", stacklevel=2)
+        setting = "auto"
+    if setting in _OFF:
+        return f"opted out ({ENV_VAR}={environ[ENV_VAR]})"
+    if "RANK" in environ and "WORLD_SIZE" in environ:
+        return "under torchrun: launch spawns no processes"
+    if setting in _AUTO and not _in_kernel():
+        return f"not in a Jupyter kernel ({ENV_VAR}=1 starts it anyway)"
+    import multiprocessing
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return "this platform has no forkserver"
+    if multiprocessing.parent_process() is not None:
+        return "inside a multiprocessing child (a rank)"
+    if _inside_forkserver():
+        return "inside the forkserver"
+    return None
+
+
+def _in_kernel():
+    ipython = sys.modules.get("IPython")  # never import IPython just to ask
+    shell = ipython.get_ipython() if ipython is not None else None
+    return getattr(shell, "kernel", None) is not None
+
+
+def _inside_forkserver():
+    """True while multiprocessing.forkserver.main is on this thread's stack: that is the
+    server importing PRELOAD (which imports threeaxes), or a rank it forked."""
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    if forkserver is None:
+        return False
+    frame = sys._getframe()
+    while frame is not None:
+        if frame.f_code.co_filename == forkserver.__file__ and frame.f_code.co_name == "main":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def on_import():
+    """Called by ``threeaxes/__init__``: decide, and start if so. Never raises, never blocks."""
+    global decision
+    try:
+        reason = skip_reason()
+        decision = reason or "started"
+        if reason is None:
+            start()
+    except Exception as exc:  # noqa: BLE001 -- importing threeaxes must not fail because of this
+        decision = f"failed to decide: {exc!r}"
+
+
+def start():
+    """Start the forkserver on a daemon thread (once per process); returns that thread."""
+    global _thread
+    with _lock:
+        if _thread is None:
+            _thread = threading.Thread(target=_ensure_running, name="threeaxes-prestart", daemon=True)
+            _thread.start()
+        return _thread
+
+
+def _ensure_running():
+    global error
+    try:
+        import multiprocessing.forkserver
+
+        forkserver_context()  # the preload list first: the server imports it when it starts
+        multiprocessing.forkserver.ensure_running()
+    except Exception as exc:  # noqa: BLE001 -- the first launch starts the server and reports
+        error = exc
+
+
+def wait(timeout=None):
+    """Block until the background start has handed the server its work (tests, benchmarks).
+    The server itself may still be importing PRELOAD then; launch waits for that."""
+    if _thread is not None:
+        _thread.join(timeout)
+    return _thread is not None and not _thread.is_alive()
