@@ -86,7 +86,8 @@ def test_axis_roles_named_mistakes(split, crosses, phrase):
 
 def test_toy_parameter_count_matches_the_formula():
     h, vocab, seq, layers = 32, 32, 16, 4         # ToyConfig()'s defaults
-    assert drop02.toy_parameter_count() == layers * (12 * h * h + 13 * h) + (vocab + seq) * h + 2 * h + vocab * h
+    by_formula = layers * (12 * h * h + 13 * h) + (vocab + seq) * h + 2 * h + vocab * h
+    assert drop02.toy_parameter_count() == by_formula
 
 
 N = 10_000  # a round parameter count for the hand-derived answers below

@@ -115,7 +115,8 @@ def stage_layers_mistake(got: list[list[int]], n_layers: int, pp: int) -> str | 
     if got == [list(range(s * k, (s + 1) * k + 1)) for s in range(pp)]:
         return (f"{call}: each range is one layer too long, so neighbouring stages share a layer "
                 f"and the last one has layer {n_layers}, which does not exist; layers 0..{n_layers - 1} "
-                f"should each appear exactly once: range(s * k, (s + 1) * k) already stops before (s + 1) * k")
+                f"should each appear exactly once: range(s * k, (s + 1) * k) already stops "
+                f"before (s + 1) * k")
     if got == [list(range(s * k + 1, (s + 1) * k)) for s in range(pp)] or \
             got == [list(range(s * k, (s + 1) * k - 1)) for s in range(pp)]:
         return (f"{call}: each range is one layer short, so some layers are on no stage; layers "
