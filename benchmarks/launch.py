@@ -146,7 +146,8 @@ def main():
 
     failures = []
     if cold_pause_s > MAX_COLD_AFTER_PAUSE_S:
-        failures.append(f"first launch after a {opts.pause:g} s pause {cold_pause_s:.3f} s > {MAX_COLD_AFTER_PAUSE_S} s")
+        failures.append(f"first launch after a {opts.pause:g} s pause {cold_pause_s:.3f} s "
+                        f"> {MAX_COLD_AFTER_PAUSE_S} s")
     if launch_median > MAX_LAUNCH_S:
         failures.append(f"launch median {launch_median:.3f} s > {MAX_LAUNCH_S} s")
     if speedup < MIN_SPEEDUP:
