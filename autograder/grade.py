@@ -27,11 +27,14 @@ def nbgrader(course_root: Path, *args: str, check: bool = True) -> subprocess.Co
 
     nbgrader shells out to `alembic` and starts kernels, so the environment's
     bin/ goes first on PATH even when .venv is not activated; the repository
-    root goes on PYTHONPATH for the feedback preprocessor in autograder/."""
+    root goes on PYTHONPATH for the feedback preprocessor in autograder/.
+    Grading kernels run cells back to back, so an early start of the ranks'
+    forkserver (threeaxes' prestart) would gain nothing, and in a drop that
+    never launches it would cost CPU: THREEAXES_PRESTART=0."""
     def prepend(var, path):
         return f"{path}{os.pathsep}{os.environ[var]}" if os.environ.get(var) else str(path)
     env = {**os.environ, "PATH": prepend("PATH", Path(sys.executable).parent),
-           "PYTHONPATH": prepend("PYTHONPATH", ROOT)}
+           "PYTHONPATH": prepend("PYTHONPATH", ROOT), "THREEAXES_PRESTART": "0"}
     return subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=WARN"],
                           cwd=course_root, env=env, check=check, text=True, capture_output=not check)
 

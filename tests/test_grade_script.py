@@ -38,3 +38,14 @@ def test_grade_all_says_what_to_do_when_nothing_was_submitted(tmp_path):
     (tmp_path / "submitted").mkdir()
     with pytest.raises(SystemExit, match="make grade-demo"):
         grade.grade_all(tmp_path)
+
+
+def test_grading_kernels_do_not_prestart_the_forkserver(tmp_path, monkeypatch):
+    """Cells run back to back when grading: an early forkserver gains nothing there, and
+    costs CPU in the drops that never launch ranks."""
+    import subprocess
+
+    seen = {}
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: seen.update(kw["env"]))
+    grade.nbgrader(tmp_path, "autograde", "*")
+    assert seen["THREEAXES_PRESTART"] == "0"
