@@ -38,9 +38,10 @@ lab-instructor: $(STAMP)
 reset: $(STAMP)
 	$(BIN)/python -m autograder.workspace reset $(DROP)
 
+# a kernel can take over a minute to answer while the grading test loads both cores
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile -p no:cacheprovider \
-	    tests --nbval-lax notebooks source --durations=15
+	    tests --nbval-lax --nbval-kernel-startup-timeout=180 notebooks source --durations=15
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) -m "not slow" tests

@@ -9,9 +9,9 @@ median step time, as a ratio to plain data parallelism in the same run.
 """
 import time
 
+from threeaxes.cost.memory import ZERO_REGIMES
 from threeaxes.launch import launch
-from threeaxes.sharding.regimes import (ZERO_STAGE, predicted_bytes, predicted_gathered_peak,
-                                        predicted_wire_bytes)
+from threeaxes.sharding.regimes import predicted_bytes, predicted_gathered_peak, predicted_wire_bytes
 from threeaxes.toy import ToyConfig, make_batch
 
 CFG = ToyConfig()
@@ -60,7 +60,7 @@ def main():
               f"{r['wire_per_step']:>9,.0f} {predicted_wire_bytes(CFG, regime, WORLD):>9,.0f} | "
               f"{r['step_s'] * 1e3:>7.2f} {r['step_s'] / dp_step:>6.2f}")
     print(f"(zero1 sends 3 Psi, the paper 2 Psi: ZeroRedundancyOptimizer's interface all-reduces the "
-          f"gradients, then all-gathers the updated shards; {sorted(ZERO_STAGE)} are the ZeRO regimes)")
+          f"gradients, then all-gathers the updated shards; {sorted(ZERO_REGIMES)} are the ZeRO regimes)")
 
 
 if __name__ == "__main__":

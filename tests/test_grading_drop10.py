@@ -3,8 +3,9 @@ ZeRO (Rajbhandari et al. 2020) Section 3.1 and Figure 1 for the model states,
 Korthikanti et al. 2022 Table 2 (eq. 2) for the activations of one layer."""
 import pytest
 
-from threeaxes.cost import get_cluster, get_model, judge, plan
+from threeaxes.cost import get_cluster, get_model, plan
 from threeaxes.grading import drop10
+from threeaxes.grading.sizing import judge_scenario
 
 MODEL = get_model("13B")
 DP, TP, LAYERS, H, HEADS = 8, 4, 40, 5120, 40
@@ -94,9 +95,7 @@ def test_keeping_the_crashed_configuration_is_named_and_a_real_change_is_not():
 
 def test_the_graded_mistakes_score_as_grading_json_says():
     s = drop10.SCENARIO
-    full = judge(s["model"], s["cluster"], s["global_batch"], s["seq_len"],
-                 config=dict(drop10.CRASHED, recompute="full"))
+    full = judge_scenario(s, dict(drop10.CRASHED, recompute="full"))
     assert full.feasible and full.score == 0.5 and full.slowdown > 1.1
-    sp_alone = judge(s["model"], s["cluster"], s["global_batch"], s["seq_len"],
-                     config=dict(drop10.CRASHED, sequence_parallel=True))
+    sp_alone = judge_scenario(s, dict(drop10.CRASHED, sequence_parallel=True))
     assert not sp_alone.feasible and sp_alone.violations[0].rule == "memory"

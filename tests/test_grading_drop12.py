@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from threeaxes.cost import judge, plan, search
+from threeaxes.cost import plan, search
 from threeaxes.grading import drop12
-from threeaxes.grading.sizing import grade_configuration
+from threeaxes.grading.sizing import grade_configuration, judge_scenario
 from threeaxes.pipeline import simulate
 from threeaxes.pipeline.schedules import make_plan
 
@@ -86,7 +86,7 @@ def test_grading_mistakes_score_as_grading_json_says(capsys):
     with pytest.raises(AssertionError, match="tp=16 does not fit in one node of 8 GPUs"):
         grade_configuration({**drop12.CURRENT, "tp": 16, "pp": 2}, s, points=3)
     slow = {**drop12.CURRENT, "tp": 8, "pp": 4, "recompute": "full"}
-    verdict = judge(s["model"], s["cluster"], s["global_batch"], config=slow)
+    verdict = judge_scenario(s, slow)
     assert verdict.feasible and verdict.slowdown > 1.10 and not math.isinf(verdict.slowdown)
     assert grade_configuration(slow, s, points=3) == 1.5
     assert "earns full marks" in capsys.readouterr().out

@@ -2,16 +2,17 @@
 derivation by hand and a brute force written here, every named slip
 recognised, the story the notebook and grading.json tell checked against the
 cost model as it is now, and the configuration explorer on the scenario."""
-import json
 from pathlib import Path
 
 import pytest
+from grading_harness import load_drop
 
-from threeaxes.cost import GB, get_cluster, get_model, judge, plan, violations
+from threeaxes.cost import GB, get_cluster, get_model, plan, violations
 from threeaxes.grading import drop13
+from threeaxes.grading.sizing import judge_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
-GRADING = json.loads((ROOT / "source/drop13-size-30b-on-32/grading.json").read_text())
+DROP = load_drop(ROOT / "source/drop13-size-30b-on-32")   # its grading.json, read and checked once
 CONFIG_CELL = "my_config_fits_and_is_near_the_best"
 
 
@@ -93,30 +94,24 @@ def test_best_for_shape_is_no_slower_than_any_knob_setting_of_that_shape():
 
 
 def _mistake_config(name):
-    mistake = next(m for m in GRADING["mistakes"] if m["name"] == name)
-    code = "\n".join(line for line in mistake["code"] if line.startswith("my_config"))
+    mistake = next(m for m in DROP.mistakes if m.name == name)
+    code = "\n".join(line for line in mistake.code.splitlines() if line.startswith("my_config"))
     namespace = {}
     exec(code, namespace)
     return mistake, namespace["my_config"]
 
 
-def judge_scenario(config):
-    s = drop13.SCENARIO
-    return judge(s["model"], s["cluster"], s["global_batch"], s["seq_len"], config=config,
-                 **s["assumptions"])
-
-
 def test_grading_json_slow_mistake_fits_and_earns_the_partial_score_it_claims():
     mistake, config = _mistake_config("few_big_micro_batches")
-    verdict = judge_scenario(config)
+    verdict = judge_scenario(drop13.SCENARIO, config)
     assert verdict.feasible and verdict.slowdown > 1.5, verdict.feedback
-    assert mistake["scores"][CONFIG_CELL] == GRADING["points"][CONFIG_CELL] * verdict.score
+    assert dict(mistake.scores)[CONFIG_CELL] == DROP.points[CONFIG_CELL] * verdict.score
 
 
 def test_grading_json_patched_grader_mistake_is_infeasible_for_the_reason_it_names():
     mistake, config = _mistake_config("patches_the_grader_with_tp8")
-    verdict = judge_scenario(config)
-    assert not verdict.feasible and mistake["feedback"] in verdict.feedback
+    verdict = judge_scenario(drop13.SCENARIO, config)
+    assert not verdict.feasible and mistake.feedback in verdict.feedback
 
 
 def test_the_configuration_explorer_on_the_scenario_ranks_like_the_search():

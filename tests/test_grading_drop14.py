@@ -1,16 +1,17 @@
 """Drop 14's scenario and references: model states per GPU against the ZeRO
 paper's Figure 1, every named slip recognised, the changed jobs, and the story
 the notebook and grading.json tell checked against the cost model as it is now."""
-import json
 from pathlib import Path
 
 import pytest
+from grading_harness import load_drop
 
-from threeaxes.cost import GB, GiB, judge, search
+from threeaxes.cost import GB, GiB, search
 from threeaxes.grading import drop13, drop14
+from threeaxes.grading.sizing import judge_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
-GRADING = json.loads((ROOT / "source/drop14-defend-70b-on-64/grading.json").read_text())
+DROP = load_drop(ROOT / "source/drop14-defend-70b-on-64")   # its grading.json, read and checked once
 
 
 @pytest.mark.parametrize("zero_stage, paper_gb", [(0, 120), (1, 31.4), (2, 16.6), (3, 1.88)])
@@ -90,11 +91,9 @@ def test_the_scenario_story_holds_under_the_current_cost_model():
 
 
 def test_grading_json_tp_across_nodes_is_infeasible_for_the_reason_it_names():
-    mistake = next(m for m in GRADING["mistakes"] if m["name"] == "tp_across_nodes")
+    mistake = next(m for m in DROP.mistakes if m.name == "tp_across_nodes")
     namespace = {}
-    exec("\n".join(mistake["code"]), namespace)
-    s = drop14.SCENARIO
-    verdict = judge(s["model"], s["cluster"], s["global_batch"], s["seq_len"],
-                    config=namespace["my_config"], **s["assumptions"])
-    assert not verdict.feasible and mistake["feedback"] in verdict.feedback
+    exec(mistake.code, namespace)
+    verdict = judge_scenario(drop14.SCENARIO, namespace["my_config"])
+    assert not verdict.feasible and mistake.feedback in verdict.feedback
     assert {v.rule for v in verdict.violations} == {"tp_node", "tp_kv_heads"}

@@ -11,10 +11,11 @@ from .bubble import SCHEDULES, bubble_fraction, bubble_overhead
 from .compute import (TrainingFlops, flops_per_token, megatron_flops, mfu, step_time,
                       training_flops, training_time)
 from .constraints import Violation, check_config, check_model_split, divisors, valid_tp, violations
-from .memory import (GB, GiB, PRECISIONS, MemoryBreakdown, ModelStateBytes, bytes_per_param,
-                     model_state_bytes)
+from .memory import (GB, GiB, PRECISIONS, STATE_TERMS, ZERO_REGIMES, MemoryBreakdown,
+                     ModelStateBytes, bytes_per_param, model_state_bytes)
 from .network import (COLLECTIVES, CommTime, Link, all_gather_time, all_reduce_time,
                       bytes_sent_per_gpu, collective_time, group_inside_node, group_link,
+                      group_strides,
                       p2p_time, reduce_scatter_time)
 from .params import ParamCount, transformer_params
 from .placement import RankParams, rank_params, rank_state_bytes
@@ -30,10 +31,12 @@ __all__ = [
     "first_stage_activation_bytes", "in_flight_micro_batches", "SCHEDULES",
     "bubble_fraction", "bubble_overhead",
     "TrainingFlops", "flops_per_token", "megatron_flops", "mfu", "step_time",
-    "training_flops", "training_time", "GB", "GiB", "PRECISIONS", "ModelStateBytes",
+    "training_flops", "training_time", "GB", "GiB", "PRECISIONS", "STATE_TERMS",
+    "ZERO_REGIMES", "ModelStateBytes",
     "bytes_per_param", "model_state_bytes", "COLLECTIVES", "CommTime", "Link",
     "all_gather_time", "all_reduce_time", "bytes_sent_per_gpu", "collective_time",
-    "group_inside_node", "group_link", "p2p_time", "reduce_scatter_time", "ParamCount",
+    "group_inside_node", "group_link", "group_strides",
+    "p2p_time", "reduce_scatter_time", "ParamCount",
     "transformer_params", "RankParams", "rank_params", "rank_state_bytes", "DEFAULT_COMPUTE_EFFICIENCY", "MemoryBreakdown", "PlanResult",
     "TimeBreakdown", "divisors", "plan", "search", "CLUSTERS", "MODELS", "Cluster", "Model",
     "a100_cluster", "custom_model", "get_cluster", "get_model", "h100_cluster",

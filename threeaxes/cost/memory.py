@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["GB", "GiB", "PRECISIONS", "ModelStateBytes", "MemoryBreakdown",
-           "bytes_per_param", "model_state_bytes"]
+__all__ = ["GB", "GiB", "PRECISIONS", "STATE_TERMS", "ZERO_REGIMES", "ModelStateBytes",
+           "MemoryBreakdown", "bytes_per_param", "model_state_bytes"]
 
 GB = 10**9      # the papers' and datasheets' gigabyte (ZeRO's 120 GB is 120e9)
 GiB = 2**30
@@ -24,6 +24,12 @@ PRECISIONS = {
     # plain fp32 Adam: fp32 params and grads, Adam m and v (no separate master copy)
     "fp32": (4, 4, 8),
 }
+
+
+# the three model states, in the order PRECISIONS gives their bytes
+STATE_TERMS = ("params", "grads", "optimizer")
+# the course's names for the data-parallel memory regimes: their ZeRO stage
+ZERO_REGIMES = {"dp": 0, "zero1": 1, "zero2": 2, "zero3": 3}
 
 
 class ModelStateBytes(NamedTuple):

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 __all__ = ["CommTime", "Link", "COLLECTIVES", "bytes_sent_per_gpu", "all_reduce_time",
            "all_gather_time", "reduce_scatter_time", "p2p_time", "collective_time",
-           "group_inside_node", "group_link"]
+           "group_strides", "group_inside_node", "group_link"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "p2p")
 
@@ -106,14 +106,22 @@ def p2p_time(size_bytes, bandwidth, latency=0.0) -> CommTime:
     return collective_time("p2p", size_bytes, 2, bandwidth, latency)
 
 
+def group_strides(dp: int, tp: int, pp: int) -> dict:
+    """{axis: (stride, size)} of each axis's group when ranks are numbered
+    tensor-parallel fastest, then data-parallel, then pipeline (Megatron-LM's
+    ``initialize_model_parallel``, and ``threeaxes.dims``): tp stride 1, dp
+    stride tp, pp stride tp * dp."""
+    return {"tp": (1, tp), "dp": (tp, dp), "pp": (tp * dp, pp)}
+
+
 def group_inside_node(stride: int, size: int, gpus_per_node: int) -> bool:
     """Whether every group of ``size`` ranks spaced ``stride`` apart stays in
     one node, when ranks fill nodes in order (rank // gpus_per_node).
 
     Megatron-LM's ``initialize_model_parallel`` numbers ranks tensor-parallel
     fastest, then data-parallel, then pipeline, so the TP group lands inside
-    a node as Narayanan et al. 2021 (Section 3.2, Takeaway #1) recommend: the
-    tp group has stride 1, the dp group stride tp, the pp group stride tp * dp.
+    a node as Narayanan et al. 2021 (Section 3.2, Takeaway #1) recommend
+    (`group_strides`).
     """
     span = stride * size
     return size == 1 or (span <= gpus_per_node and gpus_per_node % span == 0)

@@ -37,7 +37,8 @@ from .activations import RECOMPUTE, first_stage_activation_bytes
 from .bubble import bubble_fraction, bubble_overhead
 from .constraints import check_config, divisors, valid_tp
 from .memory import PRECISIONS, MemoryBreakdown, model_state_bytes
-from .network import all_gather_time, all_reduce_time, group_link, p2p_time, reduce_scatter_time
+from .network import (all_gather_time, all_reduce_time, group_link, group_strides, p2p_time,
+                      reduce_scatter_time)
 from .kernel_time import layer_time, logits_time
 from .stage_memory import ACTIVATION_SCALE
 
@@ -166,21 +167,22 @@ def _evaluate(ctx: _Context, dp, tp, pp, mbs, zero, recompute, v, sp) -> PlanRes
             ctx.n_gpus * ctx.peak * ctx.efficiency)
     act_bytes = ctx.act_dtype_bytes * mbs * s * h          # one micro-batch's b s h
     layers_here = model.n_layers / pp
+    groups = group_strides(dp, tp, pp)   # (stride, size) per axis, tp fastest
     tp_comm = 0.0
     if tp > 1:
-        link = group_link(cluster, 1, tp)
+        link = group_link(cluster, *groups["tp"])
         per_layer = 6 if recompute == "full" else 4
         # communication: all-reduce (or reduce-scatter + all-gather) of b s h per TP region
         tp_comm = layers_here * m * per_layer * all_reduce_time(
             act_bytes, tp, link.bandwidth, link.latency).total
     pp_comm = 0.0
     if pp > 1:
-        link = group_link(cluster, tp * dp, pp)
+        link = group_link(cluster, *groups["pp"])
         if ctx.pp_scatter_gather and tp > 1 and not link.inside_node:
             # communication: each TP rank sends 1/t of the activation on its own
             # InfiniBand card, the receiving stage all-gathers it over NVLink
             # (Narayanan et al. 2021, Section 4.1)
-            nv = group_link(cluster, 1, tp)
+            nv = group_link(cluster, *groups["tp"])
             one = (p2p_time(act_bytes / tp, link.bandwidth, link.latency).total
                    + all_gather_time(act_bytes, tp, nv.bandwidth, nv.latency).total)
         else:
@@ -190,7 +192,7 @@ def _evaluate(ctx: _Context, dp, tp, pp, mbs, zero, recompute, v, sp) -> PlanRes
         pp_comm = 2 * v * m * one
     dp_comm = 0.0
     if dp > 1:
-        link = group_link(cluster, tp, dp)
+        link = group_link(cluster, *groups["dp"])
         grad_bytes = ctx.grad_dtype_bytes * model.n_params / (tp * pp)
         if zero == 3:
             # reduce-scatter the gradients, all-gather the parameters twice (3 Psi)

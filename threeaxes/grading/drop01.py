@@ -15,39 +15,37 @@ from __future__ import annotations
 
 import math
 
+from threeaxes.cost.memory import PRECISIONS, STATE_TERMS
 from threeaxes.grading import as_number
 
-__all__ = ["BYTES_PER_PARAM", "expected_training_bytes", "training_bytes_mistake",
+__all__ = ["expected_training_bytes", "training_bytes_mistake",
            "expected_largest_model_billion", "largest_model_mistake", "AXIS_SPLITS",
            "AXIS_CROSSES", "axis_roles_mistake"]
 
-# bytes per parameter of (weights, gradients, Adam state): Adam keeps two fp32
-# moments; mixed precision adds an fp32 master copy of the weights to them
-BYTES_PER_PARAM = {"fp32": (4, 4, 4 + 4), "mixed": (2, 2, 4 + 4 + 4)}
-KEYS = ("params", "grads", "optimizer")
-
 
 def expected_training_bytes(n_params: int, precision: str) -> dict:
-    return {key: b * n_params for key, b in zip(KEYS, BYTES_PER_PARAM[precision])}
+    """Bytes of (weights, gradients, Adam state): PRECISIONS gives bytes per parameter,
+    two fp32 moments for Adam plus, in mixed precision, an fp32 master copy."""
+    return {key: b * n_params for key, b in zip(STATE_TERMS, PRECISIONS[precision])}
 
 
 def training_bytes_mistake(got, n_params: int, precision: str) -> str | None:
     """None when `got` (training_bytes(n_params, precision)) is right."""
     call = f"training_bytes({n_params:,}, {precision!r})"
-    if type(got) is not dict or set(got) != set(KEYS):
+    if type(got) is not dict or set(got) != set(STATE_TERMS):
         keys = sorted(got) if type(got) is dict else type(got).__name__
         return f"{call} should return a dict with exactly the keys params, grads, optimizer; got {keys}"
-    values = {key: as_number(got[key], f"{call}[{key!r}]") for key in KEYS}
+    values = {key: as_number(got[key], f"{call}[{key!r}]") for key in STATE_TERMS}
     want = expected_training_bytes(n_params, precision)
     if values == want:
         return None
-    per_param = BYTES_PER_PARAM[precision]
-    if n_params > 1 and tuple(values[k] for k in KEYS) == per_param:
+    per_param = PRECISIONS[precision]
+    if n_params > 1 and tuple(values[k] for k in STATE_TERMS) == per_param:
         return (f"{call} = {values}: those are bytes per parameter; multiply each by "
                 f"n_params={n_params:,}")
     if n_params > 1 and values == {k: 8 * v for k, v in want.items()}:
         return f"{call}: you counted bits, not bytes (8 times too many)"
-    for key, b in zip(KEYS, per_param):
+    for key, b in zip(STATE_TERMS, per_param):
         if values[key] == want[key]:
             continue
         said = values[key] / n_params
@@ -72,7 +70,7 @@ def training_bytes_mistake(got, n_params: int, precision: str) -> str | None:
 
 
 def expected_largest_model_billion(memory_bytes: float = 80e9) -> float:
-    return memory_bytes / sum(BYTES_PER_PARAM["mixed"]) / 1e9
+    return memory_bytes / sum(PRECISIONS["mixed"]) / 1e9
 
 
 def largest_model_mistake(got) -> str | None:

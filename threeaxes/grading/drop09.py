@@ -18,27 +18,26 @@ Only plain values come back from the ranks: {"ok": bool, "message": str}.
 """
 from __future__ import annotations
 
+from threeaxes.cost.memory import STATE_TERMS, ZERO_REGIMES
 from threeaxes.grading import as_number
 
-__all__ = ["REGIMES", "expected_bytes", "plain_bytes", "bytes_mistake", "check_shard_gather"]
+__all__ = ["expected_bytes", "plain_bytes", "bytes_mistake", "check_shard_gather"]
 
-REGIMES = {"dp": 0, "zero1": 1, "zero2": 2, "zero3": 3}
-TERMS = ("params", "grads", "optimizer")
 
 
 def expected_bytes(n_params, regime, dp) -> dict:
     """The reference, through the cost model: {"params", "grads", "optimizer"} in bytes."""
     from threeaxes.cost import model_state_bytes
 
-    states = model_state_bytes(n_params, dp=dp, zero_stage=REGIMES[regime], precision="mixed")
-    return {term: float(getattr(states, term)) for term in TERMS}
+    states = model_state_bytes(n_params, dp=dp, zero_stage=ZERO_REGIMES[regime], precision="mixed")
+    return {term: float(getattr(states, term)) for term in STATE_TERMS}
 
 
 def plain_bytes(answer, name="bytes_per_gpu(...)") -> dict:
     """The answer as a dict of three plain floats, or an AssertionError saying why not."""
-    if type(answer) is not dict or set(answer) != set(TERMS):
-        raise AssertionError(f"{name} should return a dict with exactly the keys {list(TERMS)}")
-    return {term: as_number(answer[term], f"{name}[{term!r}]") for term in TERMS}
+    if type(answer) is not dict or set(answer) != set(STATE_TERMS):
+        raise AssertionError(f"{name} should return a dict with exactly the keys {list(STATE_TERMS)}")
+    return {term: as_number(answer[term], f"{name}[{term!r}]") for term in STATE_TERMS}
 
 
 def _close(a, b):
@@ -48,11 +47,11 @@ def _close(a, b):
 def bytes_mistake(got: dict, n_params, regime, dp) -> str | None:
     """None when `got` is right; otherwise a message naming the mistake."""
     want = expected_bytes(n_params, regime, dp)
-    if all(_close(got[t], want[t]) for t in TERMS):
+    if all(_close(got[t], want[t]) for t in STATE_TERMS):
         return None
     where = f"for {n_params:,} parameters under {regime} with dp={dp}"
-    stage = REGIMES[regime]
-    if all(_close(got[t] * 1e9, want[t]) or _close(got[t] * 2**30, want[t]) for t in TERMS):
+    stage = ZERO_REGIMES[regime]
+    if all(_close(got[t] * 1e9, want[t]) or _close(got[t] * 2**30, want[t]) for t in STATE_TERMS):
         return f"{where} your numbers look like GB or GiB; return bytes"
     if _close(got["optimizer"] * 12 / 8, want["optimizer"]):
         per = "8 per parameter, divided over dp" if stage else "8 per parameter"
@@ -67,7 +66,7 @@ def bytes_mistake(got: dict, n_params, regime, dp) -> str | None:
     for term, first_stage in (("optimizer", 1), ("grads", 2), ("params", 3)):
         if stage >= first_stage and _close(got[term], want[term] * dp) and dp > 1:
             return f"{where} the {term} should be sharded over the dp={dp} GPUs: divide by dp"
-    wrong = [t for t in TERMS if not _close(got[t], want[t])]
+    wrong = [t for t in STATE_TERMS if not _close(got[t], want[t])]
     return f"{where} {', '.join(wrong)} not right: expected {want}, got {got}"
 
 

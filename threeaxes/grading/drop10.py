@@ -37,9 +37,10 @@ GB_TOLERANCE = 0.006                  # relative; the Section 4.3 extras stay un
 def scenario(seq_len: int) -> dict:
     """The fixed model, cluster and batch at one sequence length, for `judge`."""
     from threeaxes.cost import get_cluster, get_model
+    from threeaxes.grading.sizing import scenario as sizing_scenario
 
-    return {"model": get_model(MODEL_NAME), "cluster": get_cluster(CLUSTER_NAME, n_gpus=N_GPUS),
-            "global_batch": TOKENS_PER_STEP // seq_len, "seq_len": seq_len, "assumptions": {}}
+    return sizing_scenario(get_model(MODEL_NAME), get_cluster(CLUSTER_NAME, n_gpus=N_GPUS),
+                           TOKENS_PER_STEP // seq_len, seq_len)
 
 
 SCENARIO_BEFORE = scenario(SEQ_BEFORE)

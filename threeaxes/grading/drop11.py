@@ -22,10 +22,12 @@ from __future__ import annotations
 import math
 
 from threeaxes.cost import a100_cluster, bytes_sent_per_gpu, get_model, group_inside_node
+from threeaxes.cost.network import group_strides
 from threeaxes.grading import as_choice, as_number
+from threeaxes.grading import sizing
 
 __all__ = ["MODEL", "OLD_CLUSTER", "NEW_CLUSTER", "OLD_BATCH", "NEW_BATCH", "OLD_CONFIG",
-           "OLD_SCENARIO", "NEW_SCENARIO", "DROP_RANGE", "old_config_on", "group_strides",
+           "OLD_SCENARIO", "NEW_SCENARIO", "DROP_RANGE", "old_config_on",
            "moved_axes", "plain_axis", "axis_mistake", "tp_wire_bytes", "tp_bytes_mistake", "plain_bytes",
            "HIDDEN_CASES"]
 
@@ -37,26 +39,18 @@ OLD_BATCH, NEW_BATCH = 256, 512                    # sequences per step: doubled
 OLD_CONFIG = dict(dp=2, tp=8, pp=8, micro_batch=1, zero_stage=1, recompute="selective",
                   sequence_parallel=True)
 ASSUMPTIONS: dict = {}                             # the planner's defaults, for both clusters
-OLD_SCENARIO = {"model": MODEL, "cluster": OLD_CLUSTER, "global_batch": OLD_BATCH,
-                "seq_len": None, "assumptions": ASSUMPTIONS}
-NEW_SCENARIO = {"model": MODEL, "cluster": NEW_CLUSTER, "global_batch": NEW_BATCH,
-                "seq_len": None, "assumptions": ASSUMPTIONS}
+OLD_SCENARIO = sizing.scenario(MODEL, OLD_CLUSTER, OLD_BATCH, assumptions=ASSUMPTIONS)
+NEW_SCENARIO = sizing.scenario(MODEL, NEW_CLUSTER, NEW_BATCH, assumptions=ASSUMPTIONS)
 # the per-GPU throughput drop the story needs ("about 40%"); the notebook asserts it
 DROP_RANGE = (0.30, 0.50)
 
-AXES = ("tp", "dp", "pp")
+AXES = tuple(group_strides(1, 1, 1))   # the answer's choices: "tp", "dp", "pp"
 
 
 def old_config_on(cluster) -> dict:
     """The old layout on another cluster: same tp and pp, dp fills the GPUs."""
     tp, pp = OLD_CONFIG["tp"], OLD_CONFIG["pp"]
     return {**OLD_CONFIG, "dp": cluster.n_gpus // (tp * pp)}
-
-
-def group_strides(dp: int, tp: int, pp: int) -> dict:
-    """(stride, size) of each axis's group with tp fastest, then dp, then pp
-    (Megatron-LM's rank order, as in drop 8)."""
-    return {"tp": (1, tp), "dp": (tp, dp), "pp": (tp * dp, pp)}
 
 
 def moved_axes(old_cluster, new_cluster, old_dims: tuple, new_dims: tuple) -> list:

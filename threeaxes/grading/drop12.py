@@ -27,13 +27,13 @@ import math
 
 from threeaxes.cost import bubble_fraction, get_cluster, get_model, plan
 from threeaxes.grading import as_number
+from threeaxes.grading import sizing
 
 __all__ = ["SCENARIO", "CURRENT", "MICRO_BATCH", "BUBBLE_TARGET", "BUBBLE_CASES",
            "BAD_INTERLEAVE_CASES", "reference_bubble", "plain_bubble", "bubble_mistake",
            "raises_for_bad_interleave", "target_mistake"]
 
-SCENARIO = {"model": get_model("175B"), "cluster": get_cluster("a100-80gb", n_nodes=16),
-            "global_batch": 52, "seq_len": None, "assumptions": {}}
+SCENARIO = sizing.scenario(get_model("175B"), get_cluster("a100-80gb", n_nodes=16), 52)
 MICRO_BATCH = 1          # sequences per micro-batch: already the smallest there is
 BUBBLE_TARGET = 0.25     # idle share of a step the team will accept
 CURRENT = dict(dp=4, tp=4, pp=8, micro_batch=MICRO_BATCH, zero_stage=1, recompute="selective",

@@ -26,12 +26,12 @@ import math
 from threeaxes.cost import (GiB, divisors, get_cluster, get_model, model_state_bytes,
                             search, valid_tp)
 from threeaxes.grading import as_int
+from threeaxes.grading import sizing
 
 __all__ = ["SCENARIO", "FLOOR_CASES", "model_parallel_floor", "plain_floor", "floor_mistake",
            "best_for_shape"]
 
-SCENARIO = {"model": get_model("30B"), "cluster": get_cluster("a100-80gb", n_nodes=4),
-            "global_batch": 512, "seq_len": None, "assumptions": {}}
+SCENARIO = sizing.scenario(get_model("30B"), get_cluster("a100-80gb", n_nodes=4), 512)
 
 # (model, cluster) pairs the hidden test asks about, beside the scenario's own
 FLOOR_CASES = [("70B", "a100-80gb", 8), ("13B", "a100-80gb", 1), ("7B", "h100-80gb", 2),

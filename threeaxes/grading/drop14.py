@@ -22,12 +22,12 @@ from dataclasses import replace
 
 from threeaxes.cost import GB, GiB, get_cluster, get_model, model_state_bytes
 from threeaxes.grading import as_number
+from threeaxes.grading import sizing
 
 __all__ = ["SCENARIO", "STATE_CASES", "VARIANTS", "expected_state_gb", "plain_state_gb",
            "state_mistake", "variant_scenario"]
 
-SCENARIO = {"model": get_model("70B"), "cluster": get_cluster("a100-80gb", n_nodes=8),
-            "global_batch": 1024, "seq_len": None, "assumptions": {}}
+SCENARIO = sizing.scenario(get_model("70B"), get_cluster("a100-80gb", n_nodes=8), 1024)
 
 # (n_params, dp, tp, pp, zero_stage) the hidden test asks about
 STATE_CASES = [(69_000_000_000, 64, 1, 1, 3), (32_500_000_000, 4, 2, 4, 1),

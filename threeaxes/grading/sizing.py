@@ -2,11 +2,9 @@
 
     points = grade_configuration(my_config, SCENARIO, points=3)   # the last line of a test cell
 
-`SCENARIO` is a dict {"model", "cluster", "global_batch", "seq_len" (or None),
-"assumptions" (the planner's, e.g. {"usable_memory_fraction": 0.9}), and
-optionally "search_options" (what limits the search only, e.g.
-{"micro_batch_sizes": (1,)})}, kept in
-the drop's grading module. The student's own tuple is evaluated
+`SCENARIO` is what `scenario(...)` makes: model, cluster, global batch,
+sequence length, the planner's assumptions and what limits the search only;
+each drop keeps its own in its grading module. The student's own tuple is evaluated
 (`threeaxes.cost.judge`): an infeasible one fails with every broken rule
 listed; a feasible one earns `points` times the verdict's score (full within
 the margin of the best the search finds, partial otherwise). nbgrader reads a
@@ -16,10 +14,29 @@ from __future__ import annotations
 
 from threeaxes.grading import as_choice, as_int
 
-__all__ = ["plain_config", "grade_configuration"]
+__all__ = ["scenario", "judge_scenario", "plain_config", "grade_configuration"]
 
 INT_KEYS = ("dp", "tp", "pp", "micro_batch", "micro_batches", "zero_stage", "virtual_stages")
 RECOMPUTE_CHOICES = ("none", "selective", "full")
+
+
+def scenario(model, cluster, global_batch: int, seq_len: int | None = None, *,
+             assumptions: dict | None = None, search_options: dict | None = None) -> dict:
+    """A sizing scenario, as a dict the notebooks can unpack: the planner's
+    `assumptions` (e.g. {"usable_memory_fraction": 0.9}) go to plan and search
+    alike, `search_options` (e.g. {"micro_batch_sizes": (1,)}) to the search only."""
+    return {"model": model, "cluster": cluster, "global_batch": global_batch, "seq_len": seq_len,
+            "assumptions": dict(assumptions or {}), "search_options": search_options}
+
+
+def judge_scenario(scenario: dict, config: dict, **judge_options):
+    """`threeaxes.cost.judge` of `config` in the scenario (margin, partial as options)."""
+    from threeaxes.cost import judge
+
+    return judge(scenario["model"], scenario["cluster"], scenario["global_batch"],
+                 scenario.get("seq_len"), config=config,
+                 search_options=scenario.get("search_options"), **judge_options,
+                 **scenario.get("assumptions", {}))
 
 
 def plain_config(answer, name: str = "my_config") -> dict:
@@ -58,12 +75,10 @@ def grade_configuration(answer, scenario: dict, points: float, name: str = "my_c
     """Judge the answer for the scenario; print the verdict; return the points it earns.
 
     Raises AssertionError listing every broken constraint when it is infeasible."""
-    from threeaxes.cost import GB, judge
+    from threeaxes.cost import GB
 
     config = plain_config(answer, name)
-    verdict = judge(scenario["model"], scenario["cluster"], scenario["global_batch"],
-                    scenario.get("seq_len"), config=config, margin=margin, partial=partial,
-                    search_options=scenario.get("search_options"), **scenario.get("assumptions", {}))
+    verdict = judge_scenario(scenario, config, margin=margin, partial=partial)
     if not verdict.feasible:
         raise AssertionError(f"{name} is {verdict.feedback}")
     r = verdict.result

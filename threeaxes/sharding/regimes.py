@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import torch
 
+from threeaxes.cost.memory import ZERO_REGIMES
+
 __all__ = ["REGIMES", "build_regime", "step_regime", "measure_regimes", "predicted_bytes", "predicted_gathered_peak",
            "predicted_wire_bytes"]
 
 REGIMES = ("dp", "zero1", "zero2", "zero3", "tp", "pp")
-ZERO_STAGE = {"dp": 0, "zero1": 1, "zero2": 2, "zero3": 3}
 STEP_COUNTER_BYTES = 4   # torch.optim.Adam's `step`: a float32 tensor of one number per tensor
 
 
@@ -149,8 +150,8 @@ def predicted_bytes(cfg, regime: str, world_size: int, stage: int = 0) -> dict:
     held = _rank_params(cfg, tp=world_size if regime == "tp" else 1,
                         pp=world_size if regime == "pp" else 1, stage=stage).total
     element = torch.finfo(cfg.dtype).bits // 8
-    states = rank_state_bytes(held, dp=world_size if regime in ZERO_STAGE else 1,
-                              zero_stage=ZERO_STAGE.get(regime, 0),
+    states = rank_state_bytes(held, dp=world_size if regime in ZERO_REGIMES else 1,
+                              zero_stage=ZERO_REGIMES.get(regime, 0),
                               precision="fp32", optimizer_bytes=2 * element)
     scale = element / 4   # rank_state_bytes' "fp32" counts 4-byte parameters and gradients
     optimizer = states.optimizer + STEP_COUNTER_BYTES * _tensors_stepped(cfg, regime, stage, world_size)
@@ -172,7 +173,7 @@ def predicted_wire_bytes(cfg, regime: str, world_size: int) -> float:
     """Bytes a rank sends per step under a ZeRO regime, by Rajbhandari et al. 2020, Section 7:
     2 Psi for DP and stages 1-2 (reduce-scatter + all-gather), 3 Psi for stage 3, each
     collective of S bytes costing (n - 1) / n S per rank on a ring."""
-    if regime not in ZERO_STAGE:
-        raise ValueError(f"regime={regime!r}; the ZeRO volumes are for {list(ZERO_STAGE)}")
+    if regime not in ZERO_REGIMES:
+        raise ValueError(f"regime={regime!r}; the ZeRO volumes are for {list(ZERO_REGIMES)}")
     psi = _rank_params(cfg).total * (torch.finfo(cfg.dtype).bits // 8)
     return (3 if regime == "zero3" else 2) * psi * (world_size - 1) / world_size
