@@ -93,8 +93,16 @@ def check_on_ranks(check, world_size: int, *args, timeout: float = 60.0) -> list
     module, name = getattr(check, "__module__", "") or "", getattr(check, "__name__", "")
     if not module.startswith("threeaxes.grading."):
         raise ValueError("check_on_ranks takes a reference check from threeaxes.grading")
-    _import_course_modules_they_use(args)
-    results = launch(_run_check_by_name, world_size, module, name, *args, timeout=timeout)
+    from threeaxes.grading.wire import is_remote
+
+    remote = next((a for a in args if is_remote(a)), None)
+    if remote is not None:
+        # judged from outside the student's kernel (autograder/judge.py): the ranks
+        # start there, with the student's function; only their plain results come back
+        results = remote._answers.on_ranks(check, world_size, args, timeout)
+    else:
+        _import_course_modules_they_use(args)
+        results = launch(_run_check_by_name, world_size, module, name, *args, timeout=timeout)
     for r in results:
         if type(r) not in (bool, int, float, str, tuple, dict, type(None)):
             raise AssertionError(f"a check returned {type(r).__name__}, not a plain value")

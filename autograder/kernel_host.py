@@ -1,0 +1,74 @@
+"""The process that holds a submission's kernel, inside the sandbox.
+
+    python -m autograder.kernel_host '<settings JSON>'
+
+It isolates itself first (`autograder.sandbox.isolate`), then starts a Jupyter
+kernel and runs the cells the grader sends, one JSON line at a time on stdin:
+
+    {"source": "...", "timeout": 90}  ->  {"outputs": [...], "status": "ok" | "timeout" | "dead"}
+
+Replies go to the grader on a private copy of stdout; the kernel (and every
+rank it starts) gets /dev/null instead, so what it prints never reaches the
+grader except as a cell's outputs. Everything here is as untrusted as the
+kernel: the grader reads replies as data and decides nothing from them but
+the outputs of the student's own cells.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from autograder import sandbox
+
+
+def main(argv=None) -> None:
+    settings = json.loads((argv or sys.argv[1:])[0])
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 1)
+    report = sandbox.isolate(settings)            # forks: what follows runs inside
+    os.environ.clear()
+    os.environ.update(settings["env"])
+    replies.write(json.dumps({"sandbox": report}) + "\n")
+    serve(sys.stdin, replies, settings)
+
+
+def serve(requests, replies, settings: dict) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import DeadKernelError
+
+    nb = nbformat.v4.new_notebook()
+    client = NotebookClient(nb, kernel_name="python3", allow_errors=True, interrupt_on_timeout=True,
+                            error_on_timeout={"ename": "TimeoutError",
+                                              "evalue": "the cell ran past the grading time limit"},
+                            startup_timeout=settings.get("startup_timeout", 120),
+                            resources={"metadata": {"path": settings["workdir"]}})
+    client.km = client.create_kernel_manager()
+    client.start_new_kernel(env=settings["env"])
+    client.start_new_kernel_client()
+    alive = True
+    for line in requests:
+        request = json.loads(line)
+        cell = nbformat.v4.new_code_cell(request["source"])
+        nb.cells = [cell]
+        status = "dead"
+        if alive:
+            client.timeout = request["timeout"]
+            try:
+                client.execute_cell(cell, 0)
+                status = "ok"
+            except DeadKernelError:
+                alive = False
+            except Exception as exc:  # noqa: BLE001 - nbclient's own failures end the kernel
+                cell.outputs = [nbformat.v4.new_output("error", ename=type(exc).__name__,
+                                                       evalue=str(exc), traceback=[])]
+                alive = client.kc is not None and client.km.is_alive()
+                status = "ok" if alive else "dead"
+        replies.write(json.dumps({"outputs": cell.get("outputs", []), "status": status}) + "\n")
+    client._cleanup_kernel() if hasattr(client, "_cleanup_kernel") else None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""The grader's handle on one submission's kernel (in `autograder.kernel_host`).
+
+    with KernelSession(isolate=True, files={...}) as kernel:
+        outputs = kernel.run_cell("x = 1", timeout=90)   # a student's cell
+        answers = kernel.answers                          # threeaxes.grading.wire.Answers
+
+Every reply is waited for at most the cell's timeout plus a margin; a kernel
+that hangs past it, exits or crashes is stopped with everything it started,
+and from then on each cell gets an error output and each question to
+`answers` fails: a test cell then scores 0.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from autograder import sandbox
+from threeaxes.grading.wire import Answers
+
+ROOT = Path(__file__).resolve().parent.parent
+MARGIN_S = 30            # beyond a cell's timeout, for the kernel host to reply
+STARTUP_TIMEOUT_S = 180  # a kernel can take a minute to start on a loaded 2-core machine
+
+
+class KernelSession:
+    def __init__(self, *, isolate: bool = True, files: dict[str, bytes] | None = None, slot: int = 0,
+                 timeout: float = 90):
+        self._scratch = None if isolate else tempfile.TemporaryDirectory(prefix="threeaxes-grade-")
+        workdir = "/tmp/work" if isolate else self._scratch.name
+        home = "/tmp/home" if isolate else workdir
+        env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}/usr/bin{os.pathsep}/bin",
+               "HOME": home, "LANG": "C.UTF-8", "PYTHONNOUSERSITE": "1",
+               "JUPYTER_RUNTIME_DIR": f"{workdir}/.runtime", "IPYTHONDIR": f"{home}/.ipython",
+               "MPLCONFIGDIR": f"{home}/.matplotlib", "MPLBACKEND": "Agg",
+               "THREEAXES_PRESTART": "0", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        settings = {"isolate": isolate, "slot": slot, "workdir": workdir, "env": env,
+                    "startup_timeout": STARTUP_TIMEOUT_S,
+                    "hide": [str(ROOT), os.path.expanduser("~")],
+                    "keep": sorted({sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                    str(ROOT / "threeaxes")}),
+                    "files": {name: data.hex() for name, data in (files or {}).items()}}
+        self._log = tempfile.TemporaryFile()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "autograder.kernel_host", json.dumps(settings)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True,
+            cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, start_new_session=True)
+        self._replies: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.answers = Answers(self.run_code, timeout)
+        self.alive = True
+        self.sandbox = self._reply(STARTUP_TIMEOUT_S).get("sandbox") or {}
+
+    # -- the student's cells ------------------------------------------------------------------
+    def run_cell(self, source: str, timeout: float) -> list[dict]:
+        reply = self._request(source, timeout)
+        if reply is None:
+            return [{"output_type": "error", "ename": "KernelStopped", "traceback": [],
+                     "evalue": "the kernel had stopped (a cell exited, crashed it or ran too long)"}]
+        return reply["outputs"]
+
+    def run_code(self, code: str, timeout: float) -> str | None:
+        """What `code` printed, for `Answers`; None once the kernel is gone."""
+        reply = self._request(code, timeout)
+        if reply is None:
+            return None
+        return "".join(o.get("text", "") for o in reply["outputs"]
+                       if o.get("output_type") == "stream" and o.get("name") == "stdout")
+
+    def _request(self, source: str, timeout: float) -> dict | None:
+        if not self.alive:
+            return None
+        try:
+            self._proc.stdin.write(json.dumps({"source": source, "timeout": timeout}) + "\n")
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self.close()
+            return None
+        reply = self._reply(timeout + MARGIN_S)
+        if reply.get("status") != "ok":
+            self.close()
+            return reply if "outputs" in reply else None
+        return reply
+
+    def _reply(self, timeout: float) -> dict:
+        try:
+            line = self._replies.get(timeout=timeout)
+        except queue.Empty:
+            line = None
+        try:
+            return json.loads(line) if line else {}
+        except ValueError:
+            return {}
+
+    def _read(self):
+        for line in self._proc.stdout:
+            self._replies.put(line)
+        self._replies.put(None)
+
+    def log_tail(self, chars: int = 2000) -> str:
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")[-chars:]
+
+    # -- the end ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        if self.alive:
+            self.alive = False
+            sandbox.kill_tree(self._proc)
+            if self._scratch is not None:
+                self._scratch.cleanup()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,189 @@
+"""What a submission's kernel may see and use (called by `autograder.kernel_host`).
+
+Where Linux lets an unprivileged process make namespaces (most distributions,
+CI containers, not macOS), the kernel host:
+
+1. enters new user, mount and network namespaces: the network is a loopback
+   of its own (the ranks' gloo needs it), nothing outside is reachable; the
+   process limit then counts this namespace's processes, even for root;
+2. makes every file system read-only, and hides behind empty in-memory
+   folders the course (solutions in `source/`, the gradebook, other students'
+   submissions and feedback), the home folder and /tmp (other submissions'
+   scratch); only the Python environment and the `threeaxes` package come
+   back, read-only. The kernel works in a fresh /tmp/work;
+3. enters a new PID namespace, so killing the host kills every process the
+   submission started, and a nested user namespace so the kernel holds no
+   privilege that could undo the mounts;
+4. sets resource limits: address space, CPU seconds, file size, processes.
+
+Where namespaces are refused, it says so in its report and keeps only the
+limits, a scratch folder and a clean environment.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import resource
+import signal
+import socket
+import struct
+import fcntl
+
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
+PR_SET_PDEATHSIG = 1
+
+LIMITS = {  # per process, inherited by the kernel and its ranks
+    "RLIMIT_AS": 8 << 30,        # bytes of address space (torch alone maps ~3 GiB)
+    "RLIMIT_CPU": 900,           # CPU seconds
+    "RLIMIT_FSIZE": 256 << 20,   # largest file it may write
+    "RLIMIT_NPROC": 2048,        # processes and threads of its user
+    "RLIMIT_CORE": 0,
+}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _call(name, *args):
+    if getattr(_libc, name)(*args) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{name}: {os.strerror(err)}")
+
+
+def _mount(source, target, fstype, flags, data=None):
+    _call("mount", _b(source), _b(target), _b(fstype), ctypes.c_ulong(flags), _b(data))
+
+
+def _b(text):
+    return None if text is None else os.fsencode(text)
+
+
+def _write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def isolate(settings: dict) -> dict:
+    """Isolate this process (see the module docstring); returns what was done."""
+    report = {"namespaces": False, "limits": {}}
+    if settings.get("isolate"):
+        try:
+            _enter_namespaces(settings)
+            report["namespaces"] = True
+        except OSError as exc:
+            report["refused"] = f"no namespaces here ({exc}); the kernel still runs under limits"
+            _private_folders(settings)
+    os.makedirs(settings["workdir"], exist_ok=True)
+    os.makedirs(settings["env"]["HOME"], exist_ok=True)
+    for name, data in settings.get("files", {}).items():
+        with open(os.path.join(settings["workdir"], name), "wb") as f:
+            f.write(bytes.fromhex(data))
+    for name, value in {**LIMITS, **settings.get("limits", {})}.items():
+        try:
+            resource.setrlimit(getattr(resource, name), (value, value))
+            report["limits"][name] = value
+        except (ValueError, OSError) as exc:
+            report["limits"][name] = f"not set: {exc}"
+    os.chdir(settings["workdir"])
+    return report
+
+
+def _private_folders(settings: dict) -> None:
+    """Without a private /tmp: a fresh folder of its own for work and home."""
+    import tempfile
+
+    base = tempfile.mkdtemp(prefix="threeaxes-grade-")
+    for key, value in settings["env"].items():
+        settings["env"][key] = value.replace("/tmp/", base + "/")
+    settings["workdir"] = settings["workdir"].replace("/tmp/", base + "/")
+
+
+def _enter_namespaces(settings: dict) -> None:
+    uid, gid = os.getuid(), os.getgid()
+    _call("unshare", CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID)
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"0 {uid} 1")
+    _write("/proc/self/gid_map", f"0 {gid} 1")
+    _become_pid_one()
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _hide_all_but(settings["hide"], settings["keep"])
+    _loopback_up()
+    # a nested user namespace: the kernel keeps no privilege over the mounts above
+    _call("unshare", CLONE_NEWUSER | CLONE_NEWNS)
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"{uid} 0 1")
+    _write("/proc/self/gid_map", f"{gid} 0 1")
+
+
+def _become_pid_one() -> None:
+    """Fork into the new PID namespace; the parent waits and passes on the exit
+    status. The child dies with its parent, and every process of the
+    namespace dies with the child."""
+    pid = os.fork()
+    if pid:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda *_: os._exit(1))
+        _, status = os.waitpid(pid, 0)
+        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    _call("prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _hide_all_but(hide: list[str], keep: list[str]) -> None:
+    """Read-only everything; an empty tmpfs over each of `hide` (and /tmp,
+    /dev/shm); `keep` (inside the hidden folders) back, read-only."""
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1g,mode=1777")
+    old = "/tmp/.old-root"
+    os.mkdir(old)
+    _mount("/", old, None, MS_BIND | MS_REC)
+    for path in sorted(set(hide), key=len):
+        if os.path.isdir(path):
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=755")
+    for path in keep:
+        if os.path.exists(old + path):
+            os.makedirs(path, exist_ok=True)
+            _mount(old + path, path, None, MS_BIND | MS_REC)
+            _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC)
+    _call("umount2", _b(old), MNT_DETACH)
+    os.rmdir(old)
+    try:
+        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=1g,mode=1777")
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:
+            raise
+    try:
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)
+    except OSError:
+        pass  # the host's /proc stays: it shows other processes' names, nothing more
+    _read_only_everywhere(keep_writable=("/tmp", "/dev/shm", "/proc", *hide))
+
+
+def _read_only_everywhere(keep_writable) -> None:
+    """Remount every mount read-only but our own tmpfs folders (and /proc, /sys, /dev,
+    which refuse it or do not need it)."""
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4].encode().decode("unicode_escape") for line in f]
+    for point in points:
+        if point in keep_writable or point.startswith(("/proc", "/sys", "/dev")):
+            continue
+        try:
+            _mount(None, point, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+        except OSError:
+            pass  # a mount hidden under a tmpfs above, or one this namespace may not touch
+
+
+def _loopback_up() -> None:
+    """Bring up `lo` in the new network namespace (SIOCSIFFLAGS: UP|LOOPBACK|RUNNING)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        fcntl.ioctl(s, 0x8914, struct.pack("16sH14x", b"lo", 0x1 | 0x8 | 0x40))
+
+
+def kill_tree(proc) -> None:
+    """Stop a kernel host and everything it started (its process group; inside
+    a PID namespace the whole namespace goes with it)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
