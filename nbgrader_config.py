@@ -24,6 +24,18 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
+# Test cells are judged in the grader, never in the student's kernel, which runs
+# sandboxed (autograder/execute.py): JudgedExecute stands where nbgrader's Execute was.
+c.Autograde.autograde_preprocessors = [
+    "autograder.execute.JudgedExecute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
 # A cell that runs longer than this is interrupted and marked as an error; the
 # rest of the notebook is still graded. Drops launch real ranks, so allow a
 # minute per cell; the launcher's own timeout (60 s) stops stuck collectives.
