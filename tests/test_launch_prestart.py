@@ -3,7 +3,9 @@
 What is checked is structure, not timing: the server is running before the first
 launch is called, the ranks of that launch fork from exactly that server, no second
 server appears (not even when a launch races the prestart), and nothing starts when
-opted out, outside a kernel, or inside the forkserver and its ranks.
+opted out, outside a kernel, or inside the forkserver and its ranks. The server forks
+a light function's ranks before it has imported DEFERRED (threeaxes._forkserver_idle),
+any other function's only after (threeaxes._payload_modules decides which is which).
 
 Each scenario runs in a fresh Python (or a real Jupyter kernel): the decision is
 taken once, when threeaxes is first imported in a process.
@@ -16,9 +18,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import cloudpickle
 import pytest
 
-from threeaxes import _prestart
+from threeaxes import _forkserver_idle, _payload_modules, _prestart
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -240,3 +243,149 @@ def test_in_a_real_kernel_the_server_runs_before_the_first_launch(monkeypatch):
     run = json.loads(text.strip().splitlines()[-1])
     assert run["decision"] == "started"
     assert run["server"] is not None and run["ppids"] == [run["server"]] * 2
+
+
+# ---- which launches may go before the server has imported everything ---------------------
+
+
+def _notebook_function(source, name, **globals_):
+    """A function defined as in a notebook cell (module __main__), pickled by value."""
+    namespace = {"__name__": "__main__", **globals_}
+    exec(textwrap.dedent(source), namespace)
+    return namespace[name]
+
+
+def test_a_function_naming_only_torch_and_distributed_is_light():
+    import torch
+    import torch.distributed as dist
+
+    all_reduce = _notebook_function("""
+        def all_reduce(rank, world_size, t):
+            dist.all_reduce(t)
+            return torch.ones(1) * t
+    """, "all_reduce", torch=torch, dist=dist)
+    payload = cloudpickle.dumps((all_reduce, (torch.ones(3),), {}))
+    assert {"torch", "torch.distributed"} <= _payload_modules.modules_named(payload)
+    assert _payload_modules.is_light(payload)
+    rank_only = _notebook_function("rank_only = lambda rank, world_size: rank", "rank_only")
+    assert _payload_modules.is_light(cloudpickle.dumps((rank_only, (), {})))
+    # The same lambda from a module (this one) names that module: it waits, to be safe.
+    assert not _payload_modules.is_light(cloudpickle.dumps((lambda rank, world_size: rank, (), {})))
+
+
+def test_torch_optim_through_the_torch_global_is_seen_and_waits():
+    import torch
+
+    step = _notebook_function("""
+        def step(rank, world_size):
+            layer = torch.nn.Linear(2, 2)
+            torch.optim.SGD(layer.parameters(), lr=0.1).step()
+    """, "step", torch=torch)
+    payload = cloudpickle.dumps((step, (), {}))
+    assert {"torch.optim", "torch.nn"} <= _payload_modules.modules_named(payload)
+    assert not _payload_modules.is_light(payload)
+
+
+def test_anything_from_threeaxes_waits():
+    from threeaxes import toy
+
+    assert not _payload_modules.is_light(cloudpickle.dumps((toy.make_batch, (toy.ToyConfig(), 2), {})))
+
+
+def test_an_unreadable_payload_waits_as_before():
+    assert not _payload_modules.is_light(b"not a pickle")
+
+
+def test_the_warm_marker_sits_beside_a_socket_file_and_nowhere_else():
+    assert _prestart.warm_marker("/tmp/pymp-x/listener-y") == "/tmp/pymp-x/listener-y.warm"
+    assert _prestart.warm_marker("\0listener-abstract") is None  # no file to put beside it
+    assert _prestart.warm_marker(None) is None
+
+
+def test_outside_the_forkserver_importing_it_changes_nothing():
+    import selectors
+
+    assert selectors.DefaultSelector is _forkserver_idle._ORIGINAL_SELECTOR
+    assert _forkserver_idle._server_pid is None
+
+
+@pytest.fixture
+def server_selector(monkeypatch):
+    """The server's selector, built here as if this process were the forkserver, with
+    DEFERRED = a stdlib module not yet imported, then one that does not exist."""
+    monkeypatch.setattr(_forkserver_idle, "_server_pid", os.getpid())
+    monkeypatch.setattr(_prestart, "DEFERRED", ["colorsys", "threeaxes._no_such_module"])
+    monkeypatch.setattr(_forkserver_idle, "imported", [])
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)
+    marks = []
+    monkeypatch.setattr(_forkserver_idle, "_mark_warm", lambda: marks.append(len(_forkserver_idle.imported)))
+    read_end, write_end = os.pipe()
+    selector = _forkserver_idle._ImportWhileIdleSelector()
+    selector.register(read_end, 1)  # EVENT_READ
+    yield selector, read_end, write_end, marks
+    selector.close()
+    os.close(read_end)
+    os.close(write_end)
+
+
+def test_the_server_serves_a_waiting_request_before_any_deferred_import(server_selector):
+    selector, read_end, write_end, marks = server_selector
+    os.write(write_end, b"x")  # a fork request is already waiting
+    assert [key.fd for key, _ in selector.select()] == [read_end]
+    assert _forkserver_idle.imported == [] and marks == [] and "colorsys" not in sys.modules
+
+
+def test_an_idle_server_imports_the_rest_then_says_it_is_warm_once(server_selector):
+    import threading
+
+    selector, read_end, write_end, marks = server_selector
+    threading.Timer(1.0, os.write, (write_end, b"x")).start()  # a request after the imports
+    assert [key.fd for key, _ in selector.select()] == [read_end]
+    (first, seconds), (missing, error) = _forkserver_idle.imported
+    assert (first, missing) == ("colorsys", "threeaxes._no_such_module") and "colorsys" in sys.modules
+    assert seconds >= 0 and "ModuleNotFoundError" in error  # a failed import is skipped, not fatal
+    assert marks == [2]  # warm once everything was tried
+    os.read(read_end, 1)
+    os.write(write_end, b"y")
+    selector.select()
+    assert marks == [2]
+
+
+@pytest.mark.slow
+def test_an_early_light_launch_goes_first_and_a_heavy_one_gets_everything():
+    # torch first, so this caller reaches its launch long before the server has torch;
+    # the light launch must not wait for DEFERRED, the heavy one (torch.optim) must.
+    run = _run_child("""
+        import torch, torch.distributed as dist, cloudpickle
+        import multiprocessing.forkserver as fs
+        import threeaxes
+        from threeaxes.launch import launch
+        from threeaxes import _prestart
+
+        def what_the_rank_has(rank, world_size):
+            import threeaxes._forkserver_idle as idle
+            return {"ppid": os.getppid(), "dynamo": "torch._dynamo" in sys.modules,
+                    "imported": [name for name, _ in idle.imported]}
+
+        def light(rank, world_size):
+            t = torch.ones(1)
+            dist.all_reduce(t)  # communication: sum over ranks
+            return what_the_rank_has(rank, world_size)
+
+        def heavy(rank, world_size):
+            torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1).step()
+            return what_the_rank_has(rank, world_size)
+
+        light_ranks = launch(light, 2)
+        heavy_ranks = launch(heavy, 2)
+        marker = _prestart.warm_marker(fs._forkserver._forkserver_address)
+        print(json.dumps({"light": light_ranks, "heavy": heavy_ranks, "server": fs._forkserver._forkserver_pid,
+                          "servers": forkservers_under(os.getpid()), "warm": os.path.exists(marker),
+                          "deferred": _prestart.DEFERRED}))
+    """, prestart="1")
+    assert run["servers"] == [run["server"]] and run["warm"]
+    assert {r["ppid"] for r in run["light"] + run["heavy"]} == {run["server"]}
+    first = run["light"][0]
+    assert first["imported"] == [] and not first["dynamo"]  # forked before any deferred import
+    for rank in run["heavy"]:
+        assert rank["imported"] == run["deferred"] and rank["dynamo"]  # forked once all was in

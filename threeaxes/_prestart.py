@@ -31,19 +31,32 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 import warnings
 
 ENV_VAR = "THREEAXES_PRESTART"
 _OFF, _ON, _AUTO = ("0", "no", "false", "off"), ("1", "yes", "true", "on"), ("", "auto")
 
-# Imported once by the forkserver, so every rank forks with them loaded; never anything
-# that initialises CUDA. torch._dynamo is what torch.optim and parallelize_module pull
-# in on first use (2-5 s per rank otherwise); torch.fx.experimental.symbolic_shapes
-# (sympy, ~1 s) is imported by the first backward given an explicit gradient, which
-# every pipeline stage but the last runs.
+# Imported by the forkserver before it forks its first rank: what every rank needs to
+# join a group and run fn. Never anything that initialises CUDA.
 PRELOAD = ["torch", "torch.distributed", "cloudpickle", "threeaxes._launch_worker",
-           "torch.fx.experimental.symbolic_shapes", "torch._dynamo",
-           "torch.distributed.tensor.parallel", "torch.distributed.pipelining", "threeaxes.toy"]
+           "threeaxes._forkserver_idle"]
+# Imported by the forkserver afterwards, one at a time, only while no launch waits for
+# it (threeaxes._forkserver_idle), so an early first launch does not wait 1-2 s for them.
+# torch._dynamo is what torch.optim and parallelize_module pull in on first use (2-5 s
+# per rank otherwise); torch.fx.experimental.symbolic_shapes (sympy, ~0.5 s) is imported
+# by the first backward given an explicit gradient, which every pipeline stage but the
+# last runs. Dependencies that import on their own come first, so each step is shorter
+# (sympy ~0.5 s, DTensor ~0.25 s, then torch._dynamo ~0.9 s in one piece: its own
+# submodules cannot be imported ahead of it, that fails on a circular import).
+DEFERRED = ["sympy", "torch.fx.experimental.symbolic_shapes", "torch.distributed.tensor",
+            "torch._dynamo", "torch.distributed.tensor.parallel", "torch.distributed.pipelining",
+            "threeaxes.toy"]
+
+# How long launch waits for the server to import DEFERRED before it forks anyway, and
+# how often it looks.
+WARM_WAIT_S = 60.0
+_WARM_POLL_S = 0.02
 
 # What the import of threeaxes decided in this process: "started", or why not. A rank
 # inherits the forkserver's value (it forks with threeaxes already imported).
@@ -142,6 +155,34 @@ def _ensure_running():
         multiprocessing.forkserver.ensure_running()
     except Exception as exc:  # noqa: BLE001 -- the first launch starts the server and reports
         error = exc
+
+
+def warm_marker(address):
+    """The file the forkserver at ``address`` creates once DEFERRED is imported, or None
+    where its socket is not a file (an abstract socket): then nobody waits for it."""
+    if isinstance(address, str) and address and not address.startswith("\0"):
+        return address + ".warm"
+    return None
+
+
+def wait_until_warm(timeout=WARM_WAIT_S):
+    """Start the forkserver if need be, then wait until it has imported DEFERRED too
+    (at most ``timeout`` s: a server that never says so is still used, not waited on
+    forever). Returns True if it is warm. Without a forkserver there is nothing to wait for."""
+    import multiprocessing.forkserver
+
+    if forkserver_context().get_start_method() != "forkserver":
+        return False
+    multiprocessing.forkserver.ensure_running()  # as the first Process.start() would
+    marker = warm_marker(multiprocessing.forkserver._forkserver._forkserver_address)
+    if marker is None:
+        return False
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(marker):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(_WARM_POLL_S)  # short: Ctrl-C in a notebook stops the wait at once
+    return True
 
 
 def wait(timeout=None):

@@ -11,7 +11,10 @@ How it works, phase by phase:
   so a warm launch takes a tenth of a second instead of seconds. In a Jupyter kernel
   that server starts in the background as soon as ``threeaxes`` is imported, so the
   first launch finds it ready too (``threeaxes._prestart``; ``THREEAXES_PRESTART=0``
-  turns this off, ``=1`` turns it on outside kernels). fn and its arguments are
+  turns this off, ``=1`` turns it on outside kernels). The server accepts once it has
+  torch and torch.distributed and imports the rest while idle
+  (``threeaxes._forkserver_idle``); a launch that comes before that rest is in waits
+  for it, unless its function needs nothing more (``threeaxes._payload_modules``). fn and its arguments are
   pickled by value (cloudpickle): notebook functions, closures and lambdas work.
 * Wait loop. Each rank has a pipe to the caller. What a rank prints comes back over
   it line by line and is printed here as ``[rank r] ...`` (in Jupyter only the
@@ -37,7 +40,7 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
-from threeaxes import _launch_worker
+from threeaxes import _launch_worker, _payload_modules, _prestart
 from threeaxes._launch_local import LaunchTimeout, LocalLaunch, RankError
 
 __all__ = ["launch", "RankError", "LaunchTimeout", "MAX_WORLD_SIZE"]
@@ -77,7 +80,17 @@ def launch(fn, world_size, *args, timeout=60.0, backend=None, **kwargs):
             f"launch could not pickle fn or its arguments ({exc}); they travel to the ranks "
             "by pickle: pass tensors, numbers and plain data, not open files, locks or generators"
         ) from exc
+    _let_the_forkserver_finish_unless_light(payload)
     return LocalLaunch(int(world_size), backend, float(timeout), payload).run()
+
+
+def _let_the_forkserver_finish_unless_light(payload):
+    """Spawn, first part. The forkserver forks ranks once it has torch and
+    torch.distributed, and imports the rest (torch._dynamo, ...) while idle. A function
+    that names only torch and torch.distributed goes at once; any other waits until the
+    rest is in too, so its ranks do not each import it again (``_payload_modules``)."""
+    if not _prestart.wait_until_warm(timeout=0) and not _payload_modules.is_light(payload):
+        _prestart.wait_until_warm()
 
 
 def _check_args(fn, world_size, timeout, backend):
