@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 # pytest workers: 2 matches the 2-core machines the course is tested on
 JOBS   ?= 2
 
-.PHONY: lab lab-instructor reset test test-fast release grade grade-demo bench clean-grading help
+.PHONY: lab lab-instructor reset test test-fast release grade grade-demo student-repo bench clean-grading help
 
 help:
 	@echo "make lab        your copy of the course in work/ (new drops added, nothing overwritten),"
@@ -17,8 +17,9 @@ help:
 	@echo "make lab-instructor     JupyterLab on the repository itself, with nbgrader's formgrader"
 	@echo "make test       the whole suite: package, notebooks (nbval), grading path"
 	@echo "make release    regenerate release/ from source/ with nbgrader"
-	@echo "make grade      autograde submitted/, write feedback/ and grades.csv"
+	@echo "make grade      autograde submitted/ (JOBS at once, each sandboxed), write feedback/ and grades.csv"
 	@echo "make grade-demo copy the sample submissions into submitted/, then grade"
+	@echo "make student-repo DEST=<folder>  the course without source/ (solutions, hidden tests), for students"
 	@echo "make bench      print the benchmark figures"
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
@@ -50,10 +51,15 @@ release: $(STAMP)
 	$(BIN)/python -m autograder.release
 
 grade: $(STAMP)
-	$(BIN)/python -m autograder.grade
+	$(BIN)/python -m autograder.grade --jobs $(JOBS)
 
 grade-demo: $(STAMP)
-	$(BIN)/python -m autograder.grade --demo
+	$(BIN)/python -m autograder.grade --demo --jobs $(JOBS)
+
+# for instructors who grade for credit: publish this, not the repository
+DEST ?= ../three-axes-student
+student-repo:
+	$(PYTHON) -m autograder.student_repo $(DEST)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/launch.py

@@ -15,8 +15,6 @@ Settings (nbgrader config, command line or environment):
 * `Execute.timeout` (seconds per cell) applies, as for nbgrader's Execute;
 * `JudgedExecute.isolate` (default True): the sandbox; `THREEAXES_GRADE_ISOLATE=0`
   turns it off (an instructor debugging a drop);
-* `THREEAXES_GRADE_SLOT`: which unprivileged user a root grader runs the
-  kernel as (`make grade` gives each parallel job its own).
 """
 from __future__ import annotations
 
@@ -38,8 +36,7 @@ class JudgedExecute(Execute):
     def preprocess(self, nb, resources):
         folder = Path(resources.get("metadata", {}).get("path") or ".")
         isolate = self.isolate and os.environ.get("THREEAXES_GRADE_ISOLATE", "1") != "0"
-        with KernelSession(isolate=isolate, files=_assignment_files(folder), timeout=self.timeout,
-                           slot=int(os.environ.get("THREEAXES_GRADE_SLOT", "0"))) as kernel:
+        with KernelSession(isolate=isolate, files=_assignment_files(folder), timeout=self.timeout) as kernel:
             if kernel.sandbox.get("refused"):
                 self.log.warning("grading without a sandbox: %s", kernel.sandbox["refused"])
             run_notebook(nb, kernel, self.timeout)

@@ -29,8 +29,7 @@ STARTUP_TIMEOUT_S = 180  # a kernel can take a minute to start on a loaded 2-cor
 
 
 class KernelSession:
-    def __init__(self, *, isolate: bool = True, files: dict[str, bytes] | None = None, slot: int = 0,
-                 timeout: float = 90):
+    def __init__(self, *, isolate: bool = True, files: dict[str, bytes] | None = None, timeout: float = 90):
         self._scratch = None if isolate else tempfile.TemporaryDirectory(prefix="threeaxes-grade-")
         workdir = "/tmp/work" if isolate else self._scratch.name
         home = "/tmp/home" if isolate else workdir
@@ -38,10 +37,9 @@ class KernelSession:
                "HOME": home, "LANG": "C.UTF-8", "PYTHONNOUSERSITE": "1",
                "JUPYTER_RUNTIME_DIR": f"{workdir}/.runtime", "IPYTHONDIR": f"{home}/.ipython",
                "MPLCONFIGDIR": f"{home}/.matplotlib", "MPLBACKEND": "Agg",
-               "THREEAXES_PRESTART": "0", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        settings = {"isolate": isolate, "slot": slot, "workdir": workdir, "env": env,
+               "THREEAXES_PRESTART": "0", "TORCH_CPP_LOG_LEVEL": "ERROR", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        settings = {"isolate": isolate, "workdir": workdir, "env": env,
                     "startup_timeout": STARTUP_TIMEOUT_S,
-                    "hide": [str(ROOT), os.path.expanduser("~")],
                     "keep": sorted({sys.prefix, sys.base_prefix, sys.exec_prefix,
                                     str(ROOT / "threeaxes")}),
                     "files": {name: data.hex() for name, data in (files or {}).items()}}

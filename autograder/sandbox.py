@@ -6,11 +6,12 @@ CI containers, not macOS), the kernel host:
 1. enters new user, mount and network namespaces: the network is a loopback
    of its own (the ranks' gloo needs it), nothing outside is reachable; the
    process limit then counts this namespace's processes, even for root;
-2. makes every file system read-only, and hides behind empty in-memory
-   folders the course (solutions in `source/`, the gradebook, other students'
-   submissions and feedback), the home folder and /tmp (other submissions'
-   scratch); only the Python environment and the `threeaxes` package come
-   back, read-only. The kernel works in a fresh /tmp/work;
+2. changes root into a tree of its own that holds only the system's programs
+   and libraries, the Python environment and the `threeaxes` package, all
+   read-only, and a fresh /tmp: the course (solutions in `source/`, the
+   gradebook, other students' submissions and feedback), home folders, other
+   submissions' scratch and any other copy of the course are not in it. The
+   kernel works in /tmp/work;
 3. enters a new PID namespace, so killing the host kills every process the
    submission started, and a nested user namespace so the kernel holds no
    privilege that could undo the mounts;
@@ -22,8 +23,8 @@ limits, a scratch folder and a clean environment.
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
+import platform
 import resource
 import signal
 import socket
@@ -33,6 +34,7 @@ import fcntl
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
+PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}   # syscall numbers (glibc has no wrapper)
 PR_SET_PDEATHSIG = 1
 
 LIMITS = {  # per process, inherited by the kernel and its ranks
@@ -108,7 +110,7 @@ def _enter_namespaces(settings: dict) -> None:
     _write("/proc/self/gid_map", f"0 {gid} 1")
     _become_pid_one()
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    _hide_all_but(settings["hide"], settings["keep"])
+    _minimal_root(settings["keep"])
     _loopback_up()
     # a nested user namespace: the kernel keeps no privilege over the mounts above
     _call("unshare", CLONE_NEWUSER | CLONE_NEWNS)
@@ -130,47 +132,44 @@ def _become_pid_one() -> None:
     _call("prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def _hide_all_but(hide: list[str], keep: list[str]) -> None:
-    """Read-only everything; an empty tmpfs over each of `hide` (and /tmp,
-    /dev/shm); `keep` (inside the hidden folders) back, read-only."""
+# What a kernel needs of the machine: programs, libraries, /etc (less its secrets),
+# devices and the CPU description torch reads; everything else stays out of sight.
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev", "/sys")
+SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/ssh")
+
+
+def _minimal_root(keep: list[str]) -> None:
+    """Change root into a new, mostly empty tree: SYSTEM and `keep` bound read-only,
+    a fresh /tmp, /dev/shm and /proc. Home folders, the course, other submissions'
+    scratch and any other copy of the course on the machine are simply not there."""
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1g,mode=1777")
-    old = "/tmp/.old-root"
-    os.mkdir(old)
-    _mount("/", old, None, MS_BIND | MS_REC)
-    for path in sorted(set(hide), key=len):
-        if os.path.isdir(path):
-            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=755")
-    for path in keep:
-        if os.path.exists(old + path):
-            os.makedirs(path, exist_ok=True)
-            _mount(old + path, path, None, MS_BIND | MS_REC)
-            _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC)
-    _call("umount2", _b(old), MNT_DETACH)
-    os.rmdir(old)
-    try:
-        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=1g,mode=1777")
-    except OSError as exc:
-        if exc.errno != errno.ENOENT:
-            raise
-    try:
-        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)
-    except OSError:
-        pass  # the host's /proc stays: it shows other processes' names, nothing more
-    _read_only_everywhere(keep_writable=("/tmp", "/dev/shm", "/proc", *hide))
-
-
-def _read_only_everywhere(keep_writable) -> None:
-    """Remount every mount read-only but our own tmpfs folders (and /proc, /sys, /dev,
-    which refuse it or do not need it)."""
-    with open("/proc/self/mountinfo") as f:
-        points = [line.split()[4].encode().decode("unicode_escape") for line in f]
-    for point in points:
-        if point in keep_writable or point.startswith(("/proc", "/sys", "/dev")):
+    new = "/tmp/root"
+    os.mkdir(new)
+    for path in (*SYSTEM, *keep):
+        if not os.path.exists(path):
             continue
-        try:
-            _mount(None, point, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
-        except OSError:
-            pass  # a mount hidden under a tmpfs above, or one this namespace may not touch
+        target = new + path
+        os.makedirs(target, exist_ok=True)
+        _mount(path, target, None, MS_BIND | MS_REC)
+        if path != "/dev":
+            _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+    for path in SECRETS:
+        if os.path.exists(new + path):
+            empty = "/tmp/empty-dir" if os.path.isdir(path) else "/dev/null"
+            os.makedirs("/tmp/empty-dir", exist_ok=True)
+            _mount(empty, new + path, None, MS_BIND)
+    for folder in ("/tmp", "/dev/shm"):
+        os.makedirs(new + folder, exist_ok=True)
+        _mount("tmpfs", new + folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=1g,mode=1777")
+    os.makedirs(new + "/proc", exist_ok=True)
+    _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV)
+    # pivot_root, not chroot: a chrooted process may not make the nested user namespace
+    _mount(new, new, None, MS_BIND | MS_REC)
+    os.chdir(new)
+    if _libc.syscall(PIVOT_ROOT[platform.machine()], b".", b".") != 0:
+        raise OSError(ctypes.get_errno(), "pivot_root: " + os.strerror(ctypes.get_errno()))
+    _call("umount2", _b("."), MNT_DETACH)
+    os.chdir("/")
 
 
 def _loopback_up() -> None:

@@ -9,6 +9,8 @@ every drop that has such a file, and these students submit to each drop:
     mistakes-1, -2, ... the release with every solution typed in,      0 on the cells its mistakes
                         then some of the drop's mistakes, each in        `lose`, full marks on all
                         its own answer cell                              others
+    attack-<name>       the release with one cell of attack code         0 on every auto-graded cell,
+                        first (grading_attacks.py; some drops only)      as untouched_release
 
 Mistakes share a notebook when they can: each student takes, in order, every
 mistake whose answer cell and lost cells no earlier mistake of that student
@@ -36,13 +38,13 @@ import html
 import json
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
 from autograder.grade import nbgrader
+from grading_attacks import ATTACKS, attacks_on
 
 ROOT = Path(__file__).resolve().parent.parent
 GRADING_FILE = "grading.json"
@@ -52,6 +54,7 @@ GRADING_FILE = "grading.json"
 CELL_TIMEOUT_S = 30
 FULL = "solved_source"
 ZERO = "untouched_release"
+ATTACK = "attack-"
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,8 @@ class Drop:
         return [tuple(p) for p in packs]
 
     def students(self) -> list[str]:
-        return [FULL, ZERO, *(f"mistakes-{k}" for k in range(1, len(self.packs()) + 1))]
+        return [FULL, ZERO, *(f"mistakes-{k}" for k in range(1, len(self.packs()) + 1)),
+                *(ATTACK + name for name in attacks_on(self.name))]
 
     def mistakes_of(self, student: str) -> tuple[Mistake, ...]:
         if not student.startswith("mistakes-"):
@@ -103,7 +107,7 @@ class Drop:
         return next(s for s in self.students() if mistake in self.mistakes_of(s))
 
     def expected(self, student: str) -> dict[str, float]:
-        if student == ZERO:
+        if student == ZERO or student.startswith(ATTACK):
             return {gid: 0.0 for gid in self.points}
         lost = {gid for m in self.mistakes_of(student) for gid in m.loses}
         partial = {gid: float(p) for m in self.mistakes_of(student) for gid, p in m.scores}
@@ -148,16 +152,11 @@ class Course:
         nbgrader(self.root, "generate_assignment", "*", "--force")
 
     def autograde(self, *extra: str, jobs: int = 1) -> None:
-        """One nbgrader call for every assignment, a notebook at a time; with jobs > 1,
-        one call per assignment, `jobs` at once, all writing to the one sqlite gradebook
-        (its db_url waits 60 s for a lock; tests/test_grading.py uses jobs=2).
-        Keeps the seconds of each call in `self.autograde_seconds` ("*": all at once)."""
-        def run(name):
-            start = time.perf_counter()
-            nbgrader(self.root, "autograde", name, "--force", *extra)
-            return name, time.perf_counter() - start
-        with ThreadPoolExecutor(jobs) as pool:
-            self.autograde_seconds = dict(pool.map(run, ["*"] if jobs == 1 else self.assignments))
+        """`make grade`'s autograde: one nbgrader process per submission, `jobs` at once.
+        Keeps the seconds of each in `self.autograde_seconds` ({(assignment, student): s})."""
+        from autograder.grade import autograde, submissions
+
+        self.autograde_seconds = autograde(self.root, submissions(self.root), jobs, *extra, progress=None)
 
     def generate_feedback(self) -> None:
         nbgrader(self.root, "generate_feedback", "*", "--force")
@@ -216,7 +215,13 @@ def submit_all(course: Course, drop: Drop) -> None:
     solved = course.solved_release(drop.name)
     course.submit(FULL, drop.name, course.source(drop.name))
     course.submit(ZERO, drop.name, course.released(drop.name))
+    for name in attacks_on(drop.name):
+        nb = copy.deepcopy(course.released(drop.name))
+        nb.cells.insert(1, nbformat.v4.new_code_cell(ATTACKS[name]))
+        course.submit(ATTACK + name, drop.name, nb)
     for student in drop.students()[2:]:
+        if student.startswith(ATTACK):
+            continue
         nb = solved
         for mistake in drop.mistakes_of(student):
             nb = set_answer(nb, mistake.answer, mistake.code)

@@ -116,3 +116,12 @@ def test_grades_csv_holds_every_score(course):
 def test_grading_data_reaches_no_student(course):
     found = sorted(p.relative_to(course.root).as_posix() for p in course.root.rglob(GRADING_FILE))
     assert found == [f"source/{d.name}/{GRADING_FILE}" for d in DROPS], "add it to CourseDirectory.ignore"
+
+
+@pytest.mark.slow
+def test_no_submission_wrote_into_the_course(course):
+    """The attack that searches for gradebooks, grades.csv and solutions also plants a
+    file where its kernel works: in the sandbox that is a throwaway folder."""
+    planted = sorted(p.relative_to(course.root).as_posix() for p in course.root.rglob("planted-by-attack"))
+    assert not planted, f"a submission wrote into the course: {planted}"
+
