@@ -1,6 +1,8 @@
 """Drop 11's scenario and references: the bytes against a hand derivation and
 against the planner's tensor-parallel time, the moved axis against the node
 arithmetic, and every named slip recognised."""
+import random
+
 import pytest
 
 from threeaxes.cost import GB, a100_cluster, plan
@@ -16,10 +18,26 @@ def by_hand(n_layers, d_model, seq_len, mbs, m, tp, pp, bytes_per_value=2):
     return (n_layers // pp) * m * 4 * 2 * (tp - 1) * tensor / tp
 
 
-@pytest.mark.parametrize("args", [VISIBLE, *drop11.HIDDEN_CASES, (8, 64, 16, 1, 1, 1, 1)])
+DRAWN = [drop11.draw_bytes_case(random.Random(seed)) for seed in range(300)]
+
+
+@pytest.mark.parametrize("args", [VISIBLE, (8, 64, 16, 1, 1, 1, 1), *DRAWN[:20]])
 def test_tp_wire_bytes_equal_the_hand_derivation(args):
     assert drop11.tp_wire_bytes(*args) == pytest.approx(by_hand(*args), rel=1e-12)
     assert drop11.tp_bytes_mistake(by_hand(*args), args) is None
+
+
+def test_every_drawn_case_is_a_real_layout_that_catches_the_slips():
+    """The hidden test's draws: pp divides the layers, tp >= 2 (so something is sent), the
+    hand derivation is accepted, and forgetting backward or the micro-batches is refused."""
+    assert len(set(DRAWN)) > 250
+    for case in DRAWN:
+        n_layers, d_model, seq_len, mbs, m, tp, pp = case
+        assert n_layers % pp == 0 and tp >= 2 and min(case) >= 1, case
+        right = by_hand(*case)
+        assert right > 0 and drop11.tp_bytes_mistake(right, case) is None
+        assert "forward all-reduces" in drop11.tp_bytes_mistake(right / 2, case)
+        assert drop11.tp_bytes_mistake(right * 1.01, case) is not None
 
 
 def test_the_scenario_story_holds_under_the_current_cost_model():

@@ -15,7 +15,8 @@ grading time, so a change of the cost model changes the answers with it:
   before and crosses nodes after (`cost.network.group_inside_node`).
 * `tp_wire_bytes(...)`: bytes one GPU sends in its tp all-reduces per step,
   from `cost.network.bytes_sent_per_gpu`; `tp_bytes_mistake` names the usual
-  slips against it.
+  slips against it; `draw_bytes_case(rng)` draws the shapes the hidden test asks
+  about at grading time.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from threeaxes.grading import sizing
 __all__ = ["MODEL", "OLD_CLUSTER", "NEW_CLUSTER", "OLD_BATCH", "NEW_BATCH", "OLD_CONFIG",
            "OLD_SCENARIO", "NEW_SCENARIO", "DROP_RANGE", "old_config_on",
            "moved_axes", "plain_axis", "axis_mistake", "tp_wire_bytes", "tp_bytes_mistake", "plain_bytes",
-           "HIDDEN_CASES"]
+           "draw_bytes_case"]
 
 MODEL = get_model("175B")
 OLD_CLUSTER = a100_cluster(16)                     # 16 DGX A100 nodes, 8 GPUs each: 128 GPUs
@@ -129,10 +130,12 @@ def plain_bytes(answer, name: str) -> float:
     return as_number(answer, name)
 
 
-# other shapes the hidden test tries: (n_layers, d_model, seq_len, mbs, m, tp, pp)
-HIDDEN_CASES = [
-    (80, 8192, 4096, 1, 32, 4, 4),
-    (40, 5120, 4096, 2, 16, 2, 2),
-    (96, 12288, 2048, 1, 64, 8, 16),
-    (32, 4096, 4096, 4, 8, 8, 1),
-]
+def draw_bytes_case(rng) -> tuple:
+    """A (n_layers, d_model, seq_len, micro_batch, micro_batches, tp, pp) for the hidden
+    test, drawn from `rng` (a `random.Random`) at grading time: pp divides the layers
+    (each stage holds n_layers / pp of them) and tp >= 2 (tp = 1 sends nothing)."""
+    pp = rng.choice((1, 2, 4, 8, 16))
+    n_layers = pp * rng.randint(1, 12)
+    d_model = 128 * rng.randint(4, 96)
+    return (n_layers, d_model, rng.choice((512, 1024, 2048, 4096, 8192)), rng.randint(1, 4),
+            rng.randint(1, 64), rng.choice((2, 4, 8)), pp)
