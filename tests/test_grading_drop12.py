@@ -3,6 +3,7 @@ code path: the schedule's slots, timed with a backward twice a forward), the nam
 slips written out by hand, and the configuration rules of the scenario judged by
 the cost model at test time (no step time pasted in)."""
 import math
+import random
 
 import pytest
 
@@ -18,7 +19,12 @@ def _simulated(p, m, v):
     return float(simulate(make_plan(schedule, p, m, v), forward_cost=1, backward_cost=2).idle_fraction)
 
 
-@pytest.mark.parametrize("p, m, v", [c for c in drop12.BUBBLE_CASES if c[0] > 1])
+DRAWN = [drop12.draw_bubble_case(random.Random(seed), interleaved=seed % 2 == 1)
+         for seed in range(300)]
+DRAWN_BAD = [drop12.draw_bad_interleave_case(random.Random(seed)) for seed in range(300)]
+
+
+@pytest.mark.parametrize("p, m, v", [(8, 13, 1), (2, 7, 1), (4, 8, 2), (6, 12, 4), *DRAWN[:16]])
 def test_reference_bubble_equals_the_simulated_plan(p, m, v):
     assert drop12.reference_bubble(p, m, v) == pytest.approx(_simulated(p, m, v), rel=1e-12)
     assert drop12.bubble_mistake(_simulated(p, m, v), p, m, v) is None
@@ -43,6 +49,18 @@ def test_each_slip_is_named(p, m, v, wrong, phrase):
     assert phrase in drop12.bubble_mistake(wrong, p, m, v)
 
 
+def test_every_drawn_case_runs_and_the_draws_cover_both_schedules():
+    """The hidden test's draws: p >= 2 (one stage idles nothing), v > 1 only with m a
+    multiple of p; each is accepted at the reference and the overhead slip refused."""
+    assert {v > 1 for _, _, v in DRAWN} == {True, False} and len(set(DRAWN)) > 200
+    for p, m, v in DRAWN:
+        assert p >= 2 and m >= 1 and (v == 1 or m % p == 0), (p, m, v)
+        right = (p - 1) / (v * m + p - 1)
+        assert drop12.bubble_mistake(right, p, m, v) is None
+        assert "Megatron's bubble overhead" in drop12.bubble_mistake((p - 1) / (v * m), p, m, v)
+    assert all(p >= 2 and v >= 2 and m % p for p, m, v in DRAWN_BAD)
+
+
 def test_an_interleaved_plan_that_cannot_run_must_be_refused():
     def refuses(p, m, v=1):
         if v > 1 and m % p:
@@ -52,7 +70,7 @@ def test_an_interleaved_plan_that_cannot_run_must_be_refused():
     def accepts(p, m, v=1):
         return (p - 1) / (v * m + p - 1)
 
-    for p, m, v in drop12.BAD_INTERLEAVE_CASES:
+    for p, m, v in [(8, 13, 2), (4, 26, 2), (16, 52, 3), *DRAWN_BAD]:
         assert m % p and drop12.raises_for_bad_interleave(refuses, p, m, v) is None
         assert "Raise ValueError" in drop12.raises_for_bad_interleave(accepts, p, m, v)
         with pytest.raises(ValueError, match="interleaved schedule needs m"):

@@ -19,7 +19,8 @@ The exercise graded by value:
   interleaved 1F1B with v chunks per GPU, ValueError when the interleaved
   schedule cannot run (m not a multiple of p). `bubble_mistake` names the
   usual slips: Megatron's overhead (p - 1)/m instead of a share of the step,
-  v forgotten, the busy share instead of the idle one.
+  v forgotten, the busy share instead of the idle one. The hidden test asks about
+  (p, m, v) it draws at grading time (`draw_bubble_case`, `draw_bad_interleave_case`).
 """
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ from threeaxes.cost import bubble_fraction, get_cluster, get_model, plan
 from threeaxes.grading import as_number
 from threeaxes.grading import sizing
 
-__all__ = ["SCENARIO", "CURRENT", "MICRO_BATCH", "BUBBLE_TARGET", "BUBBLE_CASES",
-           "BAD_INTERLEAVE_CASES", "reference_bubble", "plain_bubble", "bubble_mistake",
+__all__ = ["SCENARIO", "CURRENT", "MICRO_BATCH", "BUBBLE_TARGET", "draw_bubble_case",
+           "draw_bad_interleave_case", "reference_bubble", "plain_bubble", "bubble_mistake",
            "raises_for_bad_interleave", "target_mistake"]
 
 SCENARIO = sizing.scenario(get_model("175B"), get_cluster("a100-80gb", n_nodes=16), 52)
@@ -39,11 +40,20 @@ BUBBLE_TARGET = 0.25     # idle share of a step the team will accept
 CURRENT = dict(dp=4, tp=4, pp=8, micro_batch=MICRO_BATCH, zero_stage=1, recompute="selective",
                sequence_parallel=True)
 
-# (p, m, v) the hidden test asks about; the visible check uses the notebook's own
-BUBBLE_CASES = [(8, 13, 1), (4, 13, 1), (16, 52, 1), (2, 7, 1), (1, 5, 1), (4, 8, 2),
-                (8, 16, 3), (6, 12, 4), (3, 9, 2), (5, 20, 5)]
-# interleaved cases that cannot run: m is not a multiple of p
-BAD_INTERLEAVE_CASES = [(8, 13, 2), (4, 26, 2), (16, 52, 3)]
+
+def draw_bubble_case(rng, interleaved: bool) -> tuple:
+    """A (p, m, v) that 1F1B can run, drawn from `rng` (a `random.Random`) at grading
+    time: plain (v = 1), or interleaved with 2 to 4 chunks per GPU and m a multiple of p."""
+    p = rng.randint(2, 16)
+    v = rng.randint(2, 4) if interleaved else 1
+    m = rng.randint(1, 64) if v == 1 else p * rng.randint(1, 6)
+    return p, m, v
+
+
+def draw_bad_interleave_case(rng) -> tuple:
+    """A (p, m, v) with v > 1 and m not a multiple of p: the interleaved schedule cannot run."""
+    p, v = rng.randint(2, 16), rng.randint(2, 4)
+    return p, p * rng.randint(0, 5) + rng.randint(1, p - 1), v
 
 
 def reference_bubble(p: int, m: int, v: int = 1) -> float:
