@@ -14,7 +14,8 @@ The exercise graded by value:
   divides the heads and the key/value heads and stays inside a node, pp divides
   the layers, tp * pp divides the GPUs. `floor_mistake` names the usual slips
   (the optimizer forgotten, the master copy forgotten, a degree no rule allows,
-  tp across nodes, GiB for GB).
+  tp across nodes, GiB for GB). The hidden test asks it, beside the scenario's
+  own pair, about pairs it draws at grading time (`draw_floor_case`).
 
 `best_for_shape(scenario, dp, tp, pp)` is the fastest fitting configuration of
 one (dp, tp, pp) shape (the notebook's alternatives; drop 14 uses it too).
@@ -23,19 +24,46 @@ from __future__ import annotations
 
 import math
 
-from threeaxes.cost import (GiB, divisors, get_cluster, get_model, model_state_bytes,
-                            search, valid_tp)
+from threeaxes.cost import (CLUSTERS, MODELS, GiB, custom_model, divisors, get_cluster,
+                            get_model, model_state_bytes, search, valid_tp)
 from threeaxes.grading import as_int
 from threeaxes.grading import sizing
 
-__all__ = ["SCENARIO", "FLOOR_CASES", "model_parallel_floor", "plain_floor", "floor_mistake",
+__all__ = ["SCENARIO", "draw_floor_case", "model_parallel_floor", "plain_floor", "floor_mistake",
            "best_for_shape"]
 
 SCENARIO = sizing.scenario(get_model("30B"), get_cluster("a100-80gb", n_nodes=4), 512)
 
-# (model, cluster) pairs the hidden test asks about, beside the scenario's own
-FLOOR_CASES = [("70B", "a100-80gb", 8), ("13B", "a100-80gb", 1), ("7B", "h100-80gb", 2),
-               ("175B", "a100-80gb", 16), ("30B", "h100-80gb", 2)]
+# head counts a drawn custom model may have (of 128 dimensions each): some divide 8, some not
+DRAWN_HEADS = (12, 20, 24, 25, 32, 40, 48, 52, 56, 64, 96)
+
+
+def draw_floor_case(rng) -> tuple:
+    """A (model, cluster, how) for the hidden test, drawn from `rng` (a `random.Random`) at
+    grading time: a preset model or a custom one (any layer count, heads that 8 may not
+    divide, grouped key/value heads or not) on 4 to 256 A100s or H100s, redrawn until its
+    model states overflow one GPU and fit the cluster. `how` is the code that builds the
+    pair again."""
+    while True:
+        if rng.random() < 0.4:
+            name = rng.choice(sorted(MODELS))
+            model, how = get_model(name), f"get_model({name!r})"
+        else:
+            n_heads = rng.choice(DRAWN_HEADS)
+            kv_heads = rng.choice([None] + [k for k in (1, 2, 4, 8) if n_heads % k == 0])
+            n_layers, d_model = rng.randint(8, 96), 128 * n_heads
+            model = custom_model("drawn", n_layers, d_model, n_heads, n_kv_heads=kv_heads)
+            how = (f"custom_model('drawn', n_layers={n_layers}, d_model={d_model}, "
+                   f"n_heads={n_heads}, n_kv_heads={kv_heads})")
+        kind, n_gpus = rng.choice(sorted(CLUSTERS)), rng.choice((4, 8, 16, 32, 64, 128, 256))
+        cluster = get_cluster(kind, n_gpus=n_gpus)
+        if model_state_bytes(model.n_params).total <= cluster.hbm_bytes:
+            continue            # fits one GPU: the floor is 1 whatever one counts
+        try:
+            model_parallel_floor(model, cluster)
+        except ValueError:      # too big for this cluster even split over every GPU
+            continue
+        return model, cluster, f"{how} on get_cluster({kind!r}, n_gpus={n_gpus})"
 
 
 def _splits(model, cluster, allow_tp_across_nodes=False):
