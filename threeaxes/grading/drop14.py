@@ -11,7 +11,8 @@ The exercise graded by value:
   parameters, gradients and optimizer state one GPU holds under mixed-precision
   Adam, the model split evenly over tp * pp and then sharded over dp by the
   ZeRO stage. Judged against `threeaxes.cost.model_state_bytes` (ZeRO,
-  Section 5 and Figure 1); `state_mistake` names the usual slips.
+  Section 5 and Figure 1); `state_mistake` names the usual slips. The hidden
+  test asks about layouts it draws at grading time (`draw_state_case`).
 
 `VARIANTS` are the changes to the job the notebook tries ("what would change
 the choice"); `variant_scenario` builds each.
@@ -24,15 +25,19 @@ from threeaxes.cost import GB, GiB, get_cluster, get_model, model_state_bytes
 from threeaxes.grading import as_number
 from threeaxes.grading import sizing
 
-__all__ = ["SCENARIO", "STATE_CASES", "VARIANTS", "expected_state_gb", "plain_state_gb",
+__all__ = ["SCENARIO", "draw_state_case", "VARIANTS", "expected_state_gb", "plain_state_gb",
            "state_mistake", "variant_scenario"]
 
 SCENARIO = sizing.scenario(get_model("70B"), get_cluster("a100-80gb", n_nodes=8), 1024)
 
-# (n_params, dp, tp, pp, zero_stage) the hidden test asks about
-STATE_CASES = [(69_000_000_000, 64, 1, 1, 3), (32_500_000_000, 4, 2, 4, 1),
-               (13_000_000_000, 2, 4, 1, 2), (175_000_000_000, 1, 8, 8, 0),
-               (7_000_000_000, 16, 1, 1, 1), (1_000_000, 3, 2, 5, 1)]
+
+def draw_state_case(rng, zero_stage: int) -> tuple:
+    """A (n_params, dp, tp, pp, zero_stage) for the hidden test, drawn from `rng` (a
+    `random.Random`) at grading time: 1M to 200B parameters (not a round number), dp of
+    2 to 64 (so ZeRO shards something), tp a power of 2 up to 8, pp of 1 to 16."""
+    n_params = rng.randint(10**6, 2 * 10**11)
+    return (n_params, rng.randint(2, 64), rng.choice((1, 2, 4, 8)), rng.randint(1, 16), zero_stage)
+
 
 # name -> what changes: the cluster's fields, the global batch, the context
 VARIANTS = {
