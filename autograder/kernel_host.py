@@ -19,7 +19,11 @@ import json
 import os
 import sys
 
+import nbformat
+
 from autograder import sandbox
+
+TIMEOUT = {"ename": "TimeoutError", "evalue": "the cell ran past the grading time limit"}
 
 
 def main(argv=None) -> None:
@@ -35,16 +39,16 @@ def main(argv=None) -> None:
 
 
 def serve(requests, replies, settings: dict) -> None:
-    import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
 
     nb = nbformat.v4.new_notebook()
     client = NotebookClient(nb, kernel_name="python3", allow_errors=True, interrupt_on_timeout=True,
-                            error_on_timeout={"ename": "TimeoutError",
-                                              "evalue": "the cell ran past the grading time limit"},
+                            error_on_timeout=TIMEOUT,
                             startup_timeout=settings.get("startup_timeout", 120),
                             resources={"metadata": {"path": settings["workdir"]}})
+    executed = []   # each cell's execute_reply: a timeout shows there, not in the outputs
+    client.on_cell_executed = lambda cell, cell_index, execute_reply: executed.append(execute_reply)
     client.km = client.create_kernel_manager()
     client.start_new_kernel(env=settings["env"])
     client.start_new_kernel_client()
@@ -57,8 +61,10 @@ def serve(requests, replies, settings: dict) -> None:
         if alive:
             client.timeout = request["timeout"]
             try:
+                executed.clear()
                 client.execute_cell(cell, 0)
-                status = "ok"
+                timed_out = _timed_out(cell, executed)
+                status = "ok" if not timed_out or _answers(client, executed) else "dead"
             except DeadKernelError:
                 alive = False
             except Exception as exc:  # noqa: BLE001 - nbclient's own failures end the kernel
@@ -68,6 +74,31 @@ def serve(requests, replies, settings: dict) -> None:
                 status = "ok" if alive else "dead"
         replies.write(json.dumps({"outputs": cell.get("outputs", []), "status": status}) + "\n")
     client._cleanup_kernel() if hasattr(client, "_cleanup_kernel") else None
+
+
+def _timed_out(cell, replies) -> bool:
+    """True if the cell ran past its time; its outputs then say so, as nbgrader's own
+    Execute does."""
+    content = replies[-1].get("content", {}) if replies else {}
+    if content.get("ename") != TIMEOUT["ename"]:
+        return False
+    cell.outputs.append(nbformat.v4.new_output("error", ename=TIMEOUT["ename"], evalue=TIMEOUT["evalue"],
+                                               traceback=[f"{TIMEOUT['ename']}: {TIMEOUT['evalue']}"]))
+    return True
+
+
+def _answers(client, executed, grace: float = 10) -> bool:
+    """After a timeout nbclient has interrupted the kernel; one that still does not
+    answer (it ignores the interrupt) would cost every later cell a full timeout."""
+    probe = nbformat.v4.new_code_cell("pass")
+    client.nb.cells = [probe]
+    client.timeout = grace
+    executed.clear()
+    try:
+        client.execute_cell(probe, 0)
+    except Exception:  # noqa: BLE001 - the kernel went away meanwhile
+        return False
+    return not (executed and executed[-1].get("content", {}).get("ename") == TIMEOUT["ename"])
 
 
 if __name__ == "__main__":

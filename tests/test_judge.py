@@ -116,8 +116,8 @@ def kernel():
         yield session
 
 
-def printed(kernel, code):
-    outputs = kernel.run_cell(code, 60)
+def printed(kernel, code, timeout=60):
+    outputs = kernel.run_cell(code, timeout)
     return "".join(o.get("text", "") for o in outputs) + "".join(
         f"{o['ename']}: {o['evalue']}" for o in outputs if o["output_type"] == "error")
 
@@ -162,3 +162,17 @@ def test_a_kernel_that_exits_stops_the_session_and_leaves_no_process():
         assert session.answers.run_code("print(1)", 5) is None
     with pytest.raises(ProcessLookupError):
         os.kill(host, 0)
+
+
+@pytest.mark.slow
+@sandboxed
+def test_a_cell_past_its_time_is_interrupted_and_one_that_ignores_it_ends_the_kernel():
+    from autograder.kernel_session import KernelSession
+
+    with KernelSession(isolate=True, timeout=30) as session:
+        caught = "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('interrupted')"
+        assert printed(session, caught, timeout=2) == "interrupted\nTimeoutError: the cell ran past the grading time limit"
+        assert printed(session, "print('still here')") == "still here\n"
+        deaf = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"
+        assert "TimeoutError" in "".join(str(o) for o in session.run_cell(deaf, 2))
+        assert "KernelStopped" in printed(session, "print('never')")
