@@ -1,96 +1,125 @@
-"""Reference checks for drop 2 (data parallelism), run on fresh ranks.
+"""Reference checks for drop 2 (data parallelism).
 
-Hidden tests call them through `threeaxes.grading.check_on_ranks`, e.g.::
+Grading `average_gradients(model, dims)` takes two steps, so that nothing the
+student's kernel sends back can decide the grade by itself:
 
-    check_on_ranks(drop02.check_average_gradients, 4, average_gradients)
+1. On the ranks (which start in the student's kernel when a submission is
+   graded): `gradients_after_average` builds the layout
+   (`ParallelDims.init(dp=world_size)`), runs backward on this rank's slice of
+   a batch, calls the student's function, and returns the raw gradients.
+2. In the grader: `average_gradients_mistake` rebuilds the same model and
+   batch in one process, computes the whole batch's gradient with plain
+   autograd, and compares every rank's gradients with it (float64, 1e-12),
+   naming the likely mistake (no division, no all-reduce, both)::
 
-Each check builds the layout inside the worker (`ParallelDims.init(dp=world_size)`),
-rebuilds the toy model and its data there, computes the reference with plain
-single-process autograd, and returns only plain values: {"ok": bool, "message": str, "max_abs_diff": float}.
+    results = check_on_ranks(drop02.gradients_after_average, 4, average_gradients, 2, seed)
+    assert drop02.average_gradients_mistake(results, 4, 2, seed) is None
 """
 from __future__ import annotations
 
 import torch
 
-from threeaxes import comms
 from threeaxes.dims import ParallelDims
 from threeaxes.toy import ToyConfig, ToyTransformer, lm_loss, make_batch
 
-# float64, so that "equal to one process" can be checked to ~1e-12
-CHECK_CONFIG = ToyConfig(dtype=torch.float64)
-EXAMPLES_PER_RANK = 2
-_RTOL, _ATOL = 1e-7, 1e-10
+# small and float64: a gradient comes back as data, and "equal to one process" holds to ~1e-15
+CHECK_CONFIG = ToyConfig(vocab_size=16, d_model=16, n_heads=2, n_layers=2, seq_len=8, dtype=torch.float64)
+EXAMPLES_PER_RANK, SEED = 2, 2
+_RTOL, _ATOL = 1e-10, 1e-12
 
 
-def _close(grads, others):
-    return all(torch.allclose(a, b, rtol=_RTOL, atol=_ATOL) for a, b in zip(grads, others))
-
-
-def _max_abs_diff(grads, others):
-    return max(float((a - b).abs().max()) for a, b in zip(grads, others))
-
-
-def _full_batch_grads(inputs, targets):
-    """What one process computes from the whole global batch: the answer to match."""
-    model = ToyTransformer(CHECK_CONFIG, seed=0)
-    lm_loss(model(inputs), targets).backward()
-    return [p.grad.detach().clone() for p in model.parameters()]
-
-
-def check_average_gradients(rank, world_size, student_fn):
-    """Is `student_fn(model, dims)` the dp average of every gradient?
-
-    Every rank is a dp rank: the layout is `ParallelDims.init(dp=world_size)`.
-    Each rank takes its dp coordinate's slice of a global batch, runs
-    backward, calls the student's function with the layout, and compares
-    every `p.grad` with the gradient one process gets from the whole batch.
-    On a mismatch, the message names the likely mistake (no division, no
-    all-reduce, both).
-    """
+def gradients_after_average(rank, world_size, student_fn, examples_per_rank=EXAMPLES_PER_RANK, seed=SEED):
+    """On one dp rank: backward on this rank's slice, then `student_fn(model, dims)`.
+    Returns {"rank", "error" (None or what the function raised), "grads" ({name:
+    tensor, or None where p.grad is gone})}."""
     dims = ParallelDims.init(dp=world_size)
-    n, dp_rank = dims.size("dp"), dims.coord("dp")
-    inputs, targets = make_batch(CHECK_CONFIG, EXAMPLES_PER_RANK * n, seed=2)
-    expected = _full_batch_grads(inputs, targets)
-
-    rows = slice(dp_rank * EXAMPLES_PER_RANK, (dp_rank + 1) * EXAMPLES_PER_RANK)
+    inputs, targets = make_batch(CHECK_CONFIG, examples_per_rank * dims.size("dp"), seed=seed)
+    rows = slice(dims.coord("dp") * examples_per_rank, (dims.coord("dp") + 1) * examples_per_rank)
     model = ToyTransformer(CHECK_CONFIG, seed=0)
     lm_loss(model(inputs[rows]), targets[rows]).backward()
-    local = [p.grad.detach().clone() for p in model.parameters()]
-
     try:
         student_fn(model, dims)
     except Exception as exc:  # the student's code; report it, do not crash the rank
-        return {"ok": False, "max_abs_diff": float("inf"),
-                "message": f"rank {rank}: average_gradients raised {type(exc).__name__}: {exc}"}
+        return {"rank": rank, "error": f"{type(exc).__name__}: {exc}", "grads": {}}
+    grads = {name: None if p.grad is None else p.grad.detach().clone()
+             for name, p in model.named_parameters()}
+    return {"rank": rank, "error": None, "grads": grads}
 
-    names = [name for name, _ in model.named_parameters()]
-    got = [p.grad for p in model.parameters()]
-    missing = [name for name, g in zip(names, got) if g is None]
+
+def reference_gradients(world_size, examples_per_rank=EXAMPLES_PER_RANK, seed=SEED):
+    """In one process: (the whole batch's gradients, each rank's local gradients), by name."""
+    inputs, targets = make_batch(CHECK_CONFIG, examples_per_rank * world_size, seed=seed)
+
+    def grads(rows):
+        model = ToyTransformer(CHECK_CONFIG, seed=0)
+        lm_loss(model(inputs[rows]), targets[rows]).backward()
+        return {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+
+    local = [grads(slice(r * examples_per_rank, (r + 1) * examples_per_rank)) for r in range(world_size)]
+    return grads(slice(None)), local
+
+
+def _close(got, want):
+    return all(torch.allclose(got[name], want[name], rtol=_RTOL, atol=_ATOL) for name in want)
+
+
+def _max_diff(got, want):
+    return max(float((got[name] - want[name]).abs().max()) for name in want)
+
+
+def _plain_grads(result, rank, want) -> tuple[dict | None, str | None]:
+    """The gradients one rank sent back as {name: float64 tensor}, or a message why not."""
+    if type(result) is not dict or type(result.get("grads")) is not dict:
+        sent = sorted(map(str, result)) if type(result) is dict else type(result).__name__
+        return None, (f"rank {rank} sent back {sent} instead of its gradients: the ranks did not "
+                      f"run the course's check (was threeaxes changed in this notebook? restart "
+                      f"the kernel and run the notebook again)")
+    if result.get("error"):
+        return None, f"rank {rank}: average_gradients raised {result['error']}"
+    grads, names = result["grads"], list(want)
+    missing = [name for name in names if grads.get(name) is None]
     if missing:
-        return {"ok": False, "max_abs_diff": float("inf"),
-                "message": f"rank {rank}: {missing[0]} has no gradient after your function; "
-                           f"average p.grad in place (or assign p.grad), do not delete it"}
-    got = [g.detach().clone() for g in got]
-    diff = _max_abs_diff(got, expected)
+        return None, (f"rank {rank}: {missing[0]} has no gradient after your function; average "
+                      f"p.grad in place (or assign p.grad), do not delete it")
+    for name in names:
+        if not isinstance(grads[name], torch.Tensor) or grads[name].shape != want[name].shape:
+            return None, f"rank {rank}: the gradient of {name} no longer has the parameter's shape"
+    return {name: grads[name].to(torch.float64) for name in names}, None
 
-    # Do the ranks agree? Compare one number per rank (the sum of every gradient).
-    fingerprint = torch.stack([g.sum() for g in got]).sum().reshape(1)
-    # communication: gather every dp rank's fingerprint (grading only)
-    fingerprints = comms.all_gather(fingerprint, "dp", dims=dims)
-    ranks_agree = bool(torch.allclose(fingerprints, fingerprints[0].expand_as(fingerprints),
-                                      rtol=_RTOL, atol=_ATOL))
 
-    if _close(got, expected):
-        return {"ok": True, "max_abs_diff": diff,
-                "message": f"rank {rank}: matches one process (max abs diff {diff:.2e})"}
-    if _close(got, [n * e for e in expected]):
+def average_gradients_mistake(results, world_size, examples_per_rank=EXAMPLES_PER_RANK,
+                              seed=SEED) -> str | None:
+    """None when every rank's gradients (from `gradients_after_average`) equal the
+    whole batch's gradient computed here in one process; else the likely mistake."""
+    expected, local = reference_gradients(world_size, examples_per_rank, seed)
+    if type(results) is not list or len(results) != world_size:
+        return f"expected one result from each of {world_size} ranks, got {type(results).__name__}"
+    got = []
+    for rank, result in enumerate(results):
+        grads, why = _plain_grads(result, rank, expected)
+        if why:
+            return why
+        got.append(grads)
+    agree = all(_close(other, got[0]) for other in got)
+    for rank, grads in enumerate(got):
+        why = _rank_mistake(rank, grads, expected, local[rank], world_size, agree)
+        if why:
+            return why
+    return None
+
+
+def _rank_mistake(rank, grads, expected, local, n, ranks_agree=True) -> str | None:
+    """None when this rank's gradients are the whole batch's; else the likely mistake."""
+    if _close(grads, expected):
+        return None
+    if _close(grads, {k: n * v for k, v in expected.items()}):
         hint = (f"the gradients are {n}x too large: you summed over the ranks but did not "
                 f"divide the sum by dims.size('dp')={n}")
-    elif _close(got, local):
+    elif _close(grads, local):
         hint = ("every rank still holds its own local gradient (they differ across ranks): "
                 "all_reduce each p.grad over the 'dp' axis so that every rank gets the sum, "
                 "then divide by dims.size('dp')")
-    elif _close(got, [g / n for g in local]):
+    elif _close(grads, {k: v / n for k, v in local.items()}):
         hint = (f"you divided by dims.size('dp')={n} but never combined the ranks: all_reduce "
                 f"each p.grad over the 'dp' axis (a sum over the ranks) before dividing")
     elif not ranks_agree:
@@ -100,8 +129,18 @@ def check_average_gradients(rank, world_size, student_fn):
         hint = ("the ranks agree with each other, but not with one process: all_reduce each "
                 "p.grad over the 'dp' axis (op=SUM, the default) and divide by "
                 "dims.size('dp'), nothing else")
-    return {"ok": False, "max_abs_diff": diff,
-            "message": f"rank {rank}: {hint} (max abs diff from one process {diff:.3g})"}
+    return f"rank {rank}: {hint} (max abs diff from one process {_max_diff(grads, expected):.3g})"
+
+
+def check_average_gradients(rank, world_size, student_fn):
+    """Both steps inside one rank, for this rank alone: {"ok", "message",
+    "max_abs_diff"} (a quick look; grading runs the steps apart, see above)."""
+    expected, local = reference_gradients(world_size)
+    grads, why = _plain_grads(gradients_after_average(rank, world_size, student_fn), rank, expected)
+    why = why or _rank_mistake(rank, grads, expected, local[rank], world_size)
+    diff = _max_diff(grads, expected) if grads is not None else float("inf")
+    return {"ok": why is None, "max_abs_diff": diff,
+            "message": why or f"rank {rank}: matches one process (max abs diff {diff:.2e})"}
 
 
 def toy_parameter_count() -> int:
@@ -168,5 +207,6 @@ def ring_bytes_mistake(got, n_params: int, ranks: int = 4) -> str | None:
             f"in 2 (n - 1) / n x S")
 
 
-__all__ = ["CHECK_CONFIG", "EXAMPLES_PER_RANK", "check_average_gradients", "toy_parameter_count",
+__all__ = ["CHECK_CONFIG", "EXAMPLES_PER_RANK", "gradients_after_average", "reference_gradients",
+           "average_gradients_mistake", "check_average_gradients", "toy_parameter_count",
            "state_bytes_mistake", "ring_bytes_mistake"]
