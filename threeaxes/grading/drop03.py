@@ -1,14 +1,23 @@
 """Reference checks for drop 3, "Cut the matmul, not the batch".
 
-Each check runs on fresh ranks through `threeaxes.grading.check_on_ranks`:
-it builds the layout (`ParallelDims.init(tp=world_size)`) and the exercise's
-tensors inside the worker (fixed seed, float64), calls the student's function
-with the layout, and compares with the reference computed there. Only plain values come back: {"ok": bool, "message": str,
-"max_abs_diff": float}.
+`column_parallel_matmul(x, w, dims)` is graded in two steps, so that nothing
+the student's kernel sends back can decide the grade by itself:
 
-The student's function runs to the end on every rank before anything is
-compared, so every rank makes the same collectives and a wrong answer never
-leaves a rank waiting.
+1. On the ranks (which start in the student's kernel when a submission is
+   graded): `column_split_outputs` builds the layout
+   (`ParallelDims.init(tp=world_size)`) and the exercise's tensors (fixed
+   seed, float64), calls the student's function, and returns what it
+   returned, as tensors, with the collectives it made.
+2. In the grader: `column_split_mistake` rebuilds x and w, slices the
+   reference in one process (w[:, r*c:(r+1)*c], x @ that block, x @ w) and
+   compares every rank's tensors with it (1e-12), naming the mistake::
+
+    results = check_on_ranks(drop03.column_split_outputs, 4, column_parallel_matmul, 5, 8, 12, seed)
+    assert drop03.column_split_mistake(results, 4, 5, 8, 12, seed) is None
+
+`tp_block_collectives` is a measurement the grader makes itself (no student
+code on its ranks): the all-reduces of one tensor-parallel block, counted and
+sized by the trace.
 """
 from __future__ import annotations
 
@@ -29,101 +38,129 @@ def exercise_tensors(tokens: int, d_in: int, d_out: int, seed: int = 0):
     return x, w
 
 
-def _result(ok, message, diff=0.0):
-    return {"ok": bool(ok), "message": str(message), "max_abs_diff": float(diff)}
+def column_split_outputs(rank, world_size, student_fn, tokens=3, d_in=4, d_out=6, seed=0):
+    """On one tp rank: `student_fn(x, w, dims)`, run to the end on every rank before
+    anything is judged (so no rank waits on another). Returns {"rank", "error",
+    "returned" (type name), "outputs" (each returned tensor, or its type name),
+    "collectives" ([(op, axis, bytes)] made through threeaxes.comms)}."""
+    dims = ParallelDims.init(tp=world_size)
+    x, w = exercise_tensors(tokens, d_in, d_out, seed)
+    result = {"rank": rank, "error": None, "returned": None, "outputs": [], "collectives": []}
+    try:
+        with trace.record() as sent:
+            got = student_fn(x.clone(), w.clone(), dims)
+    except Exception as exc:  # the student's code; report it, do not crash the rank
+        return {**result, "error": f"{type(exc).__name__}: {exc}"}
+    result["returned"] = type(got).__name__
+    if isinstance(got, (tuple, list)):
+        result["outputs"] = [v.detach().clone() if isinstance(v, torch.Tensor) else type(v).__name__
+                             for v in got]
+    result["collectives"] = [(e.op, e.axis, e.bytes) for e in sent.comms()]
+    return result
 
 
 def _same(a, b):
     return (isinstance(a, torch.Tensor) and tuple(a.shape) == tuple(b.shape)
-            and torch.allclose(a.detach().to(torch.float64), b, rtol=_TOL, atol=_TOL))
+            and torch.allclose(a.to(torch.float64), b, rtol=_TOL, atol=_TOL))
 
 
 def _max_diff(a, b):
-    return (a.detach().to(torch.float64) - b).abs().max().item()
+    return (a.to(torch.float64) - b).abs().max().item()
 
 
-def column_split_check(rank, world_size, student_fn, tokens=3, d_in=4, d_out=6, seed=0):
-    """Grade `student_fn(x, w, dims) -> (w_shard, y_local, y)` on this rank.
-
-    Every rank is a tp rank: `dims = ParallelDims.init(tp=world_size)`, and
-    r = dims.coord("tp"). The reference: w_shard = w[:, r*c:(r+1)*c] with
-    c = d_out / tp (a column split: every row of w, 1/tp of its columns),
-    y_local = x @ w_shard, and y = x @ w assembled by an all-gather over the
-    "tp" axis through threeaxes.comms.
-    """
-    dims = ParallelDims.init(tp=world_size)
-    tp, r = dims.size("tp"), dims.coord("tp")
+def column_split_mistake(results, tp, tokens=3, d_in=4, d_out=6, seed=0) -> str | None:
+    """None when every rank's (w_shard, y_local, y) from `column_split_outputs`
+    equals the column split computed here in one process; else the mistake."""
     if d_out % tp or d_in % tp:
         raise ValueError(f"instructor: d_in={d_in} and d_out={d_out} must both be multiples of tp={tp}")
+    if type(results) is not list or len(results) != tp:
+        return f"expected one result from each of {tp} ranks, got {type(results).__name__}"
     x, w = exercise_tensors(tokens, d_in, d_out, seed)
+    for r, result in enumerate(results):
+        why = _rank_mistake(result, r, tp, x, w)
+        if why:
+            return f"rank {r} of {tp} (x {tokens}x{d_in}, w {d_in}x{d_out}): {why}"
+    return None
+
+
+def _rank_mistake(result, r, tp, x, w) -> str | None:
+    (tokens, d_in), d_out = x.shape, w.shape[1]
     c, k = d_out // tp, d_in // tp
     want_shard = w[:, r * c:(r + 1) * c]
-    want_local = x @ want_shard
-    want_y = x @ w
-
-    with trace.record() as sent:
-        got = student_fn(x.clone(), w.clone(), dims)
-
-    where = f"rank {r} of {tp} (x {tokens}x{d_in}, w {d_in}x{d_out})"
-    if not isinstance(got, (tuple, list)) or len(got) != 3:
-        return _result(False, f"{where}: return three tensors (w_shard, y_local, y); "
-                              f"got {type(got).__name__}")
-    names = ("w_shard", "y_local", "y")
-    for name, value in zip(names, got):
+    want_local, want_y = x @ want_shard, x @ w
+    cols = f"w[:, {r * c}:{(r + 1) * c}], shape ({d_in}, {c})"
+    if type(result) is not dict or not {"error", "returned", "outputs", "collectives"} <= set(result):
+        sent = sorted(map(str, result)) if type(result) is dict else type(result).__name__
+        return (f"the rank sent back {sent} instead of its tensors: the ranks did not run the "
+                f"course's check (was threeaxes changed in this notebook? restart the kernel and "
+                f"run the notebook again)")
+    if result["error"]:
+        return f"column_parallel_matmul raised {result['error']}"
+    outputs = result["outputs"]
+    if type(outputs) is not list or len(outputs) != 3:
+        return f"return three tensors (w_shard, y_local, y); got {result['returned']}"
+    for name, value in zip(("w_shard", "y_local", "y"), outputs):
         if not isinstance(value, torch.Tensor):
-            return _result(False, f"{where}: {name} should be a torch.Tensor, got {type(value).__name__}")
-    w_shard, y_local, y = got
+            return f"{name} should be a torch.Tensor, got {value}"
+    w_shard, y_local, y = outputs
 
     # -- what this rank holds -------------------------------------------------------
     if not _same(w_shard, want_shard):
-        cols = f"w[:, {r * c}:{(r + 1) * c}], shape ({d_in}, {c})"
         if _same(w_shard, w[r * k:(r + 1) * k, :]):
-            return _result(False, (
-                f"{where}: w_shard is rows {r * k}..{(r + 1) * k - 1} of w with every column: "
-                f"that is the row split, not the column split. The column split keeps all {d_in} "
-                f"rows and takes this rank's block of columns, {cols}."))
+            return (f"w_shard is rows {r * k}..{(r + 1) * k - 1} of w with every column: that is "
+                    f"the row split, not the column split. The column split keeps all {d_in} rows "
+                    f"and takes this rank's block of columns, {cols}.")
         if _same(w_shard, w.T[r * c:(r + 1) * c, :]):
-            return _result(False, (
-                f"{where}: w_shard holds the right numbers transposed ({c}, {d_in}); "
-                f"slice w itself: {cols} (nn.Linear's weight is stored transposed, w is not)."))
+            return (f"w_shard holds the right numbers transposed ({c}, {d_in}); slice w itself: "
+                    f"{cols} (nn.Linear's weight is stored transposed, w is not).")
         for other in range(tp):
             if other != r and _same(w_shard, w[:, other * c:(other + 1) * c]):
-                return _result(False, (
-                    f"{where}: w_shard holds the columns of rank {other}; rank {r} takes {cols}."))
-        shape = tuple(w_shard.shape)
-        if shape != (d_in, c):
-            return _result(False, (
-                f"{where}: w_shard has shape {shape}; a column split of a ({d_in}, {d_out}) "
-                f"weight over {tp} ranks gives each rank ({d_in}, {c}): {cols}."))
-        return _result(False, f"{where}: w_shard has the right shape but not the right numbers; "
-                              f"take {cols}.", _max_diff(w_shard, want_shard))
+                return f"w_shard holds the columns of rank {other}; rank {r} takes {cols}."
+        if tuple(w_shard.shape) != (d_in, c):
+            return (f"w_shard has shape {tuple(w_shard.shape)}; a column split of a ({d_in}, "
+                    f"{d_out}) weight over {tp} ranks gives each rank ({d_in}, {c}): {cols}.")
+        return (f"w_shard has the right shape but not the right numbers (max abs diff "
+                f"{_max_diff(w_shard, want_shard):.3g}); take {cols}.")
 
     # -- what it computes alone -------------------------------------------------------
     if not _same(y_local, want_local):
         if tuple(y_local.shape) != (tokens, c):
-            return _result(False, (
-                f"{where}: y_local has shape {tuple(y_local.shape)}; it should be this rank's "
-                f"columns of Y, x @ w_shard, shape ({tokens}, {c})."))
-        return _result(False, f"{where}: y_local is not x @ w_shard.", _max_diff(y_local, want_local))
+            return (f"y_local has shape {tuple(y_local.shape)}; it should be this rank's columns "
+                    f"of Y, x @ w_shard, shape ({tokens}, {c}).")
+        return f"y_local is not x @ w_shard (max abs diff {_max_diff(y_local, want_local):.3g})."
 
     # -- what crosses, and the result -----------------------------------------------------
-    gathers = sent.count("all_gather")
-    if gathers == 0:
-        return _result(False, (
-            f"{where}: y was put together without threeaxes.comms.all_gather. Each rank "
-            f"computes only its own {c} columns of Y; gather every rank's y_local with "
-            f"comms.all_gather(y_local, \"tp\", dims=dims, dim=-1)."))
+    if not any(type(e) in (tuple, list) and len(e) == 3 and e[0] == "all_gather"
+               for e in result["collectives"]):
+        return (f"y was put together without threeaxes.comms.all_gather. Each rank computes only "
+                f"its own {c} columns of Y; gather every rank's y_local with "
+                f"comms.all_gather(y_local, \"tp\", dims=dims, dim=-1).")
     if not _same(y, want_y):
         if tuple(y.shape) != (tokens, d_out):
-            return _result(False, (
-                f"{where}: y has shape {tuple(y.shape)}, not ({tokens}, {d_out}); put the "
-                f"slices side by side along the last dim (dim=-1), not under each other."))
-        return _result(False, f"{where}: y is not x @ w; are the slices in rank order?",
-                       _max_diff(y, want_y))
-    diff = max(_max_diff(w_shard, want_shard), _max_diff(y_local, want_local), _max_diff(y, want_y))
-    return _result(True, (
-        f"{where}: holds w[:, {r * c}:{(r + 1) * c}] ({w_shard.nbytes} B of {w.nbytes} B), "
-        f"all-gathered {sent.total_bytes('all_gather')} B; y equals x @ w"), diff)
+            return (f"y has shape {tuple(y.shape)}, not ({tokens}, {d_out}); put the slices side "
+                    f"by side along the last dim (dim=-1), not under each other.")
+        return f"y is not x @ w (max abs diff {_max_diff(y, want_y):.3g}); are the slices in rank order?"
+    return None
+
+
+def tp_block_collectives(rank, world_size, cfg, batch):
+    """Measured on `world_size` tp ranks (the grader's own ranks): block 0 of
+    ToyTransformer(cfg, seed=0) cut by TPBlock, one forward and one backward of a
+    (batch, seq_len, d_model) input. Returns (all-reduces forward, all-reduces
+    backward, sorted distinct byte counts handed to them)."""
+    from threeaxes.tensor_parallel import TPBlock
+    from threeaxes.toy import ToyTransformer
+
+    dims = ParallelDims.init(tp=world_size)
+    block = TPBlock.from_block(ToyTransformer(cfg, seed=0).blocks[0], cfg, dims)
+    x = torch.randn(batch, cfg.seq_len, cfg.d_model, dtype=cfg.dtype,
+                    generator=torch.Generator().manual_seed(1), requires_grad=True)
+    with trace.record() as forward:
+        y = block(x)
+    with trace.record() as backward:
+        y.sum().backward()
+    return (forward.count("all_reduce", "tp"), backward.count("all_reduce", "tp"),
+            sorted({e.bytes for e in forward.comms() + backward.comms()}))
 
 
 def tp_counts_mistake(counts, measured=(2, 2)) -> str | None:
@@ -175,4 +212,5 @@ def tp_bytes_mistake(got: int, batch: int, seq: int, d_model: int, bytes_per_val
             f"{bytes_per_value} bytes per number, {want:,} B")
 
 
-__all__ = ["exercise_tensors", "column_split_check", "tp_counts_mistake", "tp_bytes_mistake"]
+__all__ = ["exercise_tensors", "column_split_outputs", "column_split_mistake", "tp_block_collectives",
+           "tp_counts_mistake", "tp_bytes_mistake"]
