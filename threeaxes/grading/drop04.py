@@ -1,14 +1,18 @@
 """Reference checks for drop 4 (pipeline parallelism).
 
-`check_stage_split` runs on fresh ranks through `threeaxes.grading.check_on_ranks`::
+`stage_layers(n_layers, pp)` is run for real in two steps, so that nothing the
+student's kernel sends back can decide the grade by itself:
 
-    check_on_ranks(drop04.check_stage_split, 4, stage_layers)
+1. On the ranks (which start in the student's kernel when a submission is
+   graded): `stage_split_params` cuts the toy model with the student's
+   boundaries, trains one step with the course's pipeline trainer
+   (`threeaxes.train.pipeline_train`, layout `ParallelDims.init(pp=world_size)`)
+   and returns the stages and this rank's trained parameters.
+2. In the grader: `stage_split_mistake` trains the whole model for the same
+   step in one process and compares every parameter with it (float64, 1e-12)::
 
-It cuts the toy model with the student's boundaries, trains one step with
-the course's pipeline trainer (`threeaxes.train.pipeline_train`, which builds
-the layout `ParallelDims.init(pp=world_size)` on every rank), and compares
-every parameter with one process; only plain values come back:
-{"ok": bool, "message": str, "max_abs_diff": float}.
+    results = check_on_ranks(drop04.stage_split_params, 4, stage_layers, 8, 2, seed)
+    assert drop04.stage_split_mistake(results, 4, 8, 2, seed) is None
 
 The pure answers (a bubble fraction, a count of microbatches) are compared
 with `expected_bubble_fraction` and `expected_stage0_held`, written from the
@@ -23,13 +27,19 @@ import torch
 from threeaxes.grading import as_int
 from threeaxes.toy import ToyConfig, ToyTransformer, make_batch, train_steps
 
-CHECK_CONFIG = ToyConfig(dtype=torch.float64, seq_len=8)
-BATCH, MICROBATCHES = 8, 4
-_TOL = 1e-10
+BATCH, MICROBATCHES, N_LAYERS, SEED = 8, 4, 4, 7
+_TOL = 1e-12
 
-__all__ = ["CHECK_CONFIG", "plain_stage_layers", "check_stage_split",
+__all__ = ["check_config", "plain_stage_layers", "stage_split_params", "stage_split_mistake",
            "expected_stage_layers", "expected_bubble_fraction", "expected_stage0_held",
            "stage_layers_mistake", "bubble_mistake", "stage0_held_mistake"]
+
+
+def check_config(n_layers: int = N_LAYERS) -> ToyConfig:
+    """A small float64 toy model: its parameters come back as data, and "equal to one
+    process" holds to ~1e-15."""
+    return ToyConfig(vocab_size=16, d_model=16, n_heads=2, n_layers=n_layers, seq_len=8,
+                     dtype=torch.float64)
 
 
 def expected_stage_layers(n_layers: int, pp: int) -> list[list[int]]:
@@ -62,47 +72,81 @@ def plain_stage_layers(answer, name: str = "stage_layers(...)") -> list[list[int
     return stages
 
 
-def check_stage_split(rank, world_size, student_fn):
-    """Do `student_fn(n_layers, pp)`'s stages, run as a pipeline on world_size
-    ranks, train exactly like one process?"""
-    cfg, pp = CHECK_CONFIG, world_size
-    try:
-        stages = plain_stage_layers(student_fn(cfg.n_layers, pp))
-    except AssertionError as exc:
-        return {"ok": False, "max_abs_diff": float("inf"), "message": str(exc)}
-    except Exception as exc:  # the student's code; report it, do not crash the rank
-        return {"ok": False, "max_abs_diff": float("inf"),
-                "message": f"stage_layers({cfg.n_layers}, {pp}) raised {type(exc).__name__}: {exc}"}
-    flat = sorted(i for s in stages for i in s)
-    if len(stages) != pp or flat != list(range(cfg.n_layers)):
-        missing = sorted(set(range(cfg.n_layers)) - set(flat))
-        extra = sorted(i for i in set(flat) if flat.count(i) > 1 or not 0 <= i < cfg.n_layers)
-        return {"ok": False, "max_abs_diff": float("inf"),
-                "message": f"stage_layers({cfg.n_layers}, {pp}) = {stages}: want {pp} stages that "
-                           f"hold every layer 0..{cfg.n_layers - 1} exactly once"
-                           + (f"; layers {missing} are on no stage" if missing else "")
-                           + (f"; layers {extra} are repeated or do not exist" if extra else "")}
+def _covers(stages, n_layers: int, pp: int) -> bool:
+    return len(stages) == pp and sorted(i for s in stages for i in s) == list(range(n_layers))
 
+
+def stage_split_params(rank, world_size, student_fn, n_layers=N_LAYERS, m=MICROBATCHES, seed=SEED):
+    """On one pipeline rank: the student's stages, then one 1F1B training step of
+    check_config(n_layers) on batch `seed` in m microbatches. Returns {"rank",
+    "error", "stages", "params" ({name: this rank's trained tensor}; empty when
+    the stages do not cover every layer once, so nothing was trained)}."""
+    pp, call = world_size, f"stage_layers({n_layers}, {world_size})"
+    result = {"rank": rank, "error": None, "stages": None, "params": {}}
+    try:
+        stages = plain_stage_layers(student_fn(n_layers, pp), call)
+    except AssertionError as exc:
+        return {**result, "error": str(exc)}
+    except Exception as exc:  # the student's code; report it, do not crash the rank
+        return {**result, "error": f"{call} raised {type(exc).__name__}: {exc}"}
+    result["stages"] = stages
+    if not _covers(stages, n_layers, pp):
+        return result
     # the course's trainer, imported here in the worker, never the notebook's copy
     from threeaxes.train import pipeline_train
 
-    batches = [make_batch(cfg, BATCH, seed=7)]
+    cfg = check_config(n_layers)
     try:
-        ours = pipeline_train(rank, world_size, cfg, batches, schedule="1f1b",
-                              m=MICROBATCHES, stage_layers=stages)
+        ours = pipeline_train(rank, world_size, cfg, [make_batch(cfg, BATCH, seed=seed)],
+                              schedule="1f1b", m=m, stage_layers=stages)
     except ValueError as exc:  # boundaries out of order: every rank raises the same
-        return {"ok": False, "max_abs_diff": float("inf"), "message": f"rank {rank}: {exc}"}
+        return {**result, "error": f"rank {rank}: {exc}"}
+    return {**result, "params": ours["params"]}
+
+
+def stage_split_mistake(results, pp, n_layers=N_LAYERS, m=MICROBATCHES, seed=SEED) -> str | None:
+    """None when the ranks' stages (from `stage_split_params`) hold every layer once
+    and every parameter they trained equals one process's training of the whole
+    model, computed here; else what is wrong."""
+    if type(results) is not list or len(results) != pp:
+        return f"expected one result from each of {pp} ranks, got {type(results).__name__}"
+    for rank, r in enumerate(results):
+        if type(r) is not dict or not {"error", "stages", "params"} <= set(r) \
+                or type(r["params"]) is not dict:
+            sent = sorted(map(str, r)) if type(r) is dict else type(r).__name__
+            return (f"rank {rank} sent back {sent} instead of its parameters: the ranks did not "
+                    f"run the course's check (was threeaxes changed in this notebook? restart the "
+                    f"kernel and run the notebook again)")
+        if r["error"]:
+            return str(r["error"])
+    stages = results[0]["stages"]
+    if any(r["stages"] != stages for r in results):
+        return f"stage_layers({n_layers}, {pp}) gave different stages on different ranks"
+    if not _covers(stages, n_layers, pp):
+        flat = [i for s in stages for i in s]
+        missing = sorted(set(range(n_layers)) - set(flat))
+        extra = sorted(i for i in set(flat) if flat.count(i) > 1 or not 0 <= i < n_layers)
+        return (f"stage_layers({n_layers}, {pp}) = {stages}: want {pp} stages that hold every "
+                f"layer 0..{n_layers - 1} exactly once"
+                + (f"; layers {missing} are on no stage" if missing else "")
+                + (f"; layers {extra} are repeated or do not exist" if extra else ""))
+
+    cfg = check_config(n_layers)
     single = ToyTransformer(cfg, seed=0)
-    train_steps(single, batches)
+    train_steps(single, [make_batch(cfg, BATCH, seed=seed)])
     reference = {name: value.detach() for name, value in single.named_parameters()}
-    diff = max(float((value - reference[name]).abs().max()) for name, value in ours["params"].items())
-    stage = ours["coords"]["pp"]
-    if diff <= _TOL:
-        return {"ok": True, "max_abs_diff": diff,
-                "message": f"rank {rank} holds layers {stages[stage]}: matches one process "
-                           f"(max abs diff {diff:.1e})"}
-    return {"ok": False, "max_abs_diff": diff,
-            "message": f"rank {rank}: parameters differ from one process by {diff:.3g}"}
+    held = [name for r in results for name in r["params"]]
+    if sorted(held) != sorted(reference):
+        return (f"the ranks hold {len(held)} parameter tensors between them, the model has "
+                f"{len(reference)}: each should live on exactly one rank")
+    for rank, r in enumerate(results):
+        for name, value in r["params"].items():
+            want = reference[name]
+            if not (isinstance(value, torch.Tensor) and value.shape == want.shape
+                    and torch.allclose(value.to(torch.float64), want, rtol=_TOL, atol=_TOL)):
+                return (f"rank {rank} (layers {stages[rank]}): {name} after one training step "
+                        f"differs from one process's")
+    return None
 
 
 def stage_layers_mistake(got: list[list[int]], n_layers: int, pp: int) -> str | None:
