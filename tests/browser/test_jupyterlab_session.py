@@ -1,0 +1,176 @@
+"""A student's session in a real browser: headless Chromium, driven by selenium,
+in JupyterLab started exactly as `make lab` starts it (student mode).
+
+The session, on a temporary copy of the course (never the tracked files, never
+the developer's own work/):
+
+1. the printed URL opens the start page, which renders; its course map cell runs;
+2. the map's link opens drop 13, whose answer cells hold the solutions
+   (a student who has written them); Run All runs the whole drop without an error;
+3. the explorer's "show row" slider moves (arrow key on its handle) and both its
+   plot and its text change;
+4. a typical mistake from the drop's grading.json goes into its answer cell; that
+   cell and its check run, and the check's message (the mistake's feedback
+   phrase) shows on the page;
+5. the browser console holds no error from our stack (see `our_errors`), and no
+   warning that an extension was built for another JupyterLab version.
+
+Needs Chromium, chromedriver and selenium; skips without them (`make
+test-browser` fails instead). `make test-browser` runs this file alone.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from lab_page import (CELL_TEXT, KERNEL_IDLE, OTHER_ORIGINS, RUN_CELL, TOKEN, Lab, chromium, open_notebook,
+                      our_errors, require_browser, run_all, version_warnings, wait_for, wait_for_python)
+
+from autograder import workspace
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))     # grading_harness.py lives beside the other tests
+from grading_harness import answer_ids, load_drop, set_answer, solution_of  # noqa: E402
+
+DROP = "drop13-size-30b-on-32"
+MISTAKE = "forgets_optimizer_state"          # a mistake of source/<DROP>/grading.json
+SLIDER = "show row"                          # the ConfigExplorer slider the session moves
+MAP_LINE = 'Markdown(course_map_markdown(link_prefix="../release/"))'   # the start page's map cell
+
+
+def student_copy(tmp: Path) -> Path:
+    """A repository in `tmp` with the real notebooks/ and release/, synced into
+    its work/ as `make lab` does; drop 13's answer cells hold the solutions."""
+    repo = tmp / "repo"
+    for folder in ("notebooks", "release"):
+        shutil.copytree(ROOT / folder, repo / folder, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    workspace.sync(repo)
+    path = repo / "work" / "release" / DROP / f"{DROP}.ipynb"
+    source = nbformat.read(ROOT / "source" / DROP / f"{DROP}.ipynb", as_version=4)
+    nb = nbformat.read(path, as_version=4)
+    for grade_id in answer_ids(source):
+        nb = set_answer(nb, grade_id, solution_of(source, grade_id))
+    nbformat.write(nb, path)
+    return repo
+
+
+# the explorer around a slider: its readout, its text (the summary line) and its plot (the PNG)
+SLIDER_OF = """
+const sliderOf = label => [...document.querySelectorAll('.jp-OutputArea-output .widget-slider')]
+    .find(s => (s.querySelector('.widget-label') || {}).textContent === label);
+"""
+
+EXPLORER = SLIDER_OF + """
+const slider = sliderOf(arguments[0]);
+if (!slider) return null;
+slider.scrollIntoView({block: 'center'});     // shown, so that innerText is what a student sees
+const explorer = slider.closest('.jp-OutputArea-output');
+const texts = [...explorer.querySelectorAll('.widget-html')].map(h => h.innerText);
+const image = explorer.querySelector('.widget-output img');
+const state = {readout: slider.querySelector('.widget-readout').innerText,
+               text: texts.find(t => t.includes('Showing')), image: image && image.src};
+const before = arguments[1];
+if (!state.text || !state.image) return null;
+if (before && (state.text === before.text || state.image === before.image)) return null;
+return state;
+"""
+
+MAP_LINK = "return document.querySelector(`.jp-RenderedMarkdown a[href*='${arguments[0]}']`);"
+
+SLIDER_HANDLE = SLIDER_OF + "return sliderOf(arguments[0]).querySelector('.noUi-handle');"
+
+
+# --- the session -------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_student_session_in_chromium_through_drop13(tmp_path):
+    require_browser()
+    from selenium.webdriver.common.keys import Keys
+
+    drop = load_drop(ROOT / "source" / DROP)
+    mistake = next(m for m in drop.mistakes if m.name == MISTAKE)
+    check = mistake.loses[0]                    # the visible check that must catch it
+    start_page = workspace.START_PAGE
+    drop_page = f"release/{DROP}/{DROP}.ipynb"
+
+    times, t0 = {}, time.perf_counter()
+
+    def lap(name):
+        times[name] = time.perf_counter() - t0 - sum(times.values())
+
+    lab = Lab(student_copy(tmp_path), tmp_path)
+    driver, console = None, []
+    try:
+        driver = chromium(tmp_path)
+        lap("server and browser start")
+
+        # 1. the start page: the URL `make lab` prints
+        driver.get(f"{lab.base}/lab/tree/{start_page}?token={TOKEN}")
+        open_notebook(driver, start_page)
+        wait_for(driver, "return [...document.querySelectorAll('.jp-RenderedMarkdown h1')]"
+                         ".some(h => h.textContent.includes('Three Axes: start here'))",
+                 what="the start page's title to render")
+        ran = driver.execute_async_script(RUN_CELL, start_page, MAP_LINE, None)
+        assert "error" not in ran, ran
+        lap("start page opened, its course map drawn")
+
+        # 2. its course map links to the drop; the drop runs top to bottom
+        link = wait_for(driver, MAP_LINK, f"{DROP}.ipynb", what=f"the course map's link to {DROP}")
+        link.click()
+        open_notebook(driver, drop_page)
+        run_all(driver, drop_page)
+        lap("drop opened from the map and run")
+
+        # 3. the slider: keyboard on its handle; the plot and the text follow
+        before = wait_for(driver, EXPLORER, SLIDER, None,
+                          what=f"the explorer with the '{SLIDER}' slider to draw")
+        handle = driver.execute_script(SLIDER_HANDLE, SLIDER)
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", handle)
+        handle.click()
+        handle.send_keys(Keys.ARROW_RIGHT)
+        after = wait_for(driver, EXPLORER, SLIDER, before,
+                         what=f"the explorer's text and plot to change after moving '{SLIDER}'")
+        assert int(after["readout"]) == int(before["readout"]) + 1, (before["readout"], after["readout"])
+        lap("slider moved, plot and text redrawn")
+
+        # 4. a wrong answer, its cell and its visible check run from the page
+        ran = driver.execute_async_script(RUN_CELL, drop_page, mistake.answer, mistake.code)
+        assert "error" not in ran, ran
+        shown = driver.execute_async_script(RUN_CELL, drop_page, check, None)
+        assert "error" not in shown, shown
+        wait_for(driver, KERNEL_IDLE, drop_page, what="the kernel to finish the check")
+        seen = []
+
+        def check_message_shown():
+            seen[:] = [driver.execute_script(CELL_TEXT, drop_page, shown["index"])]
+            return mistake.feedback in seen[0]
+
+        try:
+            wait_for_python(check_message_shown, what="the check's message", timeout=30)
+        except AssertionError:
+            raise AssertionError(f"the check {check} should show {mistake.feedback!r} for the mistake "
+                                 f"{MISTAKE}; the page shows:\n{seen[0]}") from None
+        lap("wrong answer caught by the visible check")
+
+        # 5. the console, and where the page's requests went
+        others = driver.execute_script(OTHER_ORIGINS)
+        assert not others, f"the page fetched from outside the lab's server: {others}"
+        console = driver.get_log("browser")
+        errors = our_errors(console)
+        assert not errors, "the browser console has errors:\n" + "\n".join(e["message"] for e in errors)
+        mismatched = version_warnings(console)
+        assert not mismatched, ("an extension asks for another JupyterLab than requirements.txt pins:\n"
+                                + "\n".join(e["message"] for e in mismatched))
+    finally:
+        if driver is not None:
+            console = console or driver.get_log("browser")
+            driver.quit()
+        lab.stop()
+        total = time.perf_counter() - t0
+        print(f"\nbrowser session {total:.1f} s: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
+        for entry in console:
+            print(f"console {entry['level']}: {entry['message'][:300]}")
