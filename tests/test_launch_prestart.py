@@ -335,6 +335,19 @@ def test_the_server_serves_a_waiting_request_before_any_deferred_import(server_s
     assert _forkserver_idle.imported == [] and marks == [] and "colorsys" not in sys.modules
 
 
+def test_after_a_request_the_server_waits_a_moment_for_the_next_rank(server_selector, monkeypatch):
+    import threading
+
+    selector, read_end, write_end, marks = server_selector
+    monkeypatch.setattr(_forkserver_idle, "IDLE_AFTER_S", 5.0)  # generous, for a loaded machine
+    os.write(write_end, b"x")
+    selector.select()
+    os.read(read_end, 1)
+    threading.Timer(0.2, os.write, (write_end, b"y")).start()  # the next rank's request
+    assert [key.fd for key, _ in selector.select()] == [read_end]
+    assert _forkserver_idle.imported == []  # it did not start an import in between
+
+
 def test_an_idle_server_imports_the_rest_then_says_it_is_warm_once(server_selector):
     import threading
 
@@ -379,7 +392,8 @@ def test_an_early_light_launch_goes_first_and_a_heavy_one_gets_everything():
         light_ranks = launch(light, 2)
         heavy_ranks = launch(heavy, 2)
         marker = _prestart.warm_marker(fs._forkserver._forkserver_address)
-        print(json.dumps({"light": light_ranks, "heavy": heavy_ranks, "server": fs._forkserver._forkserver_pid,
+        print(json.dumps({"light": light_ranks, "heavy": heavy_ranks,
+                          "server": fs._forkserver._forkserver_pid,
                           "servers": forkservers_under(os.getpid()), "warm": os.path.exists(marker),
                           "deferred": _prestart.DEFERRED}))
     """, prestart="1")

@@ -11,10 +11,11 @@ if it needs it, exactly as it would without a forkserver.
 How: the server's loop (``multiprocessing.forkserver.main``) builds one
 ``selectors.DefaultSelector()`` after its preload and then blocks in its
 ``select()``. Importing this module during the preload swaps in a selector whose
-``select()`` first waits only briefly (``IDLE_AFTER_S``); while nothing comes it
-imports the next deferred module. Everything runs on the server's one thread, between forks,
-so no rank is ever forked in the middle of an import. The swap is undone as soon
-as the server has built its selector, so nothing else (ranks included) ever gets it.
+``select()`` first looks whether a request is waiting (just after one, it gives
+the next ``IDLE_AFTER_S``); while none is, it imports the next deferred module.
+Everything runs on the server's one thread, between forks, so no rank is ever
+forked in the middle of an import. The swap is undone as soon as the server has
+built its selector, so nothing else (ranks included) ever gets it.
 When the last deferred module is imported, the server says so with a file beside
 its socket (``_prestart.warm_marker``); launch waits for it unless fn is light.
 
@@ -31,7 +32,7 @@ import time
 from threeaxes import _prestart
 
 _ORIGINAL_SELECTOR = selectors.DefaultSelector
-IDLE_AFTER_S = 0.1  # this long without a request, and the server imports the next module
+IDLE_AFTER_S = 0.1  # after a request: this long without another, and it imports the next module
 
 # (module, seconds its import took, or the exception's repr), in the server only;
 # inherited by every rank forked after, so a test can ask a rank what was imported.
@@ -48,14 +49,18 @@ class _ImportWhileIdleSelector(_ORIGINAL_SELECTOR):
         # Only in the server itself: a process forked from it keeps a plain selector.
         self._in_server = os.getpid() == _server_pid
         self._todo = list(_prestart.DEFERRED) if self._in_server else []
+        self._quiet = 0.0  # how long to wait for a request before the next import
 
     def select(self, timeout=None):
+        # Right after a request, wait a moment for the next: the ranks of one launch ask
+        # one after another, a few ms apart, and none should wait behind an import.
+        quiet = self._quiet
         while self._todo and timeout is None:
-            # A fork request, a child's exit, the caller gone? The ranks of one launch ask
-            # one after another, a few ms apart: only a longer quiet counts as idle.
-            ready = super().select(IDLE_AFTER_S)
+            ready = super().select(quiet)  # a fork request, a child's exit, the caller gone?
             if ready:
+                self._quiet = IDLE_AFTER_S
                 return ready  # serve it first
+            quiet = self._quiet = 0.0
             _import_one(self._todo.pop(0))
         if self._in_server and not self._todo:
             self._in_server = False  # say it once
