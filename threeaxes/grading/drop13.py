@@ -52,8 +52,8 @@ def draw_floor_case(rng) -> tuple:
             n_heads = rng.choice(DRAWN_HEADS)
             kv_heads = rng.choice([None] + [k for k in (1, 2, 4, 8) if n_heads % k == 0])
             n_layers, d_model = rng.randint(8, 96), 128 * n_heads
-            model = custom_model("drawn", n_layers, d_model, n_heads, n_kv_heads=kv_heads)
-            how = (f"custom_model('drawn', n_layers={n_layers}, d_model={d_model}, "
+            model = custom_model("a drawn model", n_layers, d_model, n_heads, n_kv_heads=kv_heads)
+            how = (f"custom_model('a drawn model', n_layers={n_layers}, d_model={d_model}, "
                    f"n_heads={n_heads}, n_kv_heads={kv_heads})")
         kind, n_gpus = rng.choice(sorted(CLUSTERS)), rng.choice((4, 8, 16, 32, 64, 128, 256))
         cluster = get_cluster(kind, n_gpus=n_gpus)
