@@ -9,17 +9,21 @@ Three exercises:
 * `first_reduced`: the layer whose gradients are all-reduced first
   (`first_bucket_layer` reads it off the bucket plan).
 * `launch_bucket(grads, dims)`: start one bucket's reduction.
-  `check_launch_bucket` runs it inside `DataParallel` on fresh ranks and
-  compares every gradient with DistributedDataParallel's.
+  `launch_bucket_results` runs it inside `DataParallel` on fresh ranks and
+  sends back the raw gradients; `judge_launch_bucket` compares them, in the
+  grader, with `reference_gradients` computed in one process (the mean of the
+  ranks' gradients, which is what DistributedDataParallel leaves in `.grad`).
 
-Only plain values come back from the ranks: {"ok": bool, "message": str, ...}.
+Ranks started from a student's notebook run there, so whatever verdict they
+returned could be forged; they return raw numbers and the grader decides.
 """
 from __future__ import annotations
 
 from threeaxes.grading import as_int
 
-__all__ = ["plain_sizes", "expected_all_reduce_bytes", "bucket_mistake", "first_bucket_layer",
-           "layer_of", "check_launch_bucket"]
+__all__ = ["plain_sizes", "expected_all_reduce_bytes", "bucket_mistake", "draw_bucket_cases",
+           "first_bucket_layer", "layer_of", "LAUNCH_BUCKET_CONFIG", "launch_bucket_results",
+           "reference_gradients", "judge_launch_bucket"]
 
 
 def plain_sizes(answer, name="all_reduce_sizes(...)") -> list[int]:
@@ -63,6 +67,27 @@ def bucket_mistake(got, param_bytes, bucket_bytes) -> str | None:
     return f"{where}: the sizes or their order differ from the bucket plan"
 
 
+def draw_bucket_cases(rng) -> list[tuple[list[int], int]]:
+    """(param_bytes, bucket_bytes) pairs for the hidden test, drawn with `rng`: the
+    parameters of a toy of random shape and a list of random sizes, each with caps
+    that put every tensor alone, fill a bucket exactly, or hold everything at once."""
+    import torch
+
+    from threeaxes.toy import ToyConfig, ToyTransformer
+
+    cfg = ToyConfig(vocab_size=rng.randint(8, 64), d_model=2 * rng.randint(2, 16), n_heads=2,
+                    n_layers=rng.randint(1, 4), seq_len=rng.randint(2, 16),
+                    dtype=rng.choice([torch.float32, torch.float64]))
+    toy = [p.numel() * p.element_size() for p in ToyTransformer(cfg, seed=0).parameters()]
+    loose = [rng.randint(1, 5000) for _ in range(rng.randint(1, 12))]
+    cases = []
+    for sizes in (toy, loose):
+        exact = sum(sizes[::-1][:rng.randint(1, len(sizes))])   # the first bucket filled to the byte
+        caps = {1, rng.randint(1, max(sizes)), exact, rng.randint(max(sizes), sum(sizes)), sum(sizes), 10**9}
+        cases += [(list(sizes), cap) for cap in sorted(caps)]
+    return cases
+
+
 def layer_of(param_name: str, layers) -> str:
     """The layer (one of `layers`, e.g. trace.layers_of(model)) a parameter belongs to."""
     return next(layer for layer in layers if param_name.startswith(layer + "."))
@@ -76,24 +101,47 @@ def first_bucket_layer(model) -> str:
     return layer_of(last, layers_of(model))
 
 
-def check_launch_bucket(rank, world_size, launch_bucket, bucket_bytes) -> dict:
-    """On fresh ranks: one backward through `DataParallel(..., launch_bucket=...)`;
-    every gradient against DDP's, and each bucket launched asynchronously via comms."""
-    import torch
-    from torch.nn.parallel import DistributedDataParallel as DDP
+# -- exercise 3: the hook that sends a bucket ------------------------------------------------
 
+# The toy the launch_bucket check trains unless told otherwise (small: its gradients come back
+# to the grader as numbers). dtype is always float64, so "equal" means equal to rounding.
+LAUNCH_BUCKET_CONFIG = {"vocab_size": 16, "d_model": 8, "n_heads": 2, "n_layers": 2, "seq_len": 8}
+
+
+def _launch_bucket_setup(config, per_rank, seed, world_size):
+    """The model config and the global batch of the launch_bucket check."""
+    import torch
+
+    from threeaxes.toy import ToyConfig, make_batch
+
+    cfg = ToyConfig(**{**LAUNCH_BUCKET_CONFIG, **(config or {})}, dtype=torch.float64)
+    return cfg, make_batch(cfg, per_rank * world_size, seed=seed)
+
+
+def launch_bucket_results(rank, world_size, launch_bucket, bucket_bytes, config=None, per_rank=2,
+                          seed=5) -> dict:
+    """On fresh ranks: one backward through `DataParallel(..., launch_bucket=...)`; the raw results.
+
+    Returns plain values only, for `judge_launch_bucket` to compare with a reference
+    the grader computes itself: {"error": None or what the student's code raised,
+    "pending": the type name of each `pending` launch_bucket returned, "all_reduces":
+    how many all-reduces over dp went through threeaxes.comms, "grads": {parameter
+    name: its gradient after finish_gradient_synchronization(), flattened to floats}}.
+    """
     from threeaxes import comms, trace
     from threeaxes.data_parallel import DataParallel, shard_batch
     from threeaxes.dims import ParallelDims
-    from threeaxes.toy import ToyConfig, ToyTransformer, lm_loss, make_batch
+    from threeaxes.toy import ToyTransformer, lm_loss
 
     dims = ParallelDims.init(dp=world_size)
-    cfg = ToyConfig(vocab_size=16, d_model=8, n_heads=2, n_layers=2, seq_len=8, dtype=torch.float64)
-    inputs, targets = shard_batch(*make_batch(cfg, 2 * world_size, seed=5), dims)
+    cfg, batch = _launch_bucket_setup(config, per_rank, seed, world_size)
+    inputs, targets = shard_batch(*batch, dims)
+    pending_types = []
 
     def watched(grads, dims):
         result = launch_bucket(grads, dims)
         pending = result[1] if type(result) is tuple and len(result) == 2 else None
+        pending_types.append(type(pending).__name__)
         if pending is not None and not isinstance(pending, comms.Pending):
             raise AssertionError(
                 f"launch_bucket returned a {type(pending).__name__} as pending, not the Pending "
@@ -103,38 +151,102 @@ def check_launch_bucket(rank, world_size, launch_bucket, bucket_bytes) -> dict:
 
     model = ToyTransformer(cfg, seed=0)
     wrapped = DataParallel(model, bucket_bytes, dims, launch_bucket=watched)
+    out = {"error": None, "pending": pending_types, "all_reduces": 0, "grads": {}}
     try:
         with trace.record() as recorded:
             lm_loss(wrapped(inputs), targets).backward()
             wrapped.finish_gradient_synchronization()
     except Exception as err:  # the student's code raised: report it, in the student's terms
-        return {"ok": False, "message": f"rank {rank}: {type(err).__name__}: {err}"}
-    ours = {n: p.grad for n, p in model.named_parameters()}
+        out["error"] = f"rank {rank}: {type(err).__name__}: {err}"
+        return out
+    out["all_reduces"] = recorded.count("all_reduce", "dp")
+    out["grads"] = {n: None if p.grad is None else p.grad.reshape(-1).tolist()
+                    for n, p in model.named_parameters()}
+    return out
 
-    reference = ToyTransformer(cfg, seed=0)
-    ddp = DDP(reference, process_group=dims.group("dp"))  # kept alive: its hooks run in backward
-    lm_loss(ddp(inputs), targets).backward()
-    theirs = {n: p.grad for n, p in reference.named_parameters()}
-    local = ToyTransformer(cfg, seed=0)
-    lm_loss(local(inputs), targets).backward()
 
-    def close(a, b):
-        return all(torch.allclose(a[n], b[n], rtol=1e-10, atol=1e-12) for n in b)
+def reference_gradients(world_size, config=None, per_rank=2, seed=5):
+    """In one process: the dp-averaged gradients every rank should end with (the
+    gradient of the whole batch's mean loss, since the slices are equal), and each
+    rank's own gradient before averaging. Both {name: float64 tensor}."""
+    from threeaxes.toy import ToyTransformer, lm_loss
 
-    launched = recorded.count("all_reduce", "dp")
-    if launched != len(wrapped.bucket_names):
-        return {"ok": False, "message": f"rank {rank}: {launched} all-reduces over dp went through "
-                f"threeaxes.comms for {len(wrapped.bucket_names)} buckets; make exactly one "
-                f"comms.all_reduce(flat, 'dp', dims=dims, async_op=True) per bucket"}
-    if close(ours, {n: g * world_size for n, g in theirs.items()}):
-        return {"ok": False, "message": f"rank {rank}: your gradients are {world_size}x DDP's: "
-                f"the all-reduce sums, so divide the flat buffer by dp (dims.size('dp'))"}
-    if close(ours, {n: p.grad for n, p in local.named_parameters()}):
-        return {"ok": False, "message": f"rank {rank}: your gradients are this rank's own, not the "
-                f"average: all-reduce the flat buffer you return"}
-    worst = max((ours[n] - theirs[n]).abs().max().item() for n in theirs)
-    if worst > 1e-12:
-        return {"ok": False, "message": f"rank {rank}: gradients differ from DDP's by up to "
-                f"{worst:.1e}", "max_abs_diff": worst}
-    return {"ok": True, "message": f"rank {rank}: every gradient equals DDP's (largest difference "
-            f"{worst:.1e})", "max_abs_diff": worst}
+    cfg, (inputs, targets) = _launch_bucket_setup(config, per_rank, seed, world_size)
+
+    def grads(rows):
+        model = ToyTransformer(cfg, seed=0)
+        lm_loss(model(inputs[rows]), targets[rows]).backward()
+        return {n: p.grad for n, p in model.named_parameters()}
+
+    mean = grads(slice(None))
+    own = [grads(slice(r * per_rank, (r + 1) * per_rank)) for r in range(world_size)]
+    return mean, own
+
+
+def judge_launch_bucket(results, world_size, bucket_bytes, config=None, per_rank=2, seed=5) -> str:
+    """The line to print when every rank's results from `launch_bucket_results`
+    match the one-process reference; otherwise an AssertionError naming the mistake."""
+    import torch
+
+    from threeaxes.data_parallel import plan_buckets
+
+    fields = ", ".join(f"{k}={v}" for k, v in {**LAUNCH_BUCKET_CONFIG, **(config or {})}.items())
+    where = (f"(dp={world_size}, bucket_bytes={bucket_bytes}, ToyConfig({fields}, dtype=torch.float64), "
+             f"a batch of {per_rank * world_size} sequences from seed {seed})")
+    mean, own = reference_gradients(world_size, config, per_rank, seed)
+    sizes = [g.numel() * g.element_size() for g in mean.values()][::-1]   # the order backward ends them
+    buckets = len(plan_buckets(sizes, bucket_bytes))
+    if type(results) is not list or len(results) != world_size:
+        raise AssertionError(f"expected one result per rank {where}")
+
+    def close(got, want):
+        return all(torch.allclose(got[n], want[n], rtol=1e-10, atol=1e-12) for n in want)
+
+    worst = 0.0
+    for rank, r in enumerate(results):
+        if type(r) is not dict:
+            raise AssertionError(f"rank {rank} returned {type(r).__name__} {where}")
+        if r.get("error"):
+            raise AssertionError(f"{r['error']} {where}")
+        if as_int(r.get("all_reduces"), "all-reduces") != buckets:
+            raise AssertionError(
+                f"rank {rank}: {r.get('all_reduces')} all-reduces over dp went through threeaxes.comms "
+                f"for {buckets} buckets; make exactly one comms.all_reduce(flat, 'dp', dims=dims, "
+                f"async_op=True) per bucket {where}")
+        if r.get("pending") != ["Pending"] * buckets:
+            raise AssertionError(f"rank {rank}: launch_bucket should return what comms.all_reduce(..., "
+                                 f"async_op=True) returns as pending, once per bucket {where}")
+        ours = _gradients(r.get("grads"), mean, rank, where)
+        if not close(ours, mean):
+            if close(ours, {n: g * world_size for n, g in mean.items()}):
+                raise AssertionError(f"rank {rank}: your gradients are {world_size}x the average: the "
+                                     f"all-reduce sums, so divide the flat buffer by dp "
+                                     f"(dims.size('dp')) {where}")
+            if close(ours, own[rank]):
+                raise AssertionError(f"rank {rank}: your gradients are this rank's own, not the average: "
+                                     f"all-reduce the flat buffer you return {where}")
+            diff = max((ours[n] - mean[n]).abs().max().item() for n in mean)
+            raise AssertionError(f"rank {rank}: gradients differ from the average over the ranks by up to "
+                                 f"{diff:.1e} {where}")
+        worst = max([worst] + [(ours[n] - mean[n]).abs().max().item() for n in mean])
+    return (f"on {world_size} ranks every gradient equals the whole batch's gradient from one process, "
+            f"which is what DDP gives (largest difference {worst:.1e})")
+
+
+def _gradients(grads, reference, rank, where) -> dict:
+    """A rank's returned gradients as float64 tensors shaped like the reference's."""
+    import torch
+
+    if type(grads) is not dict or set(grads) != set(reference):
+        raise AssertionError(f"rank {rank}: the model's gradients did not come back {where}")
+    out = {}
+    for name, want in reference.items():
+        values = grads[name]
+        if values is None:
+            raise AssertionError(f"rank {rank}: {name} has no gradient after "
+                                 f"finish_gradient_synchronization() {where}")
+        if (type(values) is not list or len(values) != want.numel()
+                or any(type(v) is not float for v in values)):
+            raise AssertionError(f"rank {rank}: the gradient of {name} came back malformed {where}")
+        out[name] = torch.tensor(values, dtype=torch.float64).reshape(want.shape)
+    return out
