@@ -10,10 +10,12 @@ Two exercises:
   instead of wire bytes, the missing (t-1)/t, an all-gather counted as an
   all-reduce).
 * `sp_mlp_sublayer(x, shard, dims)`: the MLP half of a sequence-parallel block,
-  written with the provided maps. `check_sp_mlp` runs on fresh ranks and
-  compares its output and every gradient with one process.
+  written with the provided maps. `sp_mlp_results` runs it on fresh ranks and
+  sends back its raw output and gradients; `judge_sp_mlp` compares them, in the
+  grader, with one process.
 
-Only plain values come back from the ranks: {"ok": bool, "message": str, "max_abs_diff": float}.
+Ranks started from a student's notebook run there, so whatever verdict they
+returned could be forged; they return raw numbers and the grader decides.
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from threeaxes.cost.network import bytes_sent_per_gpu
 from threeaxes.grading import as_number
 
 __all__ = ["SEQUENCE_PARALLEL_COLLECTIVES", "TENSOR_PARALLEL_COLLECTIVES", "expected_wire_bytes",
-           "wire_bytes_mistake", "check_sp_mlp"]
+           "wire_bytes_mistake", "draw_wire_bytes_cases", "sp_mlp_results",
+           "judge_sp_mlp"]
 
 # The tp collectives of one block in one step, each about one whole (b, s, h) activation.
 # Plain TP (Megatron's g forward, f backward, once per sublayer, two sublayers):
@@ -72,6 +75,23 @@ def wire_bytes_mistake(answer, b, s, h, t, bytes_per_element, sequence_parallel)
     return f"{args} = {got:g} is not what one GPU sends per block per step"
 
 
+def draw_wire_bytes_cases(rng) -> list[tuple]:
+    """Arguments (b, s, h, t, bytes_per_element, sequence_parallel) for the hidden
+    test, drawn with `rng`: a toy-sized and a model-sized block, each with and
+    without sequence parallelism, and one tp size of 1 (nothing to send)."""
+    cases = []
+    for small in (True, False):
+        b = rng.randint(1, 4) if small else rng.randint(1, 16)
+        t = rng.choice([2, 3, 4]) if small else rng.choice([2, 4, 8])
+        s = t * (rng.randint(2, 16) if small else rng.randint(64, 1024))
+        h = (32 * rng.randint(1, 4)) if small else 128 * rng.randint(8, 64)
+        element = rng.choice([8, 4]) if small else rng.choice([2, 4])
+        cases += [(b, s, h, t, element, False), (b, s, h, t, element, True)]
+    cases.append((rng.randint(1, 8), rng.randint(1, 64), rng.randint(1, 64), 1, rng.choice([2, 4, 8]),
+                  rng.choice([False, True])))
+    return cases
+
+
 # -- exercise 2: the MLP half of a sequence-parallel block ---------------------------
 
 def _reference(cfg, batch, seed):
@@ -94,71 +114,126 @@ def _reference(cfg, batch, seed):
     return block, x, w, y.detach()
 
 
-def check_sp_mlp(rank, world_size, sp_mlp_sublayer, seq_len=8, batch=2, seed=0) -> dict:
-    """On fresh ranks: the student's sequence-parallel MLP sublayer against one process."""
+# The MLP's tensors and how each is cut over tp: None whole, else the dim it is split along.
+_CUTS = {"ln.weight": ("ln2.weight", None), "ln.bias": ("ln2.bias", None),
+         "fc1.weight": ("mlp.fc1.weight", 0), "fc1.bias": ("mlp.fc1.bias", 0),
+         "fc2.weight": ("mlp.fc2.weight", 1), "fc2.bias": ("mlp.fc2.bias", None)}
+
+
+def _sp_mlp_config(seq_len, d_model):
     import torch
 
-    from threeaxes import comms
-    from threeaxes.dims import ParallelDims
     from threeaxes.toy import ToyConfig
+
+    # n_heads=1: only the MLP half runs here, so any width works
+    return ToyConfig(seq_len=seq_len, d_model=d_model, n_heads=1, dtype=torch.float64)
+
+
+def sp_mlp_results(rank, world_size, sp_mlp_sublayer, seq_len=8, batch=2, seed=0, d_model=32) -> dict:
+    """On fresh ranks: run the student's sequence-parallel MLP sublayer on this rank's
+    slice and shards, then backward; return the raw results (plain values) for
+    `judge_sp_mlp` to compare, in the grader, with one process:
+    {"error": None or what the code raised, "type": the output's type name, "shape",
+    "requires_grad", "output": the output flattened to floats, "grads": {"x" and each
+    key of `shard`: this rank's gradient flattened, or None}}."""
+    import torch
+
+    from threeaxes.dims import ParallelDims
 
     dims = ParallelDims.init(tp=world_size)
     t, me = world_size, dims.coord("tp")
-    cfg = ToyConfig(seq_len=seq_len, dtype=torch.float64)
-    block, x, w, y = _reference(cfg, batch, seed)
-    ln, mlp = block.ln2, block.mlp
-    cuts = {"ln.weight": (ln.weight, None), "ln.bias": (ln.bias, None),
-            "fc1.weight": (mlp.fc1.weight, 0), "fc1.bias": (mlp.fc1.bias, 0),
-            "fc2.weight": (mlp.fc2.weight, 1), "fc2.bias": (mlp.fc2.bias, None)}
-    shard = {k: (p.detach() if d is None else p.detach().chunk(t, d)[me]).clone().requires_grad_()
-             for k, (p, d) in cuts.items()}
+    block, x, w, _ = _reference(_sp_mlp_config(seq_len, d_model), batch, seed)
+    params = dict(block.named_parameters())
+    shard = {k: (params[name].detach() if d is None else params[name].detach().chunk(t, d)[me])
+             .clone().requires_grad_() for k, (name, d) in _CUTS.items()}
     x_mine = x.detach().chunk(t, 1)[me].clone().requires_grad_()
-    where = f"rank {rank} of tp={t}"
+    out = {"error": None, "type": None, "shape": None, "requires_grad": False, "output": None, "grads": None}
     try:
-        out = sp_mlp_sublayer(x_mine, shard, dims)
+        y = sp_mlp_sublayer(x_mine, shard, dims)
+        out["type"] = type(y).__name__
+        if not isinstance(y, torch.Tensor):
+            return out
+        out.update(shape=tuple(y.shape), requires_grad=y.requires_grad,
+                   output=y.detach().reshape(-1).tolist())
+        if y.requires_grad and tuple(y.shape) == tuple(w.chunk(t, 1)[me].shape):
+            (y * w.chunk(t, 1)[me]).sum().backward()
+            out["grads"] = {k: None if v.grad is None else v.grad.reshape(-1).tolist()
+                            for k, v in [("x", x_mine)] + list(shard.items())}
     except Exception as err:  # the student's code: report, do not crash the rank
-        return {"ok": False, "message": f"{where}: sp_mlp_sublayer raised {type(err).__name__}: {err}",
-                "max_abs_diff": math.inf}
-    want = y.chunk(t, 1)[me]
-    if not isinstance(out, torch.Tensor):
-        return {"ok": False, "message": f"{where}: sp_mlp_sublayer should return a torch.Tensor, "
-                f"got {type(out).__name__}", "max_abs_diff": math.inf}
-    if tuple(out.shape) != tuple(want.shape):
-        return {"ok": False, "message": f"{where}: the output has shape {tuple(out.shape)}; it should be "
-                f"this rank's slice of the sequence, {tuple(want.shape)}: reduce-scatter fc2's partial "
-                f"sums back to the slice", "max_abs_diff": math.inf}
-    diff = (out.detach() - want).abs().max().item()
-    if diff > 1e-10:
-        extra = want + (t - 1) * shard["fc2.bias"].detach()
-        if (out.detach() - extra).abs().max().item() < 1e-10:
-            message = (f"{where}: the output is off by exactly {t - 1} times fc2's bias: the bias is "
-                       f"added on every rank before the reduce-scatter sums them; add it once, after")
+        out["error"] = f"sp_mlp_sublayer raised {type(err).__name__}: {err}"
+    return out
+
+
+def judge_sp_mlp(results, world_size, seq_len=8, batch=2, seed=0, d_model=32) -> str:
+    """The line to print when every rank's `sp_mlp_results` equal one process (the
+    output slice, the gradient of x, of each shard, and of the whole tensors summed
+    over the ranks); otherwise an AssertionError naming the mistake."""
+    import torch
+
+    t = world_size
+    where = f"(tp={t}, batch={batch}, seq_len={seq_len}, d_model={d_model}, seed={seed})"
+    block, x, _, y = _reference(_sp_mlp_config(seq_len, d_model), batch, seed)
+    params = dict(block.named_parameters())
+    if type(results) is not list or len(results) != t or any(type(r) is not dict for r in results):
+        raise AssertionError(f"expected one result per rank {where}")
+    grads = []
+    for rank, r in enumerate(results):
+        at = f"rank {rank} {where}"
+        want = y.chunk(t, 1)[rank]
+        if r.get("error"):
+            raise AssertionError(f"{at}: {r['error']}")
+        if r.get("type") != "Tensor":
+            raise AssertionError(f"{at}: sp_mlp_sublayer should return a torch.Tensor, got {r.get('type')}")
+        shape = tuple(r.get("shape") or ())
+        if shape != tuple(want.shape):
+            raise AssertionError(f"{at}: the output has shape {shape}; it should be this rank's slice of "
+                                 f"the sequence, {tuple(want.shape)}: reduce-scatter fc2's partial sums "
+                                 f"back to the slice")
+        got = _floats(r.get("output"), want, f"{at}: the output")
+        diff = (got - want).abs().max().item()
+        if diff > 1e-10:
+            extra = want + (t - 1) * params["mlp.fc2.bias"].detach()
+            if (got - extra).abs().max().item() < 1e-10:
+                raise AssertionError(f"{at}: the output is off by exactly {t - 1} times fc2's bias: the "
+                                     f"bias is added on every rank before the reduce-scatter sums them; "
+                                     f"add it once, after")
+            raise AssertionError(f"{at}: the output differs from one process by {diff:.2e}; each rank "
+                                 f"holds only s/t positions, so all-gather the LayerNorm output before "
+                                 f"fc1 (gather_from_sequence_region) and reduce-scatter fc2's partial sums "
+                                 f"(reduce_scatter_to_sequence_region)")
+        if r.get("requires_grad") is not True or type(r.get("grads")) is not dict:
+            raise AssertionError(f"{at}: the output carries no gradient; compute it with torch operations "
+                                 f"and the provided maps (no torch.no_grad, no .detach())")
+        grads.append(r["grads"])
+    # the reference gradients, cut as the ranks hold them; whole tensors' are summed over the ranks
+    worst = 0.0
+    for key, (name, d) in [("x", (None, 1))] + list(_CUTS.items()):
+        full = x.grad if key == "x" else params[name].grad
+        if any(g.get(key) is None for g in grads):
+            rank = next(i for i, g in enumerate(grads) if g.get(key) is None)
+            raise AssertionError(f"rank {rank} {where}: {key} got no gradient; use every tensor of "
+                                 f"`shard` and the provided maps")
+        if d is None:   # LayerNorm and fc2.bias saw this rank's positions only: their sum is the gradient
+            pieces = [(f"the sum over the ranks of {key}'s gradient",
+                       sum(_floats(g[key], full, f"{key}'s gradient {where}") for g in grads), full)]
         else:
-            message = (f"{where}: the output differs from one process by {diff:.2e}; each rank holds "
-                       f"only s/t positions, so all-gather the LayerNorm output before fc1 "
-                       f"(gather_from_sequence_region) and reduce-scatter fc2's partial sums "
-                       f"(reduce_scatter_to_sequence_region)")
-        return {"ok": False, "message": message, "max_abs_diff": diff}
-    if not out.requires_grad:
-        return {"ok": False, "message": f"{where}: the output carries no gradient; compute it with torch "
-                f"operations and the provided maps (no torch.no_grad, no .detach())", "max_abs_diff": diff}
-    (out * w.chunk(t, 1)[me]).sum().backward()
-    grads = {"x": (x_mine.grad, x.grad.chunk(t, 1)[me])}
-    for k, (p, d) in cuts.items():
-        got = shard[k].grad
-        if got is not None and d is None:
-            # LayerNorm and fc2.bias saw this rank's positions only: sum over tp
-            got = comms.all_reduce(got.clone(), "tp", dims=dims)
-        grads[k] = (got, p.grad if d is None else p.grad.chunk(t, d)[me])
-    for name, (got, ref) in grads.items():
-        if got is None:
-            return {"ok": False, "message": f"{where}: {name} got no gradient; use every tensor of `shard` "
-                    f"and the provided maps", "max_abs_diff": diff}
-        gdiff = (got - ref).abs().max().item()
-        if gdiff > 1e-10:
-            return {"ok": False, "message": f"{where}: the forward is right but the gradient of {name} "
-                    f"is off by {gdiff:.2e}: a collective called directly has no backward; use the maps, "
-                    f"whose backward runs the conjugate collective", "max_abs_diff": gdiff}
-        diff = max(diff, gdiff)
-    return {"ok": True, "message": f"{where}: output and every gradient equal one process",
-            "max_abs_diff": diff}
+            pieces = [(f"rank {rank}'s gradient of {key}", _floats(g[key], want, f"{key}'s gradient {where}"),
+                       want) for rank, (g, want) in enumerate(zip(grads, full.chunk(t, d)))]
+        for label, got, want in pieces:
+            gdiff = (got - want).abs().max().item()
+            if gdiff > 1e-10:
+                raise AssertionError(f"{where}: the forward is right but {label} is off by {gdiff:.2e}: a "
+                                     f"collective called directly has no backward; use the maps, whose "
+                                     f"backward runs the conjugate collective")
+            worst = max(worst, gdiff)
+    return (f"on {t} fresh ranks your output and every gradient equal one process "
+            f"(largest difference {worst:.1e})")
+
+
+def _floats(values, like, what):
+    """Returned floats as a float64 tensor shaped like `like`, or an AssertionError."""
+    import torch
+
+    if type(values) is not list or len(values) != like.numel() or any(type(v) is not float for v in values):
+        raise AssertionError(f"{what} came back malformed")
+    return torch.tensor(values, dtype=torch.float64).reshape(like.shape)
