@@ -253,16 +253,47 @@ def test_measured_beside_predicted_draws_two_timelines(measured):
 
 # -- drop 7's grading references --------------------------------------------------------
 
-def test_drop07_hidden_targets_sit_on_no_boundary():
+def test_drop07_drawn_targets_sit_on_no_boundary():
+    import random
+
     from threeaxes.grading import drop07
 
-    for p, target, v in drop07.TARGET_CASES:
-        m = drop07.expected_smallest_m(p, target, v)
-        step = 1 if v == 1 else p
-        # written from the formula with exact fractions: m is the first step past (p-1)(1-t)/(v t)
-        for k in range(step, 2 * m + step, step):
-            assert Fraction(p - 1, v * k + p - 1) != Fraction(target).limit_denominator(10 ** 6)
-        assert Fraction(p - 1, v * m + p - 1) < Fraction(str(target)) <= Fraction(p - 1, v * (m - step) + p - 1)
+    assert drop07.on_a_boundary(4, 0.1)            # m = 27: 3/30 is exactly 10%
+    for seed in range(60):
+        cases = drop07.draw_target_cases(random.Random(seed))
+        assert [v for _, _, v in cases].count(1) == 3 and all(v >= 1 for _, _, v in cases)
+        for p, target, v in cases:
+            m = drop07.expected_smallest_m(p, target, v)
+            step = 1 if v == 1 else p
+            # written from the formula with exact fractions: m is the first step past (p-1)(1-t)/(v t)
+            for k in range(step, 2 * m + step, step):
+                assert Fraction(p - 1, v * k + p - 1) != Fraction(target).limit_denominator(10 ** 6)
+            below, above = Fraction(p - 1, v * m + p - 1), Fraction(p - 1, v * (m - step) + p - 1)
+            assert below < Fraction(str(target)) <= above
+
+
+def test_drop07_drawn_schedules_have_the_papers_answer_and_catch_ignored_interleaving():
+    import random
+
+    from threeaxes.grading import drop07
+
+    def by_hand(schedule, p, m, v):
+        # Narayanan et al. 2021, 2.2.1-2.2.2: bubble (p-1)/(v m + p - 1); stage 0 holds m (GPipe),
+        # min(p, m) (1F1B), 2(p-1) + (v-1)p + 1 chunks, all m v when m = p, of 1/v each (interleaved)
+        held = m if schedule == "gpipe" else min(p, m) if v == 1 else (
+            m * v if m == p else min(m * v, 2 * (p - 1) + (v - 1) * p + 1)) / v
+        return {"bubble": (p - 1) / (v * m + p - 1), "stage0_in_flight": float(held)}
+
+    for seed in range(30):
+        cases = drop07.draw_schedule_cases(random.Random(seed))
+        assert {c[0] for c in cases} == {"gpipe", "1f1b", "interleaved"}
+        one_f_one_b = [(p, m) for schedule, p, m, _ in cases if schedule == "1f1b"]
+        assert any(m < p for p, m in one_f_one_b) and any(m > p for p, m in one_f_one_b)
+        for case in cases:
+            assert drop07.prediction_mistake(by_hand(*case), *case) is None
+        ignored = [drop07.prediction_mistake({**by_hand(*c), "bubble": (c[1] - 1) / (c[2] + c[1] - 1)}, *c)
+                   for c in cases if c[3] > 1]
+        assert ignored and all("plain 1F1B's" in m for m in ignored)
 
 
 def test_drop07_references_name_the_usual_mistakes():

@@ -14,6 +14,9 @@ never typed:
   chunks per rank otherwise, where m must be a multiple of p).
   `expected_smallest_m`, `smallest_m_mistake`.
 
+The hidden tests draw their layouts when they run (`draw_schedule_cases`,
+`draw_target_cases`).
+
 Each `*_mistake` returns None for a right answer, else a message naming the
 mistake in the student's terms.
 """
@@ -28,17 +31,41 @@ from threeaxes.grading import as_int, as_number
 from threeaxes.pipeline import make_plan, simulate
 from threeaxes.pipeline.simulate import peak_in_flight
 
-__all__ = ["expected_prediction", "plain_prediction", "prediction_mistake",
-           "expected_smallest_m", "smallest_m_mistake", "SCHEDULE_CASES", "TARGET_CASES"]
+__all__ = ["expected_prediction", "plain_prediction", "prediction_mistake", "check_predict",
+           "expected_smallest_m", "smallest_m_mistake", "check_smallest_m", "draw_schedule_cases",
+           "draw_target_cases", "on_a_boundary"]
 
-# (schedule, p, m, v) the hidden test predicts; (p, target, v) it sizes. No target
-# sits on a boundary where some m gives exactly the target (checked in the tests).
-SCHEDULE_CASES = [("gpipe", 4, 8, 1), ("1f1b", 4, 8, 1), ("interleaved", 4, 8, 2),
-                  ("gpipe", 2, 1, 1), ("1f1b", 8, 3, 1), ("1f1b", 6, 12, 1),
-                  ("interleaved", 4, 4, 2), ("interleaved", 2, 6, 3), ("interleaved", 8, 16, 4),
-                  ("gpipe", 8, 32, 1), ("interleaved", 3, 9, 2)]
-TARGET_CASES = [(4, 0.045, 1), (8, 0.22, 1), (2, 0.3, 1), (16, 0.16, 1), (4, 0.12, 2),
-                (8, 0.07, 2), (4, 0.08, 4), (6, 0.25, 3)]
+
+def draw_schedule_cases(rng) -> list[tuple[str, int, int, int]]:
+    """(schedule, p, m, v) for the hidden test, drawn with `rng`: GPipe, 1F1B with
+    fewer and with more microbatches than stages, and interleaving with m = p (every
+    chunk forward first) and with m a larger multiple of p."""
+    p = [rng.randint(2, 8) for _ in range(5)]
+    return [("gpipe", p[0], rng.randint(1, 32), 1),
+            ("1f1b", p[1], rng.randint(1, p[1] - 1), 1),
+            ("1f1b", p[2], rng.randint(p[2] + 1, 32), 1),
+            ("interleaved", p[3], p[3], rng.randint(2, 4)),
+            ("interleaved", p[4], p[4] * rng.randint(2, 4), rng.randint(2, 4))]
+
+
+def on_a_boundary(p: int, target: float, v: int = 1) -> bool:
+    """True when some allowed m gives a bubble within 1e-9 of `target`: there
+    "strictly below" would hinge on floating-point rounding."""
+    step = 1 if v == 1 else p
+    last = expected_smallest_m(p, target, v)
+    return any(abs((p - 1) / (v * m + p - 1) - target) < 1e-9 for m in range(step, last + step, step))
+
+
+def draw_target_cases(rng, n: int = 6) -> list[tuple[int, float, int]]:
+    """(p, target, v) for the hidden test, drawn with `rng`: half without
+    interleaving, half with v = 2 to 4; no target on a boundary (`on_a_boundary`)."""
+    cases = []
+    while len(cases) < n:
+        v = 1 if len(cases) < n // 2 else rng.randint(2, 4)
+        p, target = rng.randint(2, 16), round(rng.uniform(0.02, 0.4), 3)
+        if not on_a_boundary(p, target, v):
+            cases.append((p, target, v))
+    return cases
 
 
 def expected_prediction(schedule: str, p: int, m: int, v: int = 1) -> dict:
@@ -124,7 +151,8 @@ def smallest_m_mistake(got: int, p: int, target: float, v: int = 1) -> str | Non
     if v > 1 and got % p:
         return f"{where}: m={got} is not a multiple of p={p}; interleaving needs m in {{{p}, {2 * p}, ...}}"
     if v > 1 and got == expected_smallest_m(p, target, 1):
-        return f"{where}: you answered {got}, plain 1F1B's count; with v={v} chunks the bubble is (p-1)/(v m + p - 1)"
+        return (f"{where}: you answered {got}, plain 1F1B's count; with v={v} chunks the bubble is "
+                f"(p-1)/(v m + p - 1)")
     if got > want:
         return f"{where}: m={want} already gives a bubble below {target:g}; you answered {got}"
     return f"{where}: m={got} still leaves a bubble of at least {target:g}"
