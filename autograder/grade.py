@@ -1,7 +1,7 @@
 """The instructor's grading path (what `make grade` runs).
 
     submitted/<student>/<assignment>/<assignment>.ipynb      (nbgrader collect, or copied by hand)
-      -> autograded/   nbgrader autograde, one process per submission, JOBS at once:
+      -> autograded/   nbgrader autograde, by JOBS worker processes (grade_worker.py):
                        the student's cells in a sandboxed kernel, the test cells
                        (hidden tests put back) judged in the grader (autograder/execute.py)
       -> feedback/     nbgrader generate_feedback: HTML per student, hidden tests removed
@@ -14,14 +14,16 @@ Makefile's JOBS) grades N submissions at once; a progress line counts them.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+from queue import Empty, Queue
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = Path(__file__).resolve().parent / "samples"
@@ -36,12 +38,16 @@ def nbgrader(course_root: Path, *args: str, check: bool = True) -> subprocess.Co
     Grading kernels run cells back to back, so an early start of the ranks'
     forkserver (threeaxes' prestart) would gain nothing, and in a drop that
     never launches it would cost CPU: THREEAXES_PRESTART=0."""
+    return subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=WARN"],
+                          cwd=course_root, env=_nbgrader_env(), check=check, text=True,
+                          capture_output=not check)
+
+
+def _nbgrader_env() -> dict:
     def prepend(var, path):
         return f"{path}{os.pathsep}{os.environ[var]}" if os.environ.get(var) else str(path)
-    env = {**os.environ, "PATH": prepend("PATH", Path(sys.executable).parent),
-           "PYTHONPATH": prepend("PYTHONPATH", ROOT), "THREEAXES_PRESTART": "0"}
-    return subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=WARN"],
-                          cwd=course_root, env=env, check=check, text=True, capture_output=not check)
+    return {**os.environ, "PATH": prepend("PATH", Path(sys.executable).parent),
+            "PYTHONPATH": prepend("PYTHONPATH", ROOT), "THREEAXES_PRESTART": "0"}
 
 
 def register_assignments(course_root: Path, names: list[str]) -> None:
@@ -61,23 +67,45 @@ def submissions(course_root: Path) -> list[tuple[str, str]]:
 
 def autograde(course_root: Path, todo: list[tuple[str, str]], jobs: int, *extra: str,
               progress=sys.stderr) -> dict[tuple[str, str], float]:
-    """`nbgrader autograde <assignment> --student <student>` for each submission, `jobs`
-    at once (each its own process and sandboxed kernel; they share the gradebook, whose
-    db_url waits for its lock). Returns seconds per submission; raises if any failed."""
-    def one(item):
-        assignment, student = item
-        start = time.perf_counter()
-        done = nbgrader(course_root, "autograde", assignment, f"--student={student}", "--force",
-                        *extra, check=False)
-        return item, time.perf_counter() - start, done
-    seconds, failed, start = {}, [], time.perf_counter()
-    with ThreadPoolExecutor(max(1, jobs)) as pool:
-        for future in as_completed([pool.submit(one, item) for item in todo]):
-            item, took, done = future.result()
-            seconds[item] = took
-            if done.returncode:
-                failed.append(f"{item[1]}/{item[0]}: {done.stderr.strip()[-1500:]}")
-            _progress(progress, len(seconds), len(todo), time.perf_counter() - start, item)
+    """nbgrader's autograde for each (assignment, student), by `jobs` worker processes
+    at once (autograder/grade_worker.py; each submission in its own sandboxed kernel,
+    all sharing the gradebook, whose db_url waits for its lock). `extra`: nbgrader
+    settings such as "--Execute.timeout=30". Returns seconds per submission; raises
+    SystemExit naming each submission nbgrader could not grade."""
+    queue = Queue()
+    for item in todo:
+        queue.put(item)
+    seconds, failed, lock, start = {}, [], threading.Lock(), time.perf_counter()
+
+    def work():
+        worker = subprocess.Popen([sys.executable, "-m", "autograder.grade_worker", str(course_root), *extra],
+                                  cwd=course_root, env=_nbgrader_env(), text=True, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            while True:
+                try:
+                    item = queue.get_nowait()
+                except Empty:
+                    return
+                began = time.perf_counter()
+                worker.stdin.write(json.dumps(item) + "\n")
+                worker.stdin.flush()
+                line = worker.stdout.readline()
+                result = json.loads(line) if line else {"success": False, "error": "the worker died"}
+                with lock:
+                    seconds[item] = time.perf_counter() - began
+                    if not result["success"]:
+                        failed.append(f"{item[1]}/{item[0]}: {result['error']}")
+                    _progress(progress, len(seconds), len(todo), time.perf_counter() - start, item)
+        finally:
+            worker.stdin.close()
+            worker.wait()
+
+    threads = [threading.Thread(target=work) for _ in range(max(1, min(jobs, len(todo))))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     if failed:
         raise SystemExit("nbgrader could not grade:\n" + "\n".join(failed))
     return seconds
