@@ -16,6 +16,7 @@ help:
 	@echo "make reset DROP=<drop>  back up your copy of one drop in work/ and take the release's again"
 	@echo "make lab-instructor     JupyterLab on the repository itself, with nbgrader's formgrader"
 	@echo "make test       the whole suite: package, notebooks (nbval), grading path"
+	@echo "make test-browser  a student's session in headless Chromium (apt-get install chromium chromium-driver)"
 	@echo "make release    regenerate release/ from source/ with nbgrader"
 	@echo "make grade      autograde submitted/ (JOBS at once, each sandboxed), write feedback/ and grades.csv"
 	@echo "make grade-demo copy the sample submissions into submitted/, then grade"
@@ -46,6 +47,11 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) -m "not slow" tests
+
+# the browser test alone (tests/browser); here a missing Chromium, driver or selenium fails it, by name
+.PHONY: test-browser
+test-browser: $(STAMP)
+	THREEAXES_BROWSER_TEST=required $(BIN)/python -m pytest -p no:cacheprovider -s tests/browser
 
 release: $(STAMP)
 	$(BIN)/python -m autograder.release

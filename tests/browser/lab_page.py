@@ -11,6 +11,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,9 @@ def what_is_missing() -> list[str]:
 
 
 def require_browser() -> None:
-    """Skip when the browser is missing; fail instead under `make test-browser`
+    """Skip when the browser is missing, saying why in the warnings summary (a
+    plain UserWarning: pytest-xdist must rebuild the category in its controller,
+    which cannot import this folder); fail instead under `make test-browser`
     (THREEAXES_BROWSER_TEST=required)."""
     missing = what_is_missing()
     if not missing:
@@ -52,6 +55,7 @@ def require_browser() -> None:
     reason = f"the browser test needs {'; '.join(missing)}. All of it: {INSTALL}"
     if os.environ.get("THREEAXES_BROWSER_TEST") == "required":
         pytest.fail(reason, pytrace=False)
+    warnings.warn(f"browser test skipped: {reason}", UserWarning, stacklevel=2)
     pytest.skip(reason)
 
 

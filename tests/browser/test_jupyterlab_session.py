@@ -172,5 +172,8 @@ def test_a_student_session_in_chromium_through_drop13(tmp_path):
         lab.stop()
         total = time.perf_counter() - t0
         print(f"\nbrowser session {total:.1f} s: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
+        quiet = [e for e in console if e["level"] in ("DEBUG", "INFO")]
+        print(f"browser console: {len(console)} entries, {len(quiet)} of them DEBUG or INFO")
         for entry in console:
-            print(f"console {entry['level']}: {entry['message'][:300]}")
+            if entry not in quiet:
+                print(f"console {entry['level']}: {entry['message'][:300]}")
