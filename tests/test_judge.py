@@ -47,12 +47,16 @@ def test_library_functions_are_the_graders_own_and_student_functions_call_back(n
     namespace, answers = notebook
     exec("from threeaxes.toy import ToyTransformer\n"
          "def double(v):\n    return [2 * x for x in v]\n"
-         "def broken(v):\n    raise ValueError(f'no {v}')\n", namespace)
-    got = answers.get(["ToyTransformer", "double", "broken"])
+         "def broken(v):\n    raise ValueError(f'no {v}')\n"
+         "class MyError(ValueError):\n    pass\n"
+         "def picky(v):\n    raise MyError('odd')\n", namespace)
+    got = answers.get(["ToyTransformer", "double", "broken", "picky"])
     assert got["ToyTransformer"] is ToyTransformer
     assert is_remote(got["double"]) and got["double"]([1, 2]) == [2, 4]
     with pytest.raises(ValueError, match="no 7"):
         got["broken"](7)
+    with pytest.raises(ValueError, match="MyError: odd"):   # a subclass arrives as its builtin base
+        got["picky"](1)
 
 
 def test_objects_that_are_not_data_arrive_as_opaque_and_fail_checks(notebook):
