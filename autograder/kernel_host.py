@@ -39,6 +39,7 @@ def main(argv=None) -> None:
 
 
 def serve(requests, replies, settings: dict) -> None:
+    from jupyter_core.utils import run_sync
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
 
@@ -73,7 +74,8 @@ def serve(requests, replies, settings: dict) -> None:
                 alive = client.kc is not None and client.km.is_alive()
                 status = "ok" if alive else "dead"
         replies.write(json.dumps({"outputs": cell.get("outputs", []), "status": status}) + "\n")
-    client._cleanup_kernel() if hasattr(client, "_cleanup_kernel") else None
+    # the grader closed our stdin: stop the kernel (without a PID namespace nothing else would)
+    run_sync(client.km.shutdown_kernel)(now=True)
 
 
 def _timed_out(cell, replies) -> bool:

@@ -108,7 +108,12 @@ class KernelSession:
     def close(self) -> None:
         if self.alive:
             self.alive = False
-            sandbox.kill_tree(self._proc)
+            try:   # end of requests: the host stops its kernel ...
+                self._proc.stdin.close()
+                self._proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+            sandbox.kill_tree(self._proc)   # ... and whatever is left goes with its group
             if self._scratch is not None:
                 self._scratch.cleanup()
 
