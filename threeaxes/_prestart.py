@@ -1,10 +1,13 @@
 """Start launch's forkserver in the background as soon as ``threeaxes`` is imported.
 
 The first :func:`threeaxes.launch.launch` in a process starts a multiprocessing
-forkserver that imports torch and friends once (``PRELOAD``, 2-4 s); every rank then
-forks from it already warm. Started at import time on a daemon thread, that work
-overlaps with the student reading and running the next cells, so the first launch
-finds the server ready.
+forkserver that imports torch once (``PRELOAD``, 1.5-2 s) and then, while idle, what
+ranks often need besides (``DEFERRED``: torch._dynamo, ..., another 1-2 s; see
+``threeaxes._forkserver_idle``); every rank then forks from it already warm. Started
+at import time, by a daemon thread, that work overlaps with the student reading and
+running the next cells, so the first launch finds the server ready. ``import
+threeaxes`` waits for the thread to have spawned the server (``HEAD_START_S``), not
+for the server's imports.
 
 When it happens (``THREEAXES_PRESTART``):
 
@@ -23,7 +26,7 @@ Safety: this module imports nothing heavy (no torch: importing torch on a second
 thread while the main thread imports too could hand either a half-built module).
 The thread only calls ``multiprocessing.forkserver.ensure_running()``, which holds the
 forkserver's own lock; a launch that arrives meanwhile waits on that lock and then
-uses the same server, which accepts it once its imports are done.
+uses the same server, which accepts it once it has imported PRELOAD.
 """
 
 from __future__ import annotations
@@ -52,6 +55,12 @@ PRELOAD = ["torch", "torch.distributed", "cloudpickle", "threeaxes._launch_worke
 DEFERRED = ["sympy", "torch.fx.experimental.symbolic_shapes", "torch.distributed.tensor",
             "torch._dynamo", "torch.distributed.tensor.parallel", "torch.distributed.pipelining",
             "threeaxes.toy"]
+
+# How long ``import threeaxes`` waits for the background thread to have spawned the
+# server (usually 20-90 ms). Without it, the thread often starts only after the next
+# cell's ``import torch`` is well under way: while torch loads its C library the thread
+# cannot run (the GIL), and the server, started late, then makes the first launch wait.
+HEAD_START_S = 0.25
 
 # How long launch waits for the server to import DEFERRED before it forks anyway, and
 # how often it looks.
@@ -125,13 +134,14 @@ def _inside_forkserver():
 
 
 def on_import():
-    """Called by ``threeaxes/__init__``: decide, and start if so. Never raises, never blocks."""
+    """Called by ``threeaxes/__init__``: decide, and start if so. Never raises; waits at
+    most HEAD_START_S, for the thread to have spawned the server (see there)."""
     global decision
     try:
         reason = skip_reason()
         decision = reason or "started"
         if reason is None:
-            start()
+            start().join(HEAD_START_S)
     except Exception as exc:  # noqa: BLE001 -- importing threeaxes must not fail because of this
         decision = f"failed to decide: {exc!r}"
 
