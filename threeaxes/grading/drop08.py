@@ -9,10 +9,16 @@ Two exercises, each judged by value and on real ranks:
   groups PyTorch's DeviceMesh actually built. `layout_mistake` names the usual
   mistakes (tp slowest instead of fastest, neighbours one rank apart).
 * `collectives_per_step(dp, tp, pp, m, n_layers, stage, n_tensors)`: how many
-  collectives a rank makes on each axis in one step. `check_collective_counts`
-  trains one real 3D step on fresh ranks and compares with its trace.
+  collectives a rank makes on each axis in one step. `traced_counts` trains
+  real 3D steps on fresh ranks and counts each rank's collectives in the
+  trace; `counts_mistake` compares the answer for every rank with them.
 
-Only plain values come back from the ranks: {"ok": bool, "message": str}.
+The references the grader trusts run without any student code on their ranks
+(`mesh_layout_groups`, `traced_counts`) and send back raw plain values; the
+grader compares the answers with them itself. `check_layout_groups` (a
+verdict computed on ranks that run the student's function) is for visible
+feedback only. `draw_layouts` and `draw_count_runs` pick the hidden tests'
+inputs at grading time.
 """
 from __future__ import annotations
 
@@ -20,8 +26,9 @@ import itertools
 
 from threeaxes.grading import as_int
 
-__all__ = ["expected_layout_groups", "plain_layout_groups", "layout_mistake",
-           "check_layout_groups", "plain_counts", "check_collective_counts"]
+__all__ = ["expected_layout_groups", "plain_layout_groups", "layout_mistake", "mesh_layout_groups",
+           "check_layout_groups", "draw_layouts", "plain_counts", "count_mistake", "traced_counts",
+           "counts_mistake", "draw_count_runs"]
 
 KEYS = ("dp", "tp", "pp", "prev", "next")
 
@@ -85,8 +92,9 @@ def layout_mistake(got: dict, dp, tp, pp, rank) -> str | None:
     return None
 
 
-def check_layout_groups(rank, world_size, layout_groups, dp, tp, pp) -> dict:
-    """On fresh ranks: the student's answer for this rank against the DeviceMesh's groups."""
+def mesh_layout_groups(rank, world_size, dp, tp, pp) -> dict:
+    """On fresh ranks: the groups and pipeline neighbours the DeviceMesh built for this
+    rank, as plain lists and ints. No student code runs here: the grader's reference."""
     import torch.distributed as dist
 
     from threeaxes.dims import ParallelDims
@@ -94,6 +102,13 @@ def check_layout_groups(rank, world_size, layout_groups, dp, tp, pp) -> dict:
     dims = ParallelDims.init(dp, tp, pp)
     real = {axis: sorted(dist.get_process_group_ranks(dims.group(axis))) for axis in ("dp", "tp", "pp")}
     real.update(prev=dims.prev_rank, next=dims.next_rank)
+    return real
+
+
+def check_layout_groups(rank, world_size, layout_groups, dp, tp, pp) -> dict:
+    """On fresh ranks: the student's answer for this rank against the DeviceMesh's groups.
+    A verdict made where the student's function runs: visible feedback only."""
+    real = mesh_layout_groups(rank, world_size, dp, tp, pp)
     try:
         got = plain_layout_groups(layout_groups(dp, tp, pp, rank), f"layout_groups({dp}, {tp}, {pp}, {rank})")
     except AssertionError as err:
@@ -102,6 +117,15 @@ def check_layout_groups(rank, world_size, layout_groups, dp, tp, pp) -> dict:
         return {"ok": False, "message": layout_mistake(got, dp, tp, pp, rank)
                 or f"rank {rank}: the mesh built {real}, you said {got}"}
     return {"ok": True, "message": f"rank {rank}: matches the groups the DeviceMesh built"}
+
+
+def draw_layouts(rng, n: int = 3, max_world: int = 16) -> list[tuple[int, int, int]]:
+    """`n` random (dp, tp, pp) layouts of 2 to `max_world` ranks; the first has all three
+    axes above 1 (every usual mistake shows there), the others any shape, a 1 included."""
+    full = [(d, t, p) for d in (2, 3) for t in (2, 3) for p in (2, 3) if d * t * p <= max_world]
+    other = [(d, t, p) for d in range(1, 5) for t in range(1, 5) for p in range(1, 5)
+             if 2 <= d * t * p <= max_world and (d, t, p) not in full]
+    return [rng.choice(full)] + rng.sample(other, n - 1)
 
 
 def plain_counts(answer, name="collectives_per_step(...)") -> dict:
@@ -128,23 +152,44 @@ def count_mistake(got: dict, want: dict, dp, tp, pp, m, n_layers, stage) -> str 
     return f"{where}: expected {want}, got {got}"
 
 
-def check_collective_counts(rank, world_size, collectives_per_step, dp, tp, pp, m) -> dict:
-    """On fresh ranks: train one 3D step, count this rank's collectives, compare with the answer."""
+def traced_counts(rank, world_size, runs) -> tuple:
+    """On fresh ranks: for each run (dp, tp, pp, m, n_layers), one real `train_3d` step
+    of a small toy model; this rank's stage, parameter tensors and the collectives its
+    trace counted, as plain values. No student code runs here: the grader's reference."""
     from threeaxes.toy import ToyConfig, make_batch
     from threeaxes.train import train_3d
 
-    cfg = ToyConfig(seq_len=8)
-    result = train_3d(rank, world_size, cfg, [make_batch(cfg, 2 * dp * m, seed=0)],
-                      dp=dp, tp=tp, pp=pp, m=m)
-    trace, stage = result["trace"], result["coords"]["pp"]
-    want = {"tp": trace.count("all_reduce", "tp"), "dp": trace.count("all_reduce", "dp"),
-            "pp": trace.count("send", "pp")}
-    args = (dp, tp, pp, m, cfg.n_layers, stage, len(result["params"]))
-    try:
-        got = plain_counts(collectives_per_step(*args), f"collectives_per_step{args}")
-    except AssertionError as err:
-        return {"ok": False, "message": str(err)}
-    mistake = count_mistake(got, want, dp, tp, pp, m, cfg.n_layers, stage)
-    if mistake:
-        return {"ok": False, "message": f"rank {rank}: {mistake}"}
-    return {"ok": True, "message": f"rank {rank}: {got} equals what the trace counted"}
+    out = []
+    for dp, tp, pp, m, n_layers in runs:
+        cfg = ToyConfig(seq_len=8, n_layers=n_layers)
+        result = train_3d(rank, world_size, cfg, [make_batch(cfg, dp * m, seed=0)],
+                          dp=dp, tp=tp, pp=pp, m=m)
+        trace = result["trace"]
+        out.append({"stage": result["coords"]["pp"], "n_tensors": len(result["params"]),
+                    "counts": {"tp": trace.count("all_reduce", "tp"), "dp": trace.count("all_reduce", "dp"),
+                               "pp": trace.count("send", "pp")}})
+    return tuple(out)
+
+
+def counts_mistake(collectives_per_step, runs, traced) -> str | None:
+    """Call the answer once for each rank's arguments in each run and compare it with what
+    `traced_counts` measured there; None when all agree, else the first mistake."""
+    for i, (dp, tp, pp, m, n_layers) in enumerate(runs):
+        asked = {}
+        for rank, per_run in enumerate(traced):
+            measured = per_run[i]
+            args = (dp, tp, pp, m, n_layers, measured["stage"], measured["n_tensors"])
+            if args not in asked:
+                asked[args] = plain_counts(collectives_per_step(*args), f"collectives_per_step{args}")
+            mistake = count_mistake(asked[args], measured["counts"], dp, tp, pp, m, n_layers,
+                                    measured["stage"])
+            if mistake:
+                return f"rank {rank}, collectives_per_step{args}: {mistake}"
+    return None
+
+
+def draw_count_runs(rng) -> list[tuple[int, int, int, int, int]]:
+    """Three random runs (dp, tp, pp, m, n_layers) on 4 ranks: tp x pp, one with dp > 1, and
+    tp = 4 or pp = 4 (middle stages); m from 1 to 3, one or two blocks per stage."""
+    layouts = [(1, 2, 2), rng.choice([(2, 1, 2), (2, 2, 1), (4, 1, 1)]), rng.choice([(1, 1, 4), (1, 4, 1)])]
+    return [(dp, tp, pp, rng.randint(1, 3), pp * rng.randint(1, 2)) for dp, tp, pp in layouts]
