@@ -12,16 +12,21 @@ Two exercises:
   flat parameter into dp equal shards (padded with zeros to a multiple of dp)
   and put it back together with one all-gather over dp. `check_shard_gather`
   runs them on fresh ranks against a reference written here, and reads the
-  trace to see that the gather was one all-gather over the dp axis.
-
-Only plain values come back from the ranks: {"ok": bool, "message": str}.
+  trace to see that the gather was one all-gather over the dp axis: a verdict
+  made where the student's functions run, for visible feedback only. The
+  hidden test judges in the grader: `shard_mistake` calls `shard_flat` for
+  every rank against the reference cut here, `shard_gather_raw` sends back
+  from the ranks only raw values (shards, gathered vectors, collectives) and
+  `gather_mistake` compares them with the vectors the grader drew
+  (`draw_flat_vectors`).
 """
 from __future__ import annotations
 
 from threeaxes.cost.memory import STATE_TERMS, ZERO_REGIMES
 from threeaxes.grading import as_number
 
-__all__ = ["expected_bytes", "plain_bytes", "bytes_mistake", "check_shard_gather"]
+__all__ = ["expected_bytes", "plain_bytes", "bytes_mistake", "draw_bytes_cases", "check_shard_gather",
+           "draw_flat_vectors", "shard_mistake", "shard_gather_raw", "gather_mistake"]
 
 
 
@@ -68,6 +73,14 @@ def bytes_mistake(got: dict, n_params, regime, dp) -> str | None:
             return f"{where} the {term} should be sharded over the dp={dp} GPUs: divide by dp"
     wrong = [t for t in STATE_TERMS if not _close(got[t], want[t])]
     return f"{where} {', '.join(wrong)} not right: expected {want}, got {got}"
+
+
+def draw_bytes_cases(rng) -> list[tuple]:
+    """Random (n_params, regime, dp) cases: a small model, one in the billions and one given
+    as a float (7e9-style), each under every regime over two dp sizes above 1."""
+    sizes = [rng.randint(1, 10**6), rng.randint(10**9, 2 * 10**11), rng.randint(1, 500) * 1e9]
+    dps = [rng.randint(2, 8), rng.randint(9, 512)]
+    return [(n, regime, dp) for n in sizes for regime in ZERO_REGIMES for dp in dps]
 
 
 # -- shard and gather a flat parameter, on ranks ---------------------------------------
@@ -125,3 +138,121 @@ def check_shard_gather(rank, world_size, shard_flat, gather_flat, sizes=(12, 10,
             return {"ok": False, "message": f"{where}: gather_flat made {made or 'no collectives'}; "
                                             f"use exactly one comms.all_gather over the 'dp' axis"}
     return {"ok": True, "message": f"rank {rank}: every shard and every gather right"}
+
+
+# -- the hidden test: raw values from the ranks, judged in the grader ----------------------
+
+def draw_flat_vectors(rng) -> tuple[int, list[list[float]]]:
+    """A dp size from 2 to 4 and three flat vectors of random numbers (exact in float32, so a
+    float32 buffer is no mistake here): a length that is not a multiple of dp, one that is,
+    and one shorter than dp (some shards are all padding)."""
+    dp = rng.randint(2, 4)
+    sizes = [dp * rng.randint(1, 6) + rng.randint(1, dp - 1), dp * rng.randint(1, 6), rng.randint(1, dp - 1)]
+    return dp, [[rng.randint(-800, 800) / 8 for _ in range(n)] for n in sizes]
+
+
+def _where(values, dp) -> str:
+    shown = f" {values}" if len(values) <= 12 else ""
+    return f"a flat parameter of {len(values)} numbers{shown} over dp={dp}"
+
+
+def shard_mistake(shard_flat, dp, vectors) -> str | None:
+    """Call `shard_flat` for every dp rank and vector (no communication: one process) and
+    compare with the zero-padded reference cut here; None when all are right."""
+    import torch
+
+    for values in vectors:
+        flat = torch.tensor(values, dtype=torch.float64)
+        for dp_rank in range(dp):
+            want = _reference_shard(flat, dp_rank, dp)
+            where = f"shard_flat(<{_where(values, dp)}>, {dp_rank}, {dp})"
+            shard = shard_flat(flat.clone(), dp_rank, dp)
+            if not isinstance(shard, torch.Tensor) or shard.dim() != 1:
+                return f"{where} should return a 1-d tensor, got {type(shard).__name__}"
+            if shard.numel() != want.numel():
+                return (f"{where} holds {shard.numel()} numbers; pad the flat tensor with zeros to a "
+                        f"multiple of dp first, so every shard has ceil({flat.numel()}/{dp}) = {want.numel()}")
+            if not torch.equal(shard.to(want.dtype), want):
+                k = want.numel()
+                return (f"{where} is {shard.tolist()}, expected {want.tolist()}: dp rank r keeps "
+                        f"entries [r*{k}, (r+1)*{k}) of the zero-padded tensor")
+    return None
+
+
+def _plain_vector(value):
+    """A tensor as (shape, values in float64); anything else as its type's name."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape), value.detach().to(torch.float64).flatten().tolist()
+    return type(value).__name__
+
+
+def shard_gather_raw(rank, world_size, shard_flat, gather_flat, vectors) -> tuple:
+    """On fresh ranks (dp = world_size), for each flat vector: this rank's shard, what
+    gather_flat gave back and the collectives it made as (op, axis), or the error raised.
+    Raw values only: the grader judges them (`gather_mistake`)."""
+    import torch
+
+    from threeaxes import comms, trace
+    from threeaxes.dims import ParallelDims
+
+    dims = ParallelDims.init(dp=world_size)
+    out = []
+    for values in vectors:
+        flat = torch.tensor(values, dtype=torch.float64)
+        entry = {"shard": None, "gathered": None, "collectives": None, "error": None}
+        try:
+            shard = shard_flat(flat.clone(), dims.coord("dp"), world_size)
+            entry["shard"] = _plain_vector(shard)
+        except Exception as exc:  # noqa: BLE001 - the student's error is sent back as text
+            entry["error"] = f"shard_flat raised {type(exc).__name__}: {exc}"
+        # communication: every rank says whether its shard is ready, so that no rank waits in
+        # an all-gather that another rank never joins
+        ready = comms.all_reduce(torch.tensor([float(entry["error"] is None)]), "dp", dims=dims)
+        if ready.item() == world_size:
+            with trace.record() as recorded:
+                try:
+                    entry["gathered"] = _plain_vector(gather_flat(shard, flat.numel(), dims))
+                except Exception as exc:  # noqa: BLE001
+                    entry["error"] = f"gather_flat raised {type(exc).__name__}: {exc}"
+            entry["collectives"] = tuple((e.op, e.axis) for e in recorded.comms())
+        out.append(entry)
+    return tuple(out)
+
+
+def gather_mistake(raw, dp, vectors) -> str | None:
+    """Judge what `shard_gather_raw` sent back from dp ranks against the drawn vectors and the
+    reference shards; None when every rank shows the right shard, the whole vector back
+    without padding, and exactly one all-gather over dp."""
+    import torch
+
+    keys = {"shard", "gathered", "collectives", "error"}
+    if (type(raw) is not list or len(raw) != dp
+            or any(type(r) is not tuple or len(r) != len(vectors) for r in raw)
+            or any(type(e) is not dict or set(e) != keys for r in raw for e in r)):
+        shown = repr(raw)[:200]
+        return (f"the {dp} ranks sent back {shown}, not the shards and gathered vectors of your "
+                f"functions: was check_on_ranks or threeaxes changed in the notebook?")
+    for rank, entries in enumerate(raw):
+        for values, entry in zip(vectors, entries):
+            where = f"rank {rank}, {_where(values, dp)}"
+            if entry["error"]:
+                return f"{where}: {entry['error']}"
+            want = _reference_shard(torch.tensor(values, dtype=torch.float64), rank, dp)
+            if entry["shard"] != (tuple(want.shape), want.tolist()):
+                return f"{where}: the shard on the rank was {entry['shard']}, expected {want.tolist()}"
+            got = entry["gathered"]
+            if got is None:
+                return f"{where}: another rank's shard_flat failed, so nothing was gathered"
+            if got != ((len(values),), [float(v) for v in values]):
+                hint = ""
+                if type(got) is tuple and len(got[1]) > len(values) and got[1][:len(values)] == values:
+                    hint = " drop the padding at the end (return the first numel numbers)"
+                shown = f"a tensor of shape {got[0]}" if type(got) is tuple else got
+                return f"{where}: gather_flat gave {shown}, not the {len(values)} numbers back in order;{hint}"
+            if entry["collectives"] != (("all_gather", "dp"),):
+                made = [op for op, _ in entry["collectives"]] or "no collectives"
+                return (f"{where}: gather_flat made {made}; use exactly one comms.all_gather over "
+                        f"the 'dp' axis")
+    return None
