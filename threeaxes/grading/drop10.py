@@ -14,7 +14,8 @@ Two autograded exercises:
   from ZeRO Section 3.1 and Figure 1, activations from Korthikanti et al.
   2022 Table 2) within `GB_TOLERANCE` (the embedding and output-layer extras
   of Korthikanti's Section 4.3 may be left out). `gb_mistake` names the
-  usual slips.
+  usual slips. The hidden test draws its points at grading time
+  (`draw_gb_cases`) among those where every slip is told apart.
 * `fix_config`: a configuration that fits at 4,096 tokens, judged by
   `threeaxes.grading.sizing.grade_configuration` against `SCENARIO` (any
   feasible tuple scores, full marks within 10% of the search's best).
@@ -25,7 +26,7 @@ from threeaxes.grading import as_number
 
 __all__ = ["MODEL_NAME", "CLUSTER_NAME", "N_GPUS", "TOKENS_PER_STEP", "SEQ_BEFORE", "SEQ_AFTER",
            "CRASHED", "SCENARIO_BEFORE", "SCENARIO", "GB_TOLERANCE", "scenario",
-           "expected_gb", "plain_gb", "gb_mistake", "config_mistake"]
+           "expected_gb", "plain_gb", "gb_mistake", "gb_cases", "draw_gb_cases", "config_mistake"]
 
 MODEL_NAME, CLUSTER_NAME, N_GPUS = "13B", "a100-80gb", 32
 TOKENS_PER_STEP = 512 * 2048          # kept by the curriculum: 512 x 2,048 = 256 x 4,096
@@ -125,6 +126,26 @@ def gb_mistake(got: float, seq_len: int, micro_batch: int) -> str | None:
     side = "high" if got > want else "low"
     return (f"{where} too {side}; add model states (2 + 2 + 12 bytes per parameter, divided "
             f"over tp, the 12 also over dp) and 40 layers of sbh(10 + 24/t) + 5 a s^2 b / t bytes")
+
+
+def gb_cases() -> list[tuple[int, int]]:
+    """(seq_len, micro_batch) points, seq_len a multiple of 512 up to 8,192 and micro-batches
+    of 1 to 4, at which the right answer and every slip of `_slips` lie at least twice the
+    tolerance apart (with hundreds of GB of activations, leaving out the few GB of optimizer
+    states would pass unseen, and at 2,048 a linear attention term is right by chance)."""
+    cases = []
+    for seq_len in range(512, 8193, 512):
+        for micro_batch in range(1, 5):
+            t = _terms(seq_len, micro_batch)
+            want = t["total"] / 1e9
+            if all(abs(value / 1e9 - want) > 2 * GB_TOLERANCE * want for value, _ in _slips(t)):
+                cases.append((seq_len, micro_batch))
+    return cases
+
+
+def draw_gb_cases(rng, n: int = 4) -> list[tuple[int, int]]:
+    """`n` distinct points of `gb_cases`, drawn with `rng`."""
+    return rng.sample(gb_cases(), n)
 
 
 def config_mistake(config: dict) -> str | None:
