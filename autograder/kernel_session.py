@@ -30,7 +30,8 @@ STARTUP_TIMEOUT_S = 180  # a kernel can take a minute to start on a loaded 2-cor
 
 class KernelSession:
     def __init__(self, *, isolate: bool = True, files: dict[str, bytes] | None = None, timeout: float = 90):
-        self._scratch = None if isolate else tempfile.TemporaryDirectory(prefix="threeaxes-grade-")
+        # isolated: an empty folder the sandbox builds its root on; otherwise the kernel's scratch
+        self._scratch = tempfile.TemporaryDirectory(prefix="threeaxes-grade-")
         workdir = "/tmp/work" if isolate else self._scratch.name
         home = "/tmp/home" if isolate else workdir
         env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}/usr/bin{os.pathsep}/bin",
@@ -38,7 +39,7 @@ class KernelSession:
                "JUPYTER_RUNTIME_DIR": f"{workdir}/.runtime", "IPYTHONDIR": f"{home}/.ipython",
                "MPLCONFIGDIR": f"{home}/.matplotlib", "MPLBACKEND": "Agg",
                "THREEAXES_PRESTART": "0", "TORCH_CPP_LOG_LEVEL": "ERROR", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        settings = {"isolate": isolate, "workdir": workdir, "env": env,
+        settings = {"isolate": isolate, "workdir": workdir, "env": env, "stage": self._scratch.name,
                     "startup_timeout": STARTUP_TIMEOUT_S,
                     "keep": sorted({sys.prefix, sys.base_prefix, sys.exec_prefix,
                                     str(ROOT / "threeaxes")}),
@@ -114,8 +115,7 @@ class KernelSession:
             except (OSError, subprocess.TimeoutExpired):
                 pass
             sandbox.kill_tree(self._proc)   # ... and whatever is left goes with its group
-            if self._scratch is not None:
-                self._scratch.cleanup()
+            self._scratch.cleanup()
 
     def __enter__(self):
         return self

@@ -93,10 +93,8 @@ def isolate(settings: dict) -> dict:
 
 
 def _private_folders(settings: dict) -> None:
-    """Without a private /tmp: a fresh folder of its own for work and home."""
-    import tempfile
-
-    base = tempfile.mkdtemp(prefix="threeaxes-grade-")
+    """Without a private /tmp: work and home in the grader's scratch folder (it removes it)."""
+    base = settings["stage"]
     for key, value in settings["env"].items():
         settings["env"][key] = value.replace("/tmp/", base + "/")
     settings["workdir"] = settings["workdir"].replace("/tmp/", base + "/")
@@ -110,7 +108,7 @@ def _enter_namespaces(settings: dict) -> None:
     _write("/proc/self/gid_map", f"0 {gid} 1")
     _become_pid_one()
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    _minimal_root(settings["keep"])
+    _minimal_root(settings["keep"], settings["stage"])
     _loopback_up()
     # a nested user namespace: the kernel keeps no privilege over the mounts above
     _call("unshare", CLONE_NEWUSER | CLONE_NEWNS)
@@ -134,35 +132,41 @@ def _become_pid_one() -> None:
 
 # What a kernel needs of the machine: programs, libraries, /etc (less its secrets),
 # devices and the CPU description torch reads; everything else stays out of sight.
-SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev", "/sys")
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys", "/dev")
 SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/ssh")
 
 
-def _minimal_root(keep: list[str]) -> None:
+def _minimal_root(keep: list[str], stage: str) -> None:
     """Change root into a new, mostly empty tree: SYSTEM and `keep` bound read-only,
     a fresh /tmp, /dev/shm and /proc. Home folders, the course, other submissions'
     scratch and any other copy of the course on the machine are simply not there."""
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1g,mode=1777")
-    new = "/tmp/root"
+    # the new tree is built on a tmpfs of this mount namespace's own over `stage`, an
+    # empty folder the grader made (and removes), so nothing the tree needs is hidden
+    _mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=755")
+    new, empty = stage + "/root", stage + "/empty"
     os.mkdir(new)
-    for path in (*SYSTEM, *keep):
-        if not os.path.exists(path):
-            continue
-        target = new + path
-        os.makedirs(target, exist_ok=True)
-        _mount(path, target, None, MS_BIND | MS_REC)
-        if path != "/dev":
-            _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+    os.mkdir(empty)
+
+    def bind(path, read_only=True):
+        os.makedirs(new + path, exist_ok=True)
+        _mount(path, new + path, None, MS_BIND | MS_REC)
+        if read_only:
+            _mount(None, new + path, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+
+    for path in SYSTEM:
+        if os.path.exists(path):
+            bind(path, read_only=path != "/dev")
     for path in SECRETS:
         if os.path.exists(new + path):
-            empty = "/tmp/empty-dir" if os.path.isdir(path) else "/dev/null"
-            os.makedirs("/tmp/empty-dir", exist_ok=True)
-            _mount(empty, new + path, None, MS_BIND)
+            _mount(empty if os.path.isdir(path) else "/dev/null", new + path, None, MS_BIND)
     for folder in ("/tmp", "/dev/shm"):
         os.makedirs(new + folder, exist_ok=True)
         _mount("tmpfs", new + folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=1g,mode=1777")
     os.makedirs(new + "/proc", exist_ok=True)
     _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV)
+    for path in keep:   # after /tmp: a Python environment may live under it
+        if os.path.exists(path):
+            bind(path)
     # pivot_root, not chroot: a chrooted process may not make the nested user namespace
     _mount(new, new, None, MS_BIND | MS_REC)
     os.chdir(new)
