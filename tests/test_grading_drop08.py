@@ -78,3 +78,14 @@ def test_the_mesh_reference_equals_the_enumeration():
     for layout in [(1, 2, 2), (2, 1, 2), (4, 1, 1)]:
         mesh = check_on_ranks(drop08.mesh_layout_groups, 4, *layout)
         assert mesh == [drop08.expected_layout_groups(*layout, r) for r in range(4)], layout
+
+
+def test_an_error_in_the_answer_names_the_drawn_call():
+    def broken(dp, tp, pp, rank):
+        return [][rank]
+    with pytest.raises(AssertionError, match=r"layout_groups\(2, 3, 2, 5\) raised IndexError"):
+        drop08.ask_layout_groups(broken, 2, 3, 2, 5)
+    raised = r"collectives_per_step\(1, 2, 2, 1, 2, 0, 9\) raised ZeroDivisionError"
+    with pytest.raises(AssertionError, match=raised):
+        drop08.counts_mistake(lambda *args: 1 / 0, [(1, 2, 2, 1, 2)],
+                              [({"stage": 0, "n_tensors": 9, "counts": {"tp": 4, "dp": 0, "pp": 1}},)])

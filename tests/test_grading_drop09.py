@@ -84,6 +84,14 @@ def shard_unpadded_on_rank_0_fails(flat, dp_rank, dp):
 def test_a_forged_reply_is_refused():
     forged = [{"ok": True, "message": "fine"}] * 3
     assert "was check_on_ranks or threeaxes changed" in drop09.gather_mistake(forged, 3, [[1.0]])
-    wrong_values = [({"shard": ((1,), [1.0]), "gathered": ((1,), [2.0]), "collectives": (("all_gather", "dp"),),
-                      "error": None},)]
+    wrong_values = [({"shard": ((1,), [1.0]), "gathered": ((1,), [2.0]),
+                      "collectives": (("all_gather", "dp"),), "error": None},)]
     assert "not the 1 numbers back" in drop09.gather_mistake(wrong_values, 1, [[1.0]])
+
+
+def test_an_error_in_the_answer_names_the_drawn_call():
+    with pytest.raises(AssertionError, match=r"bytes_per_gpu\(12345, 'zero2', 7\) raised KeyError"):
+        drop09.ask_bytes(lambda n, regime, dp: {}[regime], 12345, "zero2", 7)
+    raised = r"2 numbers \[1.0, 2.0\] over dp=2>, 0, 2\) raised ZeroDivisionError"
+    with pytest.raises(AssertionError, match=raised):
+        drop09.shard_mistake(lambda flat, r, dp: 1 / 0, 2, [[1.0, 2.0]])

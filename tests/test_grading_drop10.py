@@ -121,3 +121,8 @@ def test_the_graded_mistakes_score_as_grading_json_says():
     assert full.feasible and full.score == 0.5 and full.slowdown > 1.1
     sp_alone = judge_scenario(s, dict(drop10.CRASHED, sequence_parallel=True))
     assert not sp_alone.feasible and sp_alone.violations[0].rule == "memory"
+
+
+def test_an_error_in_the_answer_names_the_drawn_call():
+    with pytest.raises(AssertionError, match=r"gb_per_gpu\(3072, 3\) raised ValueError"):
+        drop10.ask_gb(lambda s, b: int("not a number"), 3072, 3)

@@ -25,7 +25,8 @@ from __future__ import annotations
 from threeaxes.cost.memory import STATE_TERMS, ZERO_REGIMES
 from threeaxes.grading import as_number
 
-__all__ = ["expected_bytes", "plain_bytes", "bytes_mistake", "draw_bytes_cases", "check_shard_gather",
+__all__ = ["expected_bytes", "plain_bytes", "ask_bytes", "bytes_mistake", "draw_bytes_cases",
+           "check_shard_gather",
            "draw_flat_vectors", "shard_mistake", "shard_gather_raw", "gather_mistake"]
 
 
@@ -43,6 +44,23 @@ def plain_bytes(answer, name="bytes_per_gpu(...)") -> dict:
     if type(answer) is not dict or set(answer) != set(STATE_TERMS):
         raise AssertionError(f"{name} should return a dict with exactly the keys {list(STATE_TERMS)}")
     return {term: as_number(answer[term], f"{name}[{term!r}]") for term in STATE_TERMS}
+
+
+def _ask(fn, call: str, *args):
+    """`fn(*args)`, a function of the notebook; an error it raises becomes an AssertionError
+    that names the call, so the input drawn at grading time is in the message."""
+    try:
+        return fn(*args)
+    except AssertionError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the student's error, reported with its input
+        raise AssertionError(f"{call} raised {type(exc).__name__}: {exc}") from None
+
+
+def ask_bytes(bytes_per_gpu, n_params, regime, dp) -> dict:
+    """The answer for one case as plain floats; any error names the call."""
+    call = f"bytes_per_gpu({n_params!r}, {regime!r}, {dp})"
+    return plain_bytes(_ask(bytes_per_gpu, call, n_params, regime, dp), call)
 
 
 def _close(a, b):
@@ -166,12 +184,13 @@ def shard_mistake(shard_flat, dp, vectors) -> str | None:
         for dp_rank in range(dp):
             want = _reference_shard(flat, dp_rank, dp)
             where = f"shard_flat(<{_where(values, dp)}>, {dp_rank}, {dp})"
-            shard = shard_flat(flat.clone(), dp_rank, dp)
+            shard = _ask(shard_flat, where, flat.clone(), dp_rank, dp)
             if not isinstance(shard, torch.Tensor) or shard.dim() != 1:
                 return f"{where} should return a 1-d tensor, got {type(shard).__name__}"
             if shard.numel() != want.numel():
                 return (f"{where} holds {shard.numel()} numbers; pad the flat tensor with zeros to a "
-                        f"multiple of dp first, so every shard has ceil({flat.numel()}/{dp}) = {want.numel()}")
+                        f"multiple of dp first, so every shard has ceil({flat.numel()}/{dp}) = "
+                        f"{want.numel()}")
             if not torch.equal(shard.to(want.dtype), want):
                 k = want.numel()
                 return (f"{where} is {shard.tolist()}, expected {want.tolist()}: dp rank r keeps "
@@ -250,7 +269,8 @@ def gather_mistake(raw, dp, vectors) -> str | None:
                 if type(got) is tuple and len(got[1]) > len(values) and got[1][:len(values)] == values:
                     hint = " drop the padding at the end (return the first numel numbers)"
                 shown = f"a tensor of shape {got[0]}" if type(got) is tuple else got
-                return f"{where}: gather_flat gave {shown}, not the {len(values)} numbers back in order;{hint}"
+                return (f"{where}: gather_flat gave {shown}, not the {len(values)} numbers back in "
+                        f"order;{hint}")
             if entry["collectives"] != (("all_gather", "dp"),):
                 made = [op for op, _ in entry["collectives"]] or "no collectives"
                 return (f"{where}: gather_flat made {made}; use exactly one comms.all_gather over "
