@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import cloudpickle
@@ -300,6 +301,27 @@ def test_the_warm_marker_sits_beside_a_socket_file_and_nowhere_else():
     assert _prestart.warm_marker("/tmp/pymp-x/listener-y") == "/tmp/pymp-x/listener-y.warm"
     assert _prestart.warm_marker("\0listener-abstract") is None  # no file to put beside it
     assert _prestart.warm_marker(None) is None
+
+
+def test_a_server_that_never_says_it_is_warm_is_waited_for_once(monkeypatch, tmp_path):
+    import multiprocessing.forkserver as fs
+
+    address = str(tmp_path / "listener-x")
+    monkeypatch.setattr(fs, "ensure_running", lambda: None)
+    monkeypatch.setattr(fs._forkserver, "_forkserver_address", address)
+    monkeypatch.setattr(fs._forkserver, "_forkserver_pid", -12345)
+    monkeypatch.setattr(_prestart, "_silent_server", None)
+    assert _prestart.wait_until_warm(timeout=0) is False  # only a look: it does not give up on it
+    assert _prestart._silent_server is None
+    start = time.monotonic()
+    assert _prestart.wait_until_warm(timeout=0.2) is False
+    assert time.monotonic() - start >= 0.2 and _prestart._silent_server == -12345
+    start = time.monotonic()
+    assert _prestart.wait_until_warm(timeout=30) is False  # not again for this server
+    assert time.monotonic() - start < 5
+    monkeypatch.setattr(fs._forkserver, "_forkserver_pid", -54321)  # a new server, which says so
+    Path(address + ".warm").touch()
+    assert _prestart.wait_until_warm(timeout=30) is True
 
 
 def test_outside_the_forkserver_importing_it_changes_nothing():

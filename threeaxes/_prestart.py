@@ -64,8 +64,9 @@ HEAD_START_S = 0.25
 
 # How long launch waits for the server to import DEFERRED before it forks anyway, and
 # how often it looks.
-WARM_WAIT_S = 60.0
+WARM_WAIT_S = 30.0
 _WARM_POLL_S = 0.02
+_silent_server = None  # pid of a server that did not say it was warm within WARM_WAIT_S
 
 # What the import of threeaxes decided in this process: "started", or why not. A rank
 # inherits the forkserver's value (it forks with threeaxes already imported).
@@ -176,20 +177,25 @@ def warm_marker(address):
 
 
 def wait_until_warm(timeout=WARM_WAIT_S):
-    """Start the forkserver if need be, then wait until it has imported DEFERRED too
-    (at most ``timeout`` s: a server that never says so is still used, not waited on
-    forever). Returns True if it is warm. Without a forkserver there is nothing to wait for."""
+    """Start the forkserver if need be, then wait until it has imported DEFERRED too.
+    Returns True if it is warm. Waits at most ``timeout`` s, and for a server that once
+    let that pass without saying so (its loop may not be the one _forkserver_idle
+    knows), never again: it is used as it is. Without a forkserver there is nothing to wait for."""
+    global _silent_server
     import multiprocessing.forkserver
 
     if forkserver_context().get_start_method() != "forkserver":
         return False
     multiprocessing.forkserver.ensure_running()  # as the first Process.start() would
-    marker = warm_marker(multiprocessing.forkserver._forkserver._forkserver_address)
-    if marker is None:
+    server = multiprocessing.forkserver._forkserver
+    marker = warm_marker(server._forkserver_address)
+    if marker is None or server._forkserver_pid == _silent_server:
         return False
     deadline = time.monotonic() + timeout
     while not os.path.exists(marker):
         if time.monotonic() > deadline:
+            if timeout > 0:
+                _silent_server = server._forkserver_pid
             return False
         time.sleep(_WARM_POLL_S)  # short: Ctrl-C in a notebook stops the wait at once
     return True
