@@ -14,14 +14,16 @@ import argparse
 import sys
 import time
 
-import nbformat
-
-from autograder.execute import run_notebook
-from autograder.judge import is_test_cell
-from autograder.kernel_session import KernelSession
-
 
 def main(argv=None) -> int:
+    # imported here, not at the top: ranks the judge launches import this main module
+    # again, and nbgrader's import would cost each of them seconds
+    import nbformat
+
+    from autograder.execute import run_notebook
+    from autograder.judge import is_test_cell
+    from autograder.kernel_session import KernelSession
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebook")
     parser.add_argument("--no-isolate", action="store_true")
