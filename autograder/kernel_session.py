@@ -38,7 +38,8 @@ class KernelSession:
                "HOME": home, "LANG": "C.UTF-8", "PYTHONNOUSERSITE": "1",
                "JUPYTER_RUNTIME_DIR": f"{workdir}/.runtime", "IPYTHONDIR": f"{home}/.ipython",
                "MPLCONFIGDIR": f"{home}/.matplotlib", "MPLBACKEND": "Agg",
-               "THREEAXES_PRESTART": "0", "TORCH_CPP_LOG_LEVEL": "ERROR", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+               "THREEAXES_PRESTART": "0", "TORCH_CPP_LOG_LEVEL": "ERROR",
+               "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         settings = {"isolate": isolate, "workdir": workdir, "env": env, "stage": self._scratch.name,
                     "startup_timeout": STARTUP_TIMEOUT_S,
                     "keep": sorted({sys.prefix, sys.base_prefix, sys.exec_prefix,

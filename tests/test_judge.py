@@ -135,7 +135,8 @@ def test_the_kernel_sees_no_course_no_home_and_no_network(kernel):
     from autograder.sandbox import SYSTEM
 
     def listing(path):
-        return set(json.loads(printed(kernel, f"import os, json; print(json.dumps(os.listdir({str(path)!r})))")))
+        code = f"import os, json; print(json.dumps(os.listdir({str(path)!r})))"
+        return set(json.loads(printed(kernel, code)))
 
     kept = [sys.prefix, sys.base_prefix, str(ROOT / "threeaxes")]
     assert listing("/") <= {p.strip("/") for p in SYSTEM} | {"tmp", "proc"} | {p.split("/")[1] for p in kept}
@@ -175,7 +176,8 @@ def test_a_cell_past_its_time_is_interrupted_and_one_that_ignores_it_ends_the_ke
 
     with KernelSession(isolate=True, timeout=30) as session:
         caught = "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('interrupted')"
-        assert printed(session, caught, timeout=2) == "interrupted\nTimeoutError: the cell ran past the grading time limit"
+        assert printed(session, caught, timeout=2) == (
+            "interrupted\nTimeoutError: the cell ran past the grading time limit")
         assert printed(session, "print('still here')") == "still here\n"
         deaf = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"
         assert "TimeoutError" in "".join(str(o) for o in session.run_cell(deaf, 2))

@@ -28,7 +28,6 @@ _EXIT_GRACE_S = 10.0  # finished ranks get this long to leave the group before b
 _STACK_WAIT_S = 1.0  # how long a timeout waits for stuck ranks to say where they are
 _POLL_S = 0.2  # the longest the wait loop blocks before it checks for an interrupt
 
-_PRELOAD = _prestart.PRELOAD  # what the forkserver imports once (see _prestart)
 
 
 class RankError(RuntimeError):

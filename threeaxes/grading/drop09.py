@@ -145,9 +145,10 @@ def check_shard_gather(rank, world_size, shard_flat, gather_flat, sizes=(12, 10,
                 full = gather_flat(shard, numel, dims)
             except Exception as exc:  # noqa: BLE001
                 return {"ok": False, "message": f"{where}: gather_flat raised {type(exc).__name__}: {exc}"}
-        if not isinstance(full, torch.Tensor) or full.shape != flat.shape or not torch.equal(full.to(flat.dtype), flat):
-            got = list(full.shape) if isinstance(full, torch.Tensor) else type(full).__name__
-            hint = " drop the padding at the end" if isinstance(full, torch.Tensor) and full.numel() > numel else ""
+        is_tensor = isinstance(full, torch.Tensor)
+        if not is_tensor or full.shape != flat.shape or not torch.equal(full.to(flat.dtype), flat):
+            got = list(full.shape) if is_tensor else type(full).__name__
+            hint = " drop the padding at the end" if is_tensor and full.numel() > numel else ""
             return {"ok": False, "message": f"{where}: gather_flat gave {got}, not the {numel} numbers "
                                             f"back in order;{hint}"}
         gathers = recorded.comms("all_gather", "dp")
