@@ -182,3 +182,13 @@ def test_a_cell_past_its_time_is_interrupted_and_one_that_ignores_it_ends_the_ke
         deaf = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"
         assert "TimeoutError" in "".join(str(o) for o in session.run_cell(deaf, 2))
         assert "KernelStopped" in printed(session, "print('never')")
+
+
+def test_numpy_scalars_and_arrays_arrive_as_tensors(notebook):
+    import numpy as np
+
+    namespace, answers = notebook
+    namespace.update(scalar=np.float64(0.25), array=np.arange(4).reshape(2, 2))
+    got = answers.get(["scalar", "array"])
+    assert got["scalar"].shape == () and got["scalar"].item() == 0.25
+    assert got["array"].tolist() == [[0, 1], [2, 3]]

@@ -20,12 +20,12 @@ from __future__ import annotations
 import torch
 
 from threeaxes.dims import ParallelDims
+from threeaxes.grading import same_as_reference
 from threeaxes.toy import ToyConfig, ToyTransformer, lm_loss, make_batch
 
 # small and float64: a gradient comes back as data, and "equal to one process" holds to ~1e-15
 CHECK_CONFIG = ToyConfig(vocab_size=16, d_model=16, n_heads=2, n_layers=2, seq_len=8, dtype=torch.float64)
 EXAMPLES_PER_RANK, SEED = 2, 2
-_RTOL, _ATOL = 1e-10, 1e-12
 
 
 def gradients_after_average(rank, world_size, student_fn, examples_per_rank=EXAMPLES_PER_RANK, seed=SEED):
@@ -60,7 +60,7 @@ def reference_gradients(world_size, examples_per_rank=EXAMPLES_PER_RANK, seed=SE
 
 
 def _close(got, want):
-    return all(torch.allclose(got[name], want[name], rtol=_RTOL, atol=_ATOL) for name in want)
+    return all(same_as_reference(got[name], want[name]) for name in want)
 
 
 def _max_diff(got, want):

@@ -25,8 +25,8 @@ import torch
 
 from threeaxes import trace
 from threeaxes.dims import ParallelDims
+from threeaxes.grading import same_as_reference
 
-_TOL = 1e-12
 
 
 def exercise_tensors(tokens: int, d_in: int, d_out: int, seed: int = 0):
@@ -57,11 +57,6 @@ def column_split_outputs(rank, world_size, student_fn, tokens=3, d_in=4, d_out=6
                              for v in got]
     result["collectives"] = [(e.op, e.axis, e.bytes) for e in sent.comms()]
     return result
-
-
-def _same(a, b):
-    return (isinstance(a, torch.Tensor) and tuple(a.shape) == tuple(b.shape)
-            and torch.allclose(a.to(torch.float64), b, rtol=_TOL, atol=_TOL))
 
 
 def _max_diff(a, b):
@@ -105,16 +100,16 @@ def _rank_mistake(result, r, tp, x, w) -> str | None:
     w_shard, y_local, y = outputs
 
     # -- what this rank holds -------------------------------------------------------
-    if not _same(w_shard, want_shard):
-        if _same(w_shard, w[r * k:(r + 1) * k, :]):
+    if not same_as_reference(w_shard, want_shard):
+        if same_as_reference(w_shard, w[r * k:(r + 1) * k, :]):
             return (f"w_shard is rows {r * k}..{(r + 1) * k - 1} of w with every column: that is "
                     f"the row split, not the column split. The column split keeps all {d_in} rows "
                     f"and takes this rank's block of columns, {cols}.")
-        if _same(w_shard, w.T[r * c:(r + 1) * c, :]):
+        if same_as_reference(w_shard, w.T[r * c:(r + 1) * c, :]):
             return (f"w_shard holds the right numbers transposed ({c}, {d_in}); slice w itself: "
                     f"{cols} (nn.Linear's weight is stored transposed, w is not).")
         for other in range(tp):
-            if other != r and _same(w_shard, w[:, other * c:(other + 1) * c]):
+            if other != r and same_as_reference(w_shard, w[:, other * c:(other + 1) * c]):
                 return f"w_shard holds the columns of rank {other}; rank {r} takes {cols}."
         if tuple(w_shard.shape) != (d_in, c):
             return (f"w_shard has shape {tuple(w_shard.shape)}; a column split of a ({d_in}, "
@@ -123,7 +118,7 @@ def _rank_mistake(result, r, tp, x, w) -> str | None:
                 f"{_max_diff(w_shard, want_shard):.3g}); take {cols}.")
 
     # -- what it computes alone -------------------------------------------------------
-    if not _same(y_local, want_local):
+    if not same_as_reference(y_local, want_local):
         if tuple(y_local.shape) != (tokens, c):
             return (f"y_local has shape {tuple(y_local.shape)}; it should be this rank's columns "
                     f"of Y, x @ w_shard, shape ({tokens}, {c}).")
@@ -135,7 +130,7 @@ def _rank_mistake(result, r, tp, x, w) -> str | None:
         return (f"y was put together without threeaxes.comms.all_gather. Each rank computes only "
                 f"its own {c} columns of Y; gather every rank's y_local with "
                 f"comms.all_gather(y_local, \"tp\", dims=dims, dim=-1).")
-    if not _same(y, want_y):
+    if not same_as_reference(y, want_y):
         if tuple(y.shape) != (tokens, d_out):
             return (f"y has shape {tuple(y.shape)}, not ({tokens}, {d_out}); put the slices side "
                     f"by side along the last dim (dim=-1), not under each other.")

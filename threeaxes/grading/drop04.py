@@ -24,11 +24,10 @@ from fractions import Fraction
 
 import torch
 
-from threeaxes.grading import as_int
+from threeaxes.grading import as_int, same_as_reference
 from threeaxes.toy import ToyConfig, ToyTransformer, make_batch, train_steps
 
 BATCH, MICROBATCHES, N_LAYERS, SEED = 8, 4, 4, 7
-_TOL = 1e-12
 
 __all__ = ["check_config", "plain_stage_layers", "stage_split_params", "stage_split_mistake",
            "expected_stage_layers", "expected_bubble_fraction", "expected_stage0_held",
@@ -142,8 +141,7 @@ def stage_split_mistake(results, pp, n_layers=N_LAYERS, m=MICROBATCHES, seed=SEE
     for rank, r in enumerate(results):
         for name, value in r["params"].items():
             want = reference[name]
-            if not (isinstance(value, torch.Tensor) and value.shape == want.shape
-                    and torch.allclose(value.to(torch.float64), want, rtol=_TOL, atol=_TOL)):
+            if not same_as_reference(value, want):
                 return (f"rank {rank} (layers {stages[rank]}): {name} after one training step "
                         f"differs from one process's")
     return None

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 
-from threeaxes.grading import as_int
+from threeaxes.grading import ask_student, as_int
 
 __all__ = ["expected_layout_groups", "plain_layout_groups", "ask_layout_groups", "layout_mistake",
            "mesh_layout_groups",
@@ -74,21 +74,10 @@ def plain_layout_groups(answer, name="layout_groups(...)") -> dict:
     return plain
 
 
-def _ask(fn, call: str, *args):
-    """`fn(*args)`, a function of the notebook; an error it raises becomes an AssertionError
-    that names the call, so the input drawn at grading time is in the message."""
-    try:
-        return fn(*args)
-    except AssertionError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the student's error, reported with its input
-        raise AssertionError(f"{call} raised {type(exc).__name__}: {exc}") from None
-
-
 def ask_layout_groups(layout_groups, dp, tp, pp, rank) -> dict:
     """The answer for one rank as plain values; any error names the call."""
     call = f"layout_groups({dp}, {tp}, {pp}, {rank})"
-    return plain_layout_groups(_ask(layout_groups, call, dp, tp, pp, rank), call)
+    return plain_layout_groups(ask_student(layout_groups, call, dp, tp, pp, rank), call)
 
 
 def layout_mistake(got: dict, dp, tp, pp, rank) -> str | None:
@@ -199,7 +188,7 @@ def counts_mistake(collectives_per_step, runs, traced) -> str | None:
             args = (dp, tp, pp, m, n_layers, measured["stage"], measured["n_tensors"])
             if args not in asked:
                 call = f"collectives_per_step{args}"
-                asked[args] = plain_counts(_ask(collectives_per_step, call, *args), call)
+                asked[args] = plain_counts(ask_student(collectives_per_step, call, *args), call)
             mistake = count_mistake(asked[args], measured["counts"], dp, tp, pp, m, n_layers,
                                     measured["stage"])
             if mistake:

@@ -23,7 +23,7 @@ Two exercises:
 from __future__ import annotations
 
 from threeaxes.cost.memory import STATE_TERMS, ZERO_REGIMES
-from threeaxes.grading import as_number
+from threeaxes.grading import ask_student, as_number
 
 __all__ = ["expected_bytes", "plain_bytes", "ask_bytes", "bytes_mistake", "draw_bytes_cases",
            "check_shard_gather",
@@ -46,21 +46,10 @@ def plain_bytes(answer, name="bytes_per_gpu(...)") -> dict:
     return {term: as_number(answer[term], f"{name}[{term!r}]") for term in STATE_TERMS}
 
 
-def _ask(fn, call: str, *args):
-    """`fn(*args)`, a function of the notebook; an error it raises becomes an AssertionError
-    that names the call, so the input drawn at grading time is in the message."""
-    try:
-        return fn(*args)
-    except AssertionError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the student's error, reported with its input
-        raise AssertionError(f"{call} raised {type(exc).__name__}: {exc}") from None
-
-
 def ask_bytes(bytes_per_gpu, n_params, regime, dp) -> dict:
     """The answer for one case as plain floats; any error names the call."""
     call = f"bytes_per_gpu({n_params!r}, {regime!r}, {dp})"
-    return plain_bytes(_ask(bytes_per_gpu, call, n_params, regime, dp), call)
+    return plain_bytes(ask_student(bytes_per_gpu, call, n_params, regime, dp), call)
 
 
 def _close(a, b):
@@ -185,7 +174,7 @@ def shard_mistake(shard_flat, dp, vectors) -> str | None:
         for dp_rank in range(dp):
             want = _reference_shard(flat, dp_rank, dp)
             where = f"shard_flat(<{_where(values, dp)}>, {dp_rank}, {dp})"
-            shard = _ask(shard_flat, where, flat.clone(), dp_rank, dp)
+            shard = ask_student(shard_flat, where, flat.clone(), dp_rank, dp)
             if not isinstance(shard, torch.Tensor) or shard.dim() != 1:
                 return f"{where} should return a 1-d tensor, got {type(shard).__name__}"
             if shard.numel() != want.numel():

@@ -22,7 +22,7 @@ Two autograded exercises:
 """
 from __future__ import annotations
 
-from threeaxes.grading import as_number
+from threeaxes.grading import ask_student, as_number
 
 __all__ = ["MODEL_NAME", "CLUSTER_NAME", "N_GPUS", "TOKENS_PER_STEP", "SEQ_BEFORE", "SEQ_AFTER",
            "CRASHED", "SCENARIO_BEFORE", "SCENARIO", "GB_TOLERANCE", "scenario",
@@ -73,21 +73,10 @@ def plain_gb(answer, name: str = "gb_per_gpu(...)") -> float:
     return as_number(answer, name)
 
 
-def _ask(fn, call: str, *args):
-    """`fn(*args)`, a function of the notebook; an error it raises becomes an AssertionError
-    that names the call, so the input drawn at grading time is in the message."""
-    try:
-        return fn(*args)
-    except AssertionError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the student's error, reported with its input
-        raise AssertionError(f"{call} raised {type(exc).__name__}: {exc}") from None
-
-
 def ask_gb(gb_per_gpu, seq_len: int, micro_batch: int) -> float:
     """The answer at one point as a plain float; any error names the call."""
     call = f"gb_per_gpu({seq_len}, {micro_batch})"
-    return plain_gb(_ask(gb_per_gpu, call, seq_len, micro_batch), call)
+    return plain_gb(ask_student(gb_per_gpu, call, seq_len, micro_batch), call)
 
 
 def _slips(t) -> list:

@@ -19,8 +19,8 @@ becomes a `Remote` that calls back into the kernel; anything else becomes an
 sends is ever executed or unpickled by the grader, so the worst a tampered
 kernel can do is send wrong answers.
 
-The same path runs inside one process (`LocalKernel`), which is how a drop's
-author checks that every test cell passes when judged from outside.
+The same path also runs inside one process (`LocalKernel`, for the tests of the
+wire itself); `python -m autograder.judge_check` runs a notebook the real way.
 """
 from __future__ import annotations
 
@@ -66,14 +66,13 @@ def encode(value, depth: int = 0):
     module = kind.__module__
     if module == "torch" and kind.__name__ == "dtype":
         return {"__dtype__": str(value).removeprefix("torch.")}
+    # tensors, numpy arrays and numpy scalars (shape ()): their values, flat, and the shape
     if module.startswith(("torch", "numpy")) and hasattr(value, "tolist") and hasattr(value, "shape"):
-        if getattr(value, "size", None) is not None and _numel(value) > MAX_TENSOR_VALUES:
+        if _numel(value) > MAX_TENSOR_VALUES:
             return {"__opaque__": f"{kind.__name__} of shape {tuple(value.shape)}"}
         dtype = str(value.dtype).removeprefix("torch.")
         return {"__tensor__": {"dtype": dtype, "shape": list(value.shape),
                                "data": _flat(value.tolist())}}
-    if module.startswith("numpy") and hasattr(value, "item"):          # numpy scalar
-        return value.item()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {"__dataclass__": _import_path(kind),
                 "fields": {f.name: encode(getattr(value, f.name), depth + 1)
