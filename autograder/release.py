@@ -59,16 +59,19 @@ def normalise(path: Path) -> None:
     write_notebook(path, nb)
 
 
-def generate(course_root: Path, out_root: Path, names: list[str] | None = None) -> None:
-    """Run nbgrader over course_root/source into out_root/release."""
+def generate(course_root: Path, out_root: Path, names: list[str] | None = None,
+             gradebook: Path | None = None) -> None:
+    """Run nbgrader over course_root/source into out_root/release. The assignments are
+    recorded in `gradebook` (a course that will autograde them), or in a throwaway one."""
     # every assignment in one nbgrader call (it reads the id "*" as a glob): nbgrader's
     # start-up, about 3 s, is paid once rather than once per drop
     with tempfile.TemporaryDirectory() as tmp:
+        db = gradebook or Path(tmp) / "gradebook.db"
         for pattern in (names or ["*"]):
             nbgrader(course_root, "generate_assignment", pattern, "--force",
                      f"--CourseDirectory.root={course_root}",
                      f"--CourseDirectory.release_directory={out_root / 'release'}",
-                     f"--CourseDirectory.db_url=sqlite:///{tmp}/gradebook.db")
+                     f"--CourseDirectory.db_url=sqlite:///{db}?timeout=60")
     for name in names or assignments(course_root):
         for nb_path in sorted((out_root / "release" / name).rglob("*.ipynb")):
             normalise(nb_path)

@@ -14,7 +14,7 @@ import argparse
 
 import torch
 
-from threeaxes.data_parallel_steps import naive_vs_overlapped, step_seconds
+from threeaxes.data_parallel.compare import naive_vs_overlapped, step_seconds
 from threeaxes.launch import launch
 from threeaxes.toy import ToyConfig, make_batch
 

@@ -13,8 +13,8 @@ as outside a Jupyter kernel it is off), then either at once or after --pause sec
 launch`` and the first launch. Each is also measured with THREEAXES_PRESTART=0, i.e.
 as before the prestart. One more cold case runs a function that also takes an
 optimizer step: torch.optim's first step imports torch._dynamo, which the forkserver
-imports only after torch (``threeaxes._forkserver_idle``), so that launch waits for
-it (``threeaxes._payload_modules``); the line shows what that costs.
+imports only after torch (``threeaxes.launch.forkserver_idle``), so that launch waits
+for it (``threeaxes.launch.payload_modules``); the line shows what that costs.
 Reported per run: the launch call itself, and everything from the end of
 ``import threeaxes`` to the launch's return, less the pause (that includes the
 caller's own ``import torch``, which a notebook does anyway).
@@ -76,7 +76,7 @@ result = launch({"all_reduce": all_reduce, "optimizer_step": optimizer_step}[sys
 assert result == [float(sys.argv[2])] * int(sys.argv[2]), result
 done = time.perf_counter()
 print(json.dumps({"launch_s": done - called, "since_import_s": (done - imported) - (resumed - imported),
-                  "decision": threeaxes._prestart.decision}))
+                  "decision": threeaxes.launch.prestart.decision}))
 """
 
 

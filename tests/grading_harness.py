@@ -34,6 +34,7 @@ are read back from the gradebook database.
 from __future__ import annotations
 
 import copy
+import fcntl
 import html
 import json
 import shutil
@@ -139,18 +140,49 @@ def drops(root: Path = ROOT) -> list[Drop]:
     return [load_drop(f.parent) for f in sorted((root / "source").glob(f"*/{GRADING_FILE}"))]
 
 
+def released_course(base: Path) -> Path:
+    """base/course: every drop of source/ released once, by `make release`'s own
+    `generate`, with the gradebook that records them (autograde needs it) beside.
+    Every pytest worker may ask at once: the first releases, under a lock on a file
+    in `base`, the others wait for it and read the same folder; a course that grades
+    copies it (`Course(..., released=...)`), tests/test_release.py compares its
+    release/ with the committed one. So the suite releases the course once."""
+    from autograder.release import assignments, generate
+
+    course = Path(base) / "course"
+    with open(Path(base) / "released.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes
+        if not (course / ".released").exists():
+            shutil.rmtree(course, ignore_errors=True)
+            (course / "source").mkdir(parents=True)
+            shutil.copy(ROOT / "nbgrader_config.py", course)
+            for name in assignments():
+                shutil.copytree(ROOT / "source" / name, course / "source" / name)
+            generate(course, course, gradebook=course / "gradebook.db")
+            (course / ".released").touch()
+    return course
+
+
 class Course:
-    def __init__(self, tmp_path: Path, assignments: list[str]):
+    def __init__(self, tmp_path: Path, assignments: list[str], released: Path | None = None):
+        """A course of `assignments` copied from source/; `released` (from
+        `released_course`) gives their release and gradebook as well."""
         self.root = Path(tmp_path) / "course"
         (self.root / "source").mkdir(parents=True)
         shutil.copy(ROOT / "nbgrader_config.py", self.root)
         for name in assignments:
-            shutil.copytree(ROOT / "source" / name, self.root / "source" / name)
+            shutil.copytree((released or ROOT) / "source" / name, self.root / "source" / name)
+            if released:
+                shutil.copytree(released / "release" / name, self.root / "release" / name)
+        if released:
+            shutil.copy(released / "gradebook.db", self.root)
         self.assignments = list(assignments)
+        self.is_released = released is not None
 
     # -- instructor steps: each one nbgrader call for every assignment ------------
     def release(self) -> None:
-        nbgrader(self.root, "generate_assignment", "*", "--force")
+        if not self.is_released:
+            nbgrader(self.root, "generate_assignment", "*", "--force")
 
     def autograde(self, *extra: str, jobs: int = 1) -> None:
         """`make grade`'s autograde: one nbgrader process per submission, `jobs` at once.
@@ -230,10 +262,11 @@ def submit_all(course: Course, drop: Drop) -> None:
 
 
 def graded_course(tmp_path: Path, all_drops: list[Drop], timings: dict | None = None,
-                  jobs: int = 1) -> Course:
-    """One course with every drop released, submitted by every student, autograded,
-    with feedback and grades.csv; `timings` (if given) receives seconds per step."""
-    course = Course(tmp_path, [d.name for d in all_drops])
+                  jobs: int = 1, released: Path | None = None) -> Course:
+    """One course with every drop released (or taken from `released`, see
+    `released_course`), submitted by every student, autograded, with feedback and
+    grades.csv; `timings` (if given) receives seconds per step."""
+    course = Course(tmp_path, [d.name for d in all_drops], released)
     steps = [("release", course.release),
              ("submit", lambda: [submit_all(course, d) for d in all_drops]),
              ("autograde", lambda: course.autograde(f"--Execute.timeout={CELL_TIMEOUT_S}", jobs=jobs)),

@@ -191,3 +191,70 @@ def test_interleaved_with_m_equal_p_holds_everything():
     got = first_stage_activation_bytes(16, 1, 32, 4, n_layers=8, pp=4, micro_batches=4,
                                        virtual_stages=2)
     assert got.transformer == pytest.approx(activation_bytes(16, 1, 32, 4).per_layer * 8)
+
+
+# -- memory-efficient attention (FlashAttention, Dao et al. 2022) ------------------------
+
+@pytest.mark.parametrize("t, sp, per_sbh", [
+    (1, False, 34),              # Korthikanti Table 2, no parallelism, without 5as/h
+    (4, False, 10 + 24 / 4),     # tensor parallel: 10 sbh stay whole, 24 sbh split
+    (4, True, 34 / 4),           # tensor + sequence parallel: all 34 split
+    (8, True, 34 / 8),
+])
+def test_flash_attention_drops_exactly_the_score_term(t, sp, per_sbh):
+    s, b, h, a = 4096, 2, 5120, 40
+    with_scores = activation_bytes(s, b, h, a, tp=t, sequence_parallel=sp)
+    flash = activation_bytes(s, b, h, a, tp=t, sequence_parallel=sp, flash_attention=True)
+    # sbh (34 + 5as/h) per layer without parallelism: the score term is 5 a s^2 b / t
+    assert with_scores.attention == pytest.approx(5 * a * s * s * b / t)
+    assert flash.attention == 0
+    assert flash.per_layer == pytest.approx(s * b * h * per_sbh)
+    assert flash.linear == with_scores.linear
+    # the same term Korthikanti's selective recomputation removes (Table 2, its rows
+    # sbh (10 + 24/t) and sbh 34/t)
+    selective = activation_bytes(s, b, h, a, tp=t, sequence_parallel=sp, recompute="selective")
+    assert flash.per_layer == pytest.approx(selective.per_layer)
+
+
+def test_flash_attention_memory_is_linear_in_the_sequence():
+    # Dao et al. 2022, Section 3.1 / Theorem 1: extra memory O(N), not O(N^2). Doubling s
+    # doubles a layer's activations; with the scores stored it more than doubles.
+    h, a = 5120, 40
+    for t, sp in ((1, False), (4, False), (4, True)):
+        one, two = (activation_bytes(s, 1, h, a, tp=t, sequence_parallel=sp,
+                                     flash_attention=True).per_layer for s in (2048, 4096))
+        assert two == pytest.approx(2 * one)
+        old_one, old_two = (activation_bytes(s, 1, h, a, tp=t, sequence_parallel=sp).per_layer
+                            for s in (2048, 4096))
+        assert old_two > 2.5 * old_one
+
+
+def test_flash_attention_reaches_the_first_stage_and_full_recompute_ignores_it():
+    kw = dict(n_layers=8, tp=2, pp=2, micro_batches=4)
+    old = first_stage_activation_bytes(64, 1, 32, 4, **kw)
+    new = first_stage_activation_bytes(64, 1, 32, 4, flash_attention=True, **kw)
+    layers_in_flight = 8 / 2 * 2                          # L/p layers, p micro-batches
+    assert old.total - new.total == pytest.approx(layers_in_flight * 5 * 4 * 64 * 64 / 2)
+    full = [first_stage_activation_bytes(64, 1, 32, 4, recompute="full", flash_attention=f, **kw)
+            for f in (False, True)]
+    assert full[0].total == full[1].total
+
+
+def test_llama_layer_by_hand_against_the_gpt_formula():
+    from threeaxes.cost import llama_layer_bytes
+    s, b = 4096, 1
+    # f = 4h and as many K/V heads as heads: norms 4 + QKV input 2 + Q 2 + K, V 4
+    # + attention output 2 + MLP input 2 + gate, up, SiLU output, product 8 f/h = 32
+    assert llama_layer_bytes(s, b, 64, 4, ffn_hidden=256) == s * b * 64 * (12 + 4 + 32)
+    # Llama 2 70B (h 8192, 64 heads, 8 K/V heads, f 28672): 12 + 0.5 + 28 = 40.5 sbh
+    h = 8192
+    seventy = dict(n_kv_heads=8, ffn_hidden=28672)
+    assert llama_layer_bytes(s, b, h, 64, **seventy) == pytest.approx(s * b * h * 40.5)
+    # tp = 8 without SP: 8 sbh whole, 32.5 / 8 split; with SP everything over 8
+    assert llama_layer_bytes(s, b, h, 64, tp=8, **seventy) == pytest.approx(
+        s * b * h * (8 + 32.5 / 8))
+    assert llama_layer_bytes(s, b, h, 64, tp=8, sequence_parallel=True, **seventy) == \
+        pytest.approx(s * b * h * 40.5 / 8)
+    # against the GPT-style 34 sbh with memory-efficient attention: 19% more for 70B
+    gpt = activation_bytes(s, b, h, 64, flash_attention=True).per_layer
+    assert llama_layer_bytes(s, b, h, 64, **seventy) / gpt == pytest.approx(40.5 / 34)

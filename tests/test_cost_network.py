@@ -80,3 +80,59 @@ def test_bad_arguments_raise(args):
         all_reduce_time(*args)
     with pytest.raises(ValueError, match="choose op"):
         collective_time("broadcast", GB, 8, GB)
+
+
+# -- several NICs per node: NCCL's parallel rings -----------------------------------------
+
+from threeaxes.cost import members_per_node, nics_per_group  # noqa: E402
+
+
+def test_members_per_node_by_hand():
+    assert members_per_node(1, 16, 8) == 8      # a 16-wide tp group: 8 on each node
+    assert members_per_node(8, 4, 8) == 1       # dp across 4 nodes, one rank on each
+    assert members_per_node(4, 4, 8) == 2       # ranks 0, 4 | 8, 12
+    assert members_per_node(1, 8, 4) == 4       # drop 11: tp = 8 on nodes of 4
+
+
+@pytest.mark.parametrize("stride, size, g, nics, want", [
+    (1, 8, 4, 4, 4),      # the node holds one group: min(k, NICs) = 4
+    (1, 8, 4, 1, 1),      # one NIC for the node: 1
+    (1, 64, 8, 8, 8),     # a world-wide ring on DGX nodes: all 8 NICs
+    (8, 8, 8, 8, 1),      # dp across nodes, one member per node: its GPU's own NIC
+    (8, 8, 8, 4, 0.5),    # 8 such groups share 4 NICs: half a NIC each
+    (2, 8, 8, 8, 4),      # 2 groups of 4 members share 8 NICs: 4 each
+])
+def test_nics_per_group_by_hand(stride, size, g, nics, want):
+    assert nics_per_group(stride, size, g, nics) == pytest.approx(want)
+
+
+def test_cross_node_link_is_the_nics_the_group_drives():
+    dgx = a100_cluster(4)                                # 8 GPUs, 8 HDR NICs per node
+    assert group_link(dgx, 1, 32).bandwidth == pytest.approx(8 * 25e9)
+    assert group_link(dgx, 8, 4).bandwidth == pytest.approx(25e9)
+    assert group_link(dgx, 1, 8).bandwidth == dgx.intra_node_bandwidth   # inside a node
+    # never faster than NVLink: the ring's slowest hop decides
+    fat = a100_cluster(4, inter_node_bandwidth=100e9)
+    assert group_link(fat, 1, 32).bandwidth == fat.intra_node_bandwidth
+
+
+def test_one_nic_per_node_matches_nccl_issue_412():
+    # NVIDIA/nccl issue #412, maintainer's answer (2023-04-24): 8 NVLink GPUs and one HDR
+    # 200G NIC per node, all_reduce_perf at 8 GB: "~24GB/s inter-node" bus bandwidth, and
+    # more NICs next to the GPUs add bandwidth up to the NVLink rate.
+    one_nic = a100_cluster(12, nics_per_node=1)
+    busbw = group_link(one_nic, 1, one_nic.n_gpus).bandwidth
+    assert busbw == pytest.approx(24e9, rel=0.05)
+    more = [group_link(a100_cluster(12, nics_per_node=n), 1, 96).bandwidth for n in (1, 2, 4, 8)]
+    assert more == sorted(more) and more[-1] <= one_nic.intra_node_bandwidth
+
+
+def test_four_nics_per_node_matches_nccl_tests_issue_100():
+    # NVIDIA/nccl-tests issue #100 (2022-01-17): two HGX A100 nodes with four ConnectX-6
+    # 200 Gb/s NICs each, all_reduce_perf on 16 GPUs at 1-8 GB reaches 91 GB/s of bus
+    # bandwidth: four NICs' worth (4 x 25 GB/s line rate), at 91% of it.
+    two_nodes = a100_cluster(2, nics_per_node=4)
+    busbw = group_link(two_nodes, 1, 16).bandwidth
+    assert busbw == pytest.approx(4 * 25e9)
+    assert 91e9 / busbw == pytest.approx(0.91, abs=0.01)
+    assert busbw == pytest.approx(91e9, rel=0.10)

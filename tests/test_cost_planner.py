@@ -16,7 +16,7 @@ TINY = Cluster("tiny", "toy-gpu", n_nodes=2, gpus_per_node=4, hbm_bytes=1e6,
 
 def test_plan_by_hand():
     r = plan(TOY, TINY, 8, dp=2, tp=2, pp=2, micro_batch=1, zero_stage=1,
-             compute_efficiency=0.5)
+             compute_efficiency=0.5, flash_attention=False)
     assert r.micro_batches == 4                       # 8 / (dp 2 * mbs 1)
     # compute: 32 tokens * (6 * 1000 + 12 l h s = 1536) FLOPs over 8 GPUs at 0.5e6
     assert r.time.compute == pytest.approx(32 * 7536 / (8 * 1e6 * 0.5))
@@ -39,6 +39,11 @@ def test_plan_by_hand():
     assert r.tokens_per_second == pytest.approx(32 / r.time.total)
     assert r.mfu == pytest.approx(32 * 7536 / (r.time.total * 8 * 1e6))
     assert r.bubble_fraction == pytest.approx(1 / 5)
+    # memory-efficient attention (the default) stores no scores: the 80 bytes go
+    flash = plan(TOY, TINY, 8, dp=2, tp=2, pp=2, micro_batch=1, zero_stage=1,
+                 compute_efficiency=0.5)
+    assert flash.memory.activations == pytest.approx(704 * 2 * 2 + 32)
+    assert flash.time == r.time
 
 
 def test_plan_memory_matches_the_parts():
@@ -56,10 +61,14 @@ def test_plan_memory_matches_the_parts():
 
 def test_recompute_trades_memory_for_time():
     m, c = get_model("70B"), get_cluster("a100-80gb", n_gpus=64)
-    kw = dict(dp=2, tp=8, pp=4, micro_batch=1, zero_stage=1)
+    kw = dict(dp=2, tp=8, pp=4, micro_batch=1, zero_stage=1, flash_attention=False)
     none, sel, full = (plan(m, c, 512, recompute=x, **kw) for x in ("none", "selective", "full"))
     assert none.memory.activations > sel.memory.activations > full.memory.activations
     assert none.time.compute < sel.time.compute < full.time.compute
+    # memory-efficient attention already drops the score term selective recomputation drops
+    flash = plan(m, c, 512, recompute="none", **dict(kw, flash_attention=True))
+    assert flash.memory.activations == pytest.approx(sel.memory.activations)
+    assert flash.time.compute == none.time.compute
 
 
 def test_tp_across_nodes_runs_on_infiniband_when_allowed():
@@ -68,7 +77,16 @@ def test_tp_across_nodes_runs_on_infiniband_when_allowed():
     across = plan(m, c, 64, dp=1, tp=16, pp=4, micro_batch=1, allow_tp_across_nodes=True)
     per_layer_inside = inside.time.tp_comm / (96 / 8)
     per_layer_across = across.time.tp_comm / (96 / 4)
-    assert per_layer_across > 5 * per_layer_inside
+    # one NIC per GPU: the 16-GPU ring has 8 members per node and crosses over 8 NICs,
+    # 8 x 25 = 200 GB/s against NVLink's 300; the 15 ring steps pay the 10 us latency
+    b_s_h = 2 * 1 * 2048 * 12288
+    by_hand = 4 * 64 * (2 * 15 / 16 * b_s_h / 200e9 + 2 * 15 * 10e-6)   # 4 per layer, m = 64
+    assert per_layer_across == pytest.approx(by_hand)
+    assert per_layer_across > per_layer_inside
+    # one NIC per node: the same ring crosses at 25 GB/s, far slower than NVLink
+    one_nic = get_cluster("a100-80gb", n_gpus=64, nics_per_node=1)
+    slow = plan(m, one_nic, 64, dp=1, tp=16, pp=4, micro_batch=1, allow_tp_across_nodes=True)
+    assert slow.time.tp_comm / (96 / 4) > 5 * per_layer_inside
 
 
 SEVENTY = get_model("70B")
@@ -186,3 +204,28 @@ def test_fp32_counts_four_byte_states_and_activations():
     assert fp32.memory.params == pytest.approx(2 * mixed.memory.params)      # 4 vs 2 bytes
     # twice the bytes on the wire, the same per-step latency
     assert mixed.time.tp_comm < fp32.time.tp_comm < 2 * mixed.time.tp_comm
+
+
+# -- ZeRO-2/3 with pipelining: DeepSpeed's rule by default, allowed on request ------------
+
+def test_sharded_pp_is_deepspeeds_rule_and_can_be_lifted():
+    kw = dict(dp=4, tp=8, pp=2, micro_batch=1, zero_stage=3)
+    with pytest.raises(ValueError, match=r"DeepSpeed.*allow_sharded_pp=True"):
+        plan(SEVENTY, A64, 128, **kw)
+    r = plan(SEVENTY, A64, 128, allow_sharded_pp=True, **kw)
+    assert r.zero_stage == 3 and r.micro_batches == 32
+    # priced per micro-batch (Llama 3, Dubey et al. 2024 Section 3.3.2, and torchtitan
+    # combine FSDP with pipelining): reduce-scatter + 2 all-gathers of the stage's 2-byte
+    # gradients over dp = 4 (stride 8: one rank per node, its own 25 GB/s NIC), m = 32 times
+    grads = 2 * SEVENTY.n_params / (8 * 2)
+    one = 3 * (3 / 4 * grads / 25e9 + 3 * 10e-6)
+    assert r.time.dp_comm == pytest.approx(32 * one)
+
+
+def test_search_considers_sharded_pp_only_when_asked():
+    kw = dict(micro_batch_sizes=(1,), recomputes=("none",), sequence_parallel=(True,))
+    default = search(SEVENTY, A64, 128, **kw)
+    allowed = search(SEVENTY, A64, 128, allow_sharded_pp=True, **kw)
+    assert not any(r.pp > 1 and r.zero_stage >= 2 for r in default)
+    assert any(r.pp > 1 and r.zero_stage == 3 for r in allowed)
+    assert len(allowed) > len(default)

@@ -71,3 +71,11 @@ def test_custom_model_uses_eq_2():
     assert m.n_params == transformer_params(24, 2304, 51200, 2048)
     with pytest.raises(ValueError, match="does not divide d_model"):
         custom_model("bad", 2, 100, 3)
+
+
+def test_nics_per_node_defaults_to_one_per_gpu_as_on_a_dgx():
+    # DGX A100 and DGX H100 datasheets: 8 InfiniBand NICs for 8 GPUs
+    assert a100_cluster(2).nics == 8 and a100_cluster(2, gpus_per_node=4).nics == 4
+    assert a100_cluster(2, nics_per_node=1).nics == 1
+    with pytest.raises(ValueError, match="nics_per_node"):
+        a100_cluster(2, nics_per_node=0)

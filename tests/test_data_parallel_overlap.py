@@ -144,7 +144,7 @@ def test_a_launch_bucket_that_breaks_the_contract_is_told_what_to_return(returns
 
 
 def test_naive_vs_overlapped_refuses_nothing_to_time():
-    from threeaxes.data_parallel_steps import naive_vs_overlapped, step_seconds
+    from threeaxes.data_parallel.compare import naive_vs_overlapped, step_seconds
 
     with pytest.raises(ValueError, match=r"steps=0, warmup=1; time at least one step"):
         naive_vs_overlapped(0, 1, CFG, make_batch(CFG, 4), BUCKET_BYTES, steps=0, warmup=1)
@@ -319,7 +319,7 @@ def test_the_trace_shows_all_reduces_overlapping_backward_in_bucket_order(run):
 
 @pytest.mark.slow
 def test_naive_and_overlapped_steps_both_equal_one_process():
-    from threeaxes.data_parallel_steps import VARIANTS, naive_vs_overlapped, step_seconds
+    from threeaxes.data_parallel.compare import VARIANTS, naive_vs_overlapped, step_seconds
     from threeaxes.launch import launch
 
     batch = make_batch(CFG, GLOBAL_BATCH, seed=3)
@@ -345,7 +345,7 @@ def test_naive_and_overlapped_steps_both_equal_one_process():
 
 
 def test_bucket_hooks_launch_in_order_and_the_unused_bucket_when_backward_ends():
-    from threeaxes.data_parallel_overlap import BucketHooks
+    from threeaxes.data_parallel.overlap import BucketHooks
 
     a, b, c = (nn.Parameter(torch.ones(2, dtype=torch.float64)) for _ in range(3))
     launched = []
@@ -363,7 +363,7 @@ def test_bucket_hooks_launch_in_order_and_the_unused_bucket_when_backward_ends()
 
 
 def test_bucket_hooks_that_accumulate_launch_every_bucket_each_backward():
-    from threeaxes.data_parallel_overlap import BucketHooks
+    from threeaxes.data_parallel.overlap import BucketHooks
 
     a, b = (nn.Parameter(torch.ones(1, dtype=torch.float64)) for _ in range(2))
     launched = []

@@ -94,3 +94,22 @@ def test_impostors_are_refused():
         drop11.plain_bytes(Anything(1.0), "bytes")
     with pytest.raises(AssertionError, match="is not one of"):
         drop11.plain_axis("TP all-reduce")
+
+
+def test_the_new_cluster_shares_one_nic_per_node_and_the_cluster_still_gains():
+    # one 25 GB/s HDR card per node of 4: the tp ring crosses at one card's rate
+    assert drop11.NEW_CLUSTER.nics == 1 and drop11.NEW_CLUSTER.gpus_per_node == 4
+    model = drop11.MODEL
+    before = plan(model, drop11.OLD_CLUSTER, drop11.OLD_BATCH, **drop11.OLD_CONFIG)
+    after = plan(model, drop11.NEW_CLUSTER, drop11.NEW_BATCH,
+                 **drop11.old_config_on(drop11.NEW_CLUSTER), allow_tp_across_nodes=True)
+    # the whole cluster trains faster, by far less than its 2x GPUs
+    assert 1 < after.tokens_per_second / before.tokens_per_second < 1.5
+    # with a card per GPU (4 per node) the ring crosses at 4 x 25 GB/s and the loss shrinks
+    dgx_like = a100_cluster(64, gpus_per_node=4)
+    milder = plan(model, dgx_like, drop11.NEW_BATCH, **drop11.old_config_on(dgx_like),
+                  allow_tp_across_nodes=True)
+    steps = (96 // 8) * 128 * 4 * 2 * (8 - 1)
+    assert milder.time.tp_comm == pytest.approx(by_hand(*VISIBLE) / (100 * GB) + steps * 10e-6)
+    loss = 1 - (milder.tokens_per_second / 256) / (before.tokens_per_second / 128)
+    assert 0 < loss < drop11.DROP_RANGE[0]

@@ -85,15 +85,15 @@ def test_every_drawn_case_accepts_the_right_answer_and_names_the_forgotten_optim
 
 def test_variants_change_only_what_they_name():
     base = drop14.SCENARIO
-    faster = drop14.variant_scenario("4x faster network between nodes")
+    faster = drop14.changed_scenario("4x faster network between nodes")
     assert faster["cluster"].inter_node_bandwidth == 4 * base["cluster"].inter_node_bandwidth
     assert faster["cluster"].intra_node_bandwidth == base["cluster"].intra_node_bandwidth
-    h100 = drop14.variant_scenario("H100 nodes")
+    h100 = drop14.changed_scenario("H100 nodes")
     assert h100["cluster"].gpu.startswith("H100") and h100["cluster"].n_gpus == 64
-    longer = drop14.variant_scenario("twice the context (8192 tokens, half the sequences)")
+    longer = drop14.changed_scenario("twice the context (8192 tokens, half the sequences)")
     tokens = longer["seq_len"] * longer["global_batch"]
     assert tokens == base["model"].seq_len * base["global_batch"]
-    assert drop14.variant_scenario("as given") == base
+    assert drop14.changed_scenario("as given") == base
 
 
 def test_the_scenario_story_holds_under_the_current_cost_model():

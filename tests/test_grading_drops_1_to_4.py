@@ -7,7 +7,7 @@ import pytest
 
 from threeaxes.cost import Model, a100_cluster, search
 from threeaxes.grading import drop01, drop02, drop03, drop04
-from threeaxes.plots import plan_table_html
+from threeaxes.display import plan_table_html
 
 # ---------------------------------------------------------------- drop 1 ----
 

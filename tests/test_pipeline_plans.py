@@ -38,8 +38,9 @@ def plans():
 def test_action_prints_like_pytorch():
     assert str(Action(2, 0, "F")) == "2F0"
     assert str(Action(0, 11, "B")) == "0B11"
+    assert str(Action(1, 3, "W")) == "1W3"     # zero-bubble: PyTorch's spelling too
     with pytest.raises(ValueError, match="'F'"):
-        Action(0, 0, "W")
+        Action(0, 0, "X")
     with pytest.raises(AttributeError):
         Action(0, 0, "F").stage = 1  # frozen
 

@@ -81,10 +81,17 @@ def test_scenario_d_shards_all_sixteen_bytes_over_sixteen_ranks():
 
 
 def test_simplest_fit_takes_the_plainest_setting_that_fits():
-    model, cluster = get_model("13B"), get_cluster("a100-80gb", n_gpus=16)   # 4k context
+    model, cluster = get_model("13B"), get_cluster("a100-80gb", n_gpus=16)
+    # at its 4k context, memory-efficient attention (the planner's default) needs no
+    # recomputation; attention that stored its scores would have needed it
     config, result = simplest_fit(model, cluster, 512, dp=16, tp=1, pp=1, scheme="fsdp")
+    assert result.fits and config["recompute"] == "none"
+    assert not plan(model, cluster, 512, **config, flash_attention=False).fits
+    # at 16k tokens even the linear 34 sbh per layer overflows: the walk adds recomputation
+    config, result = simplest_fit(model, cluster, 128, dp=16, tp=1, pp=1, scheme="fsdp",
+                                  seq_len=16384)
     assert result.fits and config["recompute"] != "none"
-    plainer = plan(model, cluster, 512, **{**config, "recompute": "none"})
+    plainer = plan(model, cluster, 128, 16384, **{**config, "recompute": "none"})
     assert not plainer.fits             # no recomputation would not fit: the walk had to add it
 
 

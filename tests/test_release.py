@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.release import assignments, generate
+from autograder.release import assignments
 from grading_harness import GRADING_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -13,10 +13,10 @@ ASSIGNMENTS = assignments()
 
 
 @pytest.fixture(scope="module")
-def fresh_release(tmp_path_factory):
-    out = tmp_path_factory.mktemp("fresh")
-    generate(ROOT, out)
-    return out / "release"
+def fresh_release(released):
+    """What `make release` generates from source/ now (tests/conftest.py: released once
+    for the whole run, the grading course starts from the same release)."""
+    return released / "release"
 
 
 def test_every_drop_in_source_is_released():

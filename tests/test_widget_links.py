@@ -21,7 +21,8 @@ def tp_seconds_by_hand(tp, pp, m, bandwidth, latency, mbs=1):
 
 
 def test_tp_across_4_gpu_nodes_runs_at_the_infiniband_rate():
-    w = LinkExplorer(gpus_per_node=4, inter_node_gbps=25.0, tp=8, pp=8)
+    # drop 11's new cluster: one 25 GB/s NIC per node of 4 GPUs
+    w = LinkExplorer(gpus_per_node=4, inter_node_gbps=25.0, nics_per_node=1, tp=8, pp=8)
     d = w.data
     assert (d.chosen.dp, d.chosen.micro_batches) == (4, 128)     # 256 / 64; 512 / 4 / 1
     assert not d.links["tp"].inside_node
@@ -30,7 +31,15 @@ def test_tp_across_4_gpu_nodes_runs_at_the_infiniband_rate():
     assert "tp across nodes" in w.message.value
     assert f"{d.per_gpu_ratio:.0%}" in w.message.value and d.per_gpu_ratio < 1
     labels = [t.get_text() for t in w.figure.axes[0].get_yticklabels()]
-    assert labels == ["8-GPU nodes, preset links", "4-GPU nodes, 25 GB/s"]
+    assert labels == ["8-GPU nodes, preset links", "4-GPU nodes, 1 x 25 GB/s NICs"]
+
+
+def test_with_one_nic_per_gpu_the_tp_ring_crosses_over_four_nics():
+    # NCCL runs one ring per NIC: 4 members per node drive the node's 4 NICs, 4 x 25 GB/s
+    w = LinkExplorer(gpus_per_node=4, inter_node_gbps=25.0, tp=8, pp=8)
+    assert w.data.cluster.nics == 4
+    assert w.data.chosen.time.tp_comm == pytest.approx(
+        tp_seconds_by_hand(8, 8, 128, 100 * GB, 10e-6))
 
 
 def test_moving_the_node_size_to_8_puts_tp_back_on_nvlink():

@@ -246,3 +246,13 @@ def test_every_control_moves_to_random_values_without_an_exception(cls, examples
         _check_random_moves(explorer, data)
 
     run()
+
+
+def test_memory_explorer_attention_box_adds_the_score_term():
+    # on by default, as the planner: unticking it stores 5 a s^2 b / t per layer (Korthikanti
+    # et al. 2022, Table 2) on each of stage 0's 80 layers x 1 micro-batch in flight
+    e = MemoryExplorer(model="llama2-70b", dp=8, tp=8, pp=1, zero_stage=1, seq_len=4096)
+    flash = e.data.bars[0][1].activations
+    e.controls["flash_attention"].value = False
+    stored = e.data.bars[0][1].activations
+    assert stored - flash == pytest.approx(80 * 5 * 64 * 4096 * 4096 * 1 / 8)

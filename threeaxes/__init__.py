@@ -1,15 +1,17 @@
 """Three Axes: data, tensor and pipeline parallelism on one toy transformer.
 
-Modules: launch (N ranks from a notebook cell), toy (the model and its data),
-dims (the (dp, tp, pp) layout), comms (every collective, traced),
-data_parallel, tensor_parallel, pipeline/, cost/ (pure cost-model functions),
-widgets and plots (calculators), grading (what the nbgrader checks use).
+One folder per axis (data_parallel/, tensor_parallel/, pipeline/, sharding/),
+launch/ (N ranks from a notebook cell), cost/ (pure cost-model functions),
+grading/ (what the nbgrader checks use), widgets/ (calculators); small shared
+modules: dims (the (dp, tp, pp) layout), toy (the model and its data), comms
+(every collective, traced), trace; drawings in plots, notebook display in
+display. CONTRIBUTING.md has the map and which way imports go.
 """
 __version__ = "0.1.0"
 
 # Start launch's forkserver (which imports torch once for every rank) on a background
 # thread now, in a Jupyter kernel, so the first launch finds it ready. Never blocks,
 # never raises; THREEAXES_PRESTART=0 turns it off, =1 turns it on outside kernels.
-from threeaxes import _prestart  # noqa: E402  (imports nothing heavy)
+from threeaxes.launch.prestart import on_import as _prestart_on_import  # noqa: E402  (nothing heavy)
 
-_prestart.on_import()
+_prestart_on_import()

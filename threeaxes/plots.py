@@ -7,11 +7,11 @@ look the same and can be compared side by side.
 
 Everything draws on a ``matplotlib.figure.Figure`` made here (never through
 pyplot), so it works with any backend, headless included, and leaves no
-global figure state behind. ``show(fig)`` displays a figure in a notebook.
+global figure state behind. Drawings only: ``threeaxes.display.show(fig)``
+displays a figure in a notebook, and the HTML tables live there too.
 """
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping
 from fractions import Fraction
 
@@ -25,9 +25,8 @@ from .pipeline.schedules import make_plan
 from .pipeline.simulate import Simulation, simulate
 from .trace import COMM, COMPUTE, Event
 
-__all__ = ["draw_mesh", "gantt", "schedule_timeline", "draw_memory_bars", "draw_measured_vs_predicted",
-           "draw_time_breakdown",
-           "plan_table_html", "FigureDisplay", "show", "MEMORY_TERMS", "TIME_TERMS"]
+__all__ = ["draw_mesh", "gantt", "schedule_timeline", "measured_beside_predicted", "draw_memory_bars",
+           "draw_measured_vs_predicted", "draw_time_breakdown", "MEMORY_TERMS", "TIME_TERMS"]
 
 # compute: one shade per model chunk on a rank (darker = later chunk)
 FORWARD = ["#9ecae1", "#6baed6", "#4292c6", "#2171b5"]     # blues
@@ -181,6 +180,23 @@ def gantt(events, *, ax=None, title: str | None = None, time_unit: str = "s"):
     return fig
 
 
+def measured_beside_predicted(events, plan, forward_s: float, backward_s: float, *,
+                              title: str = ""):
+    """One Figure: a measured pipeline step on top (`gantt` of its events), below it
+    `simulate(plan)` with a stage's forward costing `forward_s` and its backward
+    `backward_s` (seconds), both axes in milliseconds and the same span."""
+    fig = Figure(figsize=(12, 4.6), layout="constrained")
+    top, bottom = fig.subplots(2, 1)
+    predicted = simulate(plan, forward_s, backward_s)
+    gantt(events, ax=top, title=f"measured: {title}", time_unit="ms")
+    gantt(predicted.events, ax=bottom, title=f"predicted: {plan.name} plan simulated",
+          time_unit="ms")
+    span = max(top.get_xlim()[1], bottom.get_xlim()[1])
+    for ax in (top, bottom):
+        ax.set_xlim(0, span)
+    return fig
+
+
 def draw_memory_bars(bars, capacity: float, *, ax=None, title: str | None = None):
     """Stacked bars of bytes per GPU by term against the GPU's capacity.
 
@@ -271,55 +287,6 @@ def draw_time_breakdown(rows, *, ax=None, title: str | None = None):
     if title:
         ax.set_title(title, fontsize=10)
     return fig
-
-
-def plan_table_html(rows, chosen=None) -> str:
-    """An HTML table of ranked PlanResults, the chosen one highlighted.
-
-    The SP column says "yes" or "no" for every plan with tp > 1, and "n/a" where
-    tp = 1: sequence parallelism splits along the tp group, so with one tp rank
-    there is nothing to split (the planner never turns it on there).
-    """
-
-    def sequence_parallel(r):
-        if r.tp == 1:
-            return "n/a"
-        return "yes" if r.sequence_parallel else "no"
-
-    head = ("rank", "dp", "tp", "pp", "mbs", "m", "ZeRO", "recompute", "v", "SP",
-            "GB/GPU", "s/step", "tokens/s", "MFU", "bubble")
-    cells = "".join(f"<th style='padding:2px 6px'>{h}</th>" for h in head)
-    lines = [f"<tr>{cells}</tr>"]
-    for i, r in enumerate(rows, 1):
-        values = (i, r.dp, r.tp, r.pp, r.micro_batch, r.micro_batches, r.zero_stage,
-                  r.recompute, r.virtual_stages, sequence_parallel(r),
-                  f"{r.memory.total / GB:.1f}", f"{r.time.total:.2f}",
-                  f"{r.tokens_per_second:,.0f}", f"{r.mfu:.1%}", f"{r.bubble_fraction:.1%}")
-        style = " style='background:#e8f0fe'" if r is chosen else ""
-        row = "".join(f"<td style='padding:2px 6px;text-align:right'>{x}</td>" for x in values)
-        lines.append(f"<tr{style}>{row}</tr>")
-    return "<table style='font-size:12px'>" + "".join(lines) + "</table>"
-
-
-class FigureDisplay:
-    """Shows a Figure as PNG in a notebook, rasterising only when displayed."""
-
-    def __init__(self, figure, dpi: int = 90):
-        self.figure, self.dpi = figure, dpi
-
-    def _repr_png_(self):
-        buffer = io.BytesIO()
-        self.figure.savefig(buffer, format="png", dpi=self.dpi)
-        return buffer.getvalue()
-
-    def __repr__(self):
-        return f"<figure: {self.figure.axes[0].get_title() if self.figure.axes else ''}>"
-
-
-def show(figure):
-    """Display a figure from these functions in a notebook cell."""
-    from IPython.display import display
-    display(FigureDisplay(figure))
 
 
 def draw_mesh(dims, *, title: str | None = None):

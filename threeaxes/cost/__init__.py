@@ -6,7 +6,7 @@ together. No torch: plain Python, so every notebook and test can use it.
 """
 from .activations import (RECOMPUTE, ActivationBytes, FirstStageActivations,
                           activation_bytes, first_stage_activation_bytes,
-                          in_flight_micro_batches)
+                          in_flight_micro_batches, llama_layer_bytes)
 from .bubble import SCHEDULES, bubble_fraction, bubble_overhead
 from .compute import (TrainingFlops, flops_per_token, megatron_flops, mfu, step_time,
                       training_flops, training_time)
@@ -15,7 +15,7 @@ from .memory import (GB, GiB, PRECISIONS, STATE_TERMS, ZERO_REGIMES, MemoryBreak
                      ModelStateBytes, bytes_per_param, model_state_bytes)
 from .network import (COLLECTIVES, CommTime, Link, all_gather_time, all_reduce_time,
                       bytes_sent_per_gpu, collective_time, group_inside_node, group_link,
-                      group_strides,
+                      group_strides, members_per_node, nics_per_group,
                       p2p_time, reduce_scatter_time)
 from .params import ParamCount, transformer_params
 from .placement import RankParams, rank_params, rank_state_bytes
@@ -28,14 +28,14 @@ from .verdict import CONFIG_KEYS, Verdict, best_configuration, judge
 
 __all__ = [
     "RECOMPUTE", "ActivationBytes", "FirstStageActivations", "activation_bytes",
-    "first_stage_activation_bytes", "in_flight_micro_batches", "SCHEDULES",
+    "first_stage_activation_bytes", "in_flight_micro_batches", "llama_layer_bytes", "SCHEDULES",
     "bubble_fraction", "bubble_overhead",
     "TrainingFlops", "flops_per_token", "megatron_flops", "mfu", "step_time",
     "training_flops", "training_time", "GB", "GiB", "PRECISIONS", "STATE_TERMS",
     "ZERO_REGIMES", "ModelStateBytes",
     "bytes_per_param", "model_state_bytes", "COLLECTIVES", "CommTime", "Link",
     "all_gather_time", "all_reduce_time", "bytes_sent_per_gpu", "collective_time",
-    "group_inside_node", "group_link", "group_strides",
+    "group_inside_node", "group_link", "group_strides", "members_per_node", "nics_per_group",
     "p2p_time", "reduce_scatter_time", "ParamCount",
     "transformer_params", "RankParams", "rank_params", "rank_state_bytes", "DEFAULT_COMPUTE_EFFICIENCY", "MemoryBreakdown", "PlanResult",
     "TimeBreakdown", "divisors", "plan", "search", "CLUSTERS", "MODELS", "Cluster", "Model",

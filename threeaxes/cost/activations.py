@@ -7,17 +7,31 @@ lists them for each mix of tensor parallelism (t), sequence parallelism and
 recomputation. Variables follow the paper: s sequence length, b micro-batch
 size, h hidden size, a attention heads, L layers, p pipeline stages.
 
+Memory-efficient attention (``flash_attention=True``): FlashAttention (Dao
+et al. 2022, "FlashAttention: Fast and Memory-Efficient Exact Attention with
+IO-Awareness", Section 3.1 and Theorem 1) computes softmax(QK^T)V in tiles
+and recomputes the scores in the backward pass, so it never stores the s x s
+matrices: extra memory linear in s. Korthikanti's 5as^2b term (softmax output
+2, its dropout mask 1, the dropout's output 2 bytes per score; the raw QK^T
+is not kept) is then gone, exactly the term their selective recomputation
+removes (Section 5). What stays is the linear part: sbh * 34, sbh (10 + 24/t)
+with tensor parallelism, sbh * 34/t with sequence parallelism. FlashAttention
+also keeps the softmax's row statistics, 4 bytes per row and head (4asb),
+under 0.5% of the linear part for head sizes of 64 and up; it is left out.
+
 The formulas describe a GPT-style layer (multi-head attention, GeLU MLP of
-width 4h). The LLaMA presets (SwiGLU MLP, grouped-query attention for 70B)
-are counted with the same formula, an approximation that stays within the
-same order; the course says so where it uses them.
+width 4h, dropout). The LLaMA presets (SwiGLU MLP of width about 8h/3,
+grouped-query attention for 70B, no dropout) are counted with the same
+formula, an approximation: drops 10 and 14 say so and size the error with
+``llama_layer_bytes``, the same count done for a Llama layer.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
 __all__ = ["RECOMPUTE", "ActivationBytes", "FirstStageActivations",
-           "activation_bytes", "first_stage_activation_bytes", "in_flight_micro_batches"]
+           "activation_bytes", "first_stage_activation_bytes", "in_flight_micro_batches",
+           "llama_layer_bytes"]
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -25,7 +39,7 @@ RECOMPUTE = ("none", "selective", "full")
 class ActivationBytes(NamedTuple):
     """Activation bytes one GPU stores for one micro-batch, by term."""
     linear: float          # the sbh(...) part: layer inputs, Q/K/V, MLP, norms, masks
-    attention: float       # the 5 a s^2 b part: scores, softmax, its dropout
+    attention: float       # the 5 a s^2 b part: softmax, its dropout mask and output (0 with flash)
     per_layer: float       # linear + attention
     n_layers: int
     total: float           # per_layer * n_layers
@@ -39,7 +53,8 @@ def _check(name: str, value, minimum: int = 1) -> int:
 
 def activation_bytes(seq_len: int, micro_batch: int, d_model: int, n_heads: int, *,
                      n_layers: int = 1, tp: int = 1, sequence_parallel: bool = False,
-                     recompute: str = "none") -> ActivationBytes:
+                     recompute: str = "none",
+                     flash_attention: bool = False) -> ActivationBytes:
     """Activation bytes per GPU for one micro-batch through ``n_layers`` layers.
 
     Source: Korthikanti et al. 2022, Table 2 (per transformer layer, bytes):
@@ -56,6 +71,11 @@ def activation_bytes(seq_len: int, micro_batch: int, d_model: int, n_heads: int,
     With t = 1 the tensor-parallel rows fall back to the no-parallelism row.
     Full recomputation keeps only each layer's input, 2sbh (the paper does not
     split it over t, since that would cost an extra all-gather).
+
+    ``flash_attention=True``: attention that never stores the s x s scores
+    (FlashAttention, Dao et al. 2022; module docstring). The 5as^2b/t term
+    is 0, as under selective recomputation; the linear terms are unchanged.
+    Default False: the paper's rows, attention as Megatron-LM ran it in 2022.
     """
     s = _check("seq_len", seq_len)
     b = _check("micro_batch", micro_batch)
@@ -77,9 +97,46 @@ def activation_bytes(seq_len: int, micro_batch: int, d_model: int, n_heads: int,
             # layer norms and dropouts (10 sbh) are replicated on every TP rank (eq. 2)
             linear = sbh * (10 + 24 / t)
         # attention scores, softmax and its dropout: 5 a s^2 b, split over heads
-        attention = 0.0 if recompute == "selective" else 5.0 * a * s * s * b / t
+        # (softmax output 2 + its dropout mask 1 + dropout output 2 bytes per score);
+        # selective recomputation drops it and recomputes, memory-efficient
+        # attention never writes it to memory at all
+        stored = recompute != "selective" and not flash_attention
+        attention = 5.0 * a * s * s * b / t if stored else 0.0
     per_layer = linear + attention
     return ActivationBytes(linear, attention, per_layer, n_layers, per_layer * n_layers)
+
+
+def llama_layer_bytes(seq_len: int, micro_batch: int, d_model: int, n_heads: int, *,
+                      n_kv_heads: int | None = None, ffn_hidden: int, tp: int = 1,
+                      sequence_parallel: bool = False) -> float:
+    """Activation bytes one Llama layer stores per micro-batch, with
+    memory-efficient attention: the estimate the course sets beside the
+    GPT-style formula to size its error for the Llama presets.
+
+    Counted as Korthikanti et al. 2022 (Section 4.1) count a GPT layer, 2 bytes
+    per 16-bit value, for Llama's layer (Touvron et al. 2023a, Section 2.2:
+    RMSNorm, SwiGLU MLP of width f, no dropout; grouped K/V heads, Ainslie et
+    al. 2023, in Llama 2 70B), attention by FlashAttention (no scores) and the
+    SwiGLU as eager PyTorch runs it (SiLU keeps its input, the product keeps
+    both factors, the down projection its input). Per layer, in sbh:
+
+    - replicated on every tensor-parallel rank: the two norms' inputs 4, the
+      QKV input 2, the MLP input 2: 8
+    - split over t: Q 2, K and V 4 kv/a, attention output 2, gate and up
+      outputs, SiLU output and their product 8 f/h: 4 + 4 kv/a + 8 f/h
+
+    so 12 + 4 kv/a + 8 f/h without tensor parallelism, against GPT's 34; with
+    sequence parallelism all of it over t. A fused SwiGLU kernel that
+    recomputes the SiLU stores 2 f/h less. An estimate, not a measurement.
+    """
+    s, b, h, a = (_check(n, v) for n, v in (("seq_len", seq_len), ("micro_batch", micro_batch),
+                                            ("d_model", d_model), ("n_heads", n_heads)))
+    kv = a if n_kv_heads is None else _check("n_kv_heads", n_kv_heads)
+    f, t = _check("ffn_hidden", ffn_hidden), _check("tp", tp)
+    replicated = 4 + 2 + 2
+    split = 2 + 4 * kv / a + 2 + 8 * f / h
+    per_sbh = (replicated + split) / t if sequence_parallel else replicated + split / t
+    return s * b * h * per_sbh
 
 
 def in_flight_micro_batches(pp: int, micro_batches: int, *, stage: int = 0,
@@ -128,7 +185,8 @@ def first_stage_activation_bytes(seq_len: int, micro_batch: int, d_model: int,
                                  schedule: str = "1f1b", virtual_stages: int = 1,
                                  sequence_parallel: bool = False,
                                  recompute: str = "none",
-                                 vocab_size: int | None = None) -> FirstStageActivations:
+                                 vocab_size: int | None = None,
+                                 flash_attention: bool = False) -> FirstStageActivations:
     """Peak activation bytes on the first pipeline stage (the worst one).
 
     Source: Korthikanti et al. 2022, Section 4.2.3. Under 1F1B the first stage
@@ -144,7 +202,8 @@ def first_stage_activation_bytes(seq_len: int, micro_batch: int, d_model: int,
     embedding dropout mask sbhp/t (one per micro-batch in flight) and, when
     p = 1 (the stage also holds the output layer), 4sbh/t (1 + v/h) for the
     final norm, output projection and fp32 logits (the paper assumes
-    sequence parallelism for these).
+    sequence parallelism for these). ``flash_attention`` as in
+    ``activation_bytes``.
     """
     p = _check("pp", pp)
     n_layers = _check("n_layers", n_layers)
@@ -164,7 +223,8 @@ def first_stage_activation_bytes(seq_len: int, micro_batch: int, d_model: int,
                          f"{p * v} equal chunks; choose pp*virtual_stages dividing {n_layers}")
 
     layer = activation_bytes(seq_len, micro_batch, d_model, n_heads, tp=tp,
-                             sequence_parallel=sequence_parallel, recompute=recompute)
+                             sequence_parallel=sequence_parallel, recompute=recompute,
+                             flash_attention=flash_attention)
     layers_per_stage = n_layers / p
     in_flight = in_flight_micro_batches(p, m, schedule=schedule, virtual_stages=v)
     factor = in_flight / min(p, m) if schedule != "gpipe" else 1.0

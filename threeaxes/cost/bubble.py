@@ -38,7 +38,8 @@ def _validate(pp, micro_batches, schedule, virtual_stages):
     if v > 1 and p > 1 and m % p:
         choices = ", ".join(str(p * k) for k in range(1, 4))
         raise ValueError(f"micro_batches={m} is not a multiple of pp={p}; the "
-                         f"interleaved schedule needs m in {{{choices}, ...}}")
+                         f"interleaved schedule as Megatron-LM runs it needs m in {{{choices}, ...}} "
+                         f"(PyTorch's relaxes this: pipeline.schedules.interleaved_group)")
     return p, m, v
 
 
@@ -51,7 +52,8 @@ def bubble_fraction(pp: int, micro_batches: int, *, schedule: str = "1f1b",
     (m + p - 1)(t_f + t_b) of which m (t_f + t_b) is work, so the idle share
     is (p - 1)/(m + p - 1). Interleaved 1F1B with v chunks per GPU (Section
     2.2.2) shrinks the fill and drain to (p - 1)(t_f + t_b)/v:
-    (p - 1)/(v m + p - 1). Needs m divisible by p when v > 1.
+    (p - 1)/(v m + p - 1). Needs m divisible by p when v > 1, Megatron's rule
+    (PyTorch's relaxed schedule gives the same share for any m >= p it runs).
     """
     p, m, v = _validate(pp, micro_batches, schedule, virtual_stages)
     return (p - 1) / (v * m + p - 1)

@@ -7,13 +7,18 @@ say what to change.
 - tp stays inside a node unless told otherwise (Narayanan et al. 2021,
   Section 3.2, Takeaway #1: TP's all-reduces need NVLink).
 - pp divides the layers (equal stages), pp * v when interleaving, and the
-  interleaved schedule needs the micro-batch count to be a multiple of pp
-  (Narayanan et al. 2021, Section 2.2.2).
+  interleaved schedule needs the micro-batch count to be a multiple of pp.
+  That is Megatron-LM's rule (Narayanan et al. 2021, Section 2.2.2), which
+  the planner models; PyTorch's ScheduleInterleaved1F1B relaxes it
+  (threeaxes.pipeline.schedules.interleaved_group).
 - the global batch splits evenly over dp replicas and each replica's share
   into micro-batches.
-- ZeRO stages 2 and 3 are not combined with pipelining (DeepSpeed's pipeline
-  engine allows ZeRO-1 only: sharded gradients would have to be reduced after
-  every micro-batch).
+- ZeRO stages 2 and 3 are not combined with pipelining unless asked
+  (``allow_sharded_pp``). This is DeepSpeed's rule, not a law: its pipeline
+  engine allows ZeRO-1 only, since sharded gradients would have to be reduced
+  after every micro-batch. Other frameworks combine them: Llama 3 was trained
+  with FSDP and pipelining together (Dubey et al. 2024, Section 3.3.2), and
+  torchtitan composes FSDP2 with PyTorch's pipelining.
 """
 from __future__ import annotations
 
@@ -57,7 +62,8 @@ class Violation(NamedTuple):
     message: str
 
 
-def _split_violations(model, tp: int, pp: int, zero_stage, tp_choices) -> list:
+def _split_violations(model, tp: int, pp: int, zero_stage, tp_choices,
+                      allow_sharded_pp: bool = False, suggest_flags: bool = True) -> list:
     found = []
     if model.n_heads % tp:
         found.append(Violation("tp_heads", f"tp={tp} does not divide n_heads={model.n_heads}; "
@@ -71,11 +77,14 @@ def _split_violations(model, tp: int, pp: int, zero_stage, tp_choices) -> list:
     if zero_stage not in (0, 1, 2, 3):
         found.append(Violation("zero_stage", f"zero_stage={zero_stage!r}; choose zero_stage in "
                                              "{0, 1, 2, 3}"))
-    elif zero_stage >= 2 and pp > 1:
-        found.append(Violation("zero_pp", f"zero_stage={zero_stage} with pp={pp}: sharding gradients or "
-                                          "parameters fights pipeline micro-batching (DeepSpeed's "
-                                          "pipeline engine allows only ZeRO-1); choose zero_stage in "
-                                          "{0, 1} or pp=1"))
+    elif zero_stage >= 2 and pp > 1 and not allow_sharded_pp:
+        flag = " (or pass allow_sharded_pp=True)" if suggest_flags else ""
+        found.append(Violation("zero_pp", f"zero_stage={zero_stage} with pp={pp}: this planner follows "
+                                          "DeepSpeed's rule that pipelining goes with ZeRO-1 at most "
+                                          "(its pipeline engine would have to reduce sharded gradients "
+                                          "after every micro-batch; FSDP with pipelining, as in Llama 3, "
+                                          "is another framework's choice); choose zero_stage in "
+                                          f"{{0, 1}} or pp=1{flag}"))
     return found
 
 
@@ -89,28 +98,30 @@ def _raise_all(found) -> None:
 
 
 def check_model_split(model, tp: int, pp: int, *, zero_stage: int = 0,
-                      tp_choices=None) -> None:
+                      tp_choices=None, allow_sharded_pp: bool = False) -> None:
     """tp divides the heads (and key/value heads), pp the layers; ZeRO-2/3 only
-    without pipelining. ``tp_choices`` is what the error suggests (default:
-    every tp that divides the heads). Raises ValueError naming every problem."""
+    without pipelining (DeepSpeed's rule) unless ``allow_sharded_pp``.
+    ``tp_choices`` is what the error suggests (default: every tp that divides
+    the heads). Raises ValueError naming every problem."""
     _positive("tp", tp)
     _positive("pp", pp)
     if tp_choices is None:
         tp_choices = [t for t in divisors(model.n_heads) if model.kv_heads % t == 0]
-    _raise_all(_split_violations(model, tp, pp, zero_stage, tp_choices))
+    _raise_all(_split_violations(model, tp, pp, zero_stage, tp_choices, allow_sharded_pp))
 
 
 def violations(model, cluster, global_batch: int, *, dp, tp, pp, micro_batch=None,
                micro_batches=None, zero_stage=0, recompute="none", virtual_stages=1,
-               allow_tp_across_nodes=False, suggest_flags: bool = True) -> list:
+               allow_tp_across_nodes=False, suggest_flags: bool = True,
+               allow_sharded_pp: bool = False) -> list:
     """Every rule the configuration breaks, as `Violation`s ([] when it follows them all).
 
     Rules (module docstring): "gpus", "tp_heads", "tp_kv_heads", "tp_node",
     "pp_layers", "zero_stage", "zero_pp", "batch_dp", "micro_batch",
     "recompute", "interleave". Values that are not positive integers are not
     a configuration at all: they raise ValueError. `suggest_flags=False` leaves
-    out the hint to pass allow_tp_across_nodes (a student's configuration has no
-    such key: the rule is the point).
+    out the hints to pass allow_tp_across_nodes or allow_sharded_pp (a student's
+    configuration has no such key: the rule is the point).
     """
     for name, value in (("dp", dp), ("tp", tp), ("pp", pp), ("virtual_stages", virtual_stages)):
         _positive(name, value)
@@ -121,7 +132,7 @@ def violations(model, cluster, global_batch: int, *, dp, tp, pp, micro_batch=Non
         found.append(Violation("gpus", f"dp({dp}) * tp({tp}) * pp({pp}) = {dp * tp * pp} != "
                                        f"n_gpus({n}){hint}"))
     good_tp = valid_tp(model, cluster, allow_tp_across_nodes)
-    found += _split_violations(model, tp, pp, zero_stage, good_tp)
+    found += _split_violations(model, tp, pp, zero_stage, good_tp, allow_sharded_pp, suggest_flags)
     if not allow_tp_across_nodes and (tp > cluster.gpus_per_node or cluster.gpus_per_node % tp):
         flag = " or pass allow_tp_across_nodes=True" if suggest_flags else ""
         found.append(Violation("tp_node", f"tp={tp} does not fit in one node of {cluster.gpus_per_node} "
@@ -149,8 +160,9 @@ def violations(model, cluster, global_batch: int, *, dp, tp, pp, micro_batch=Non
                                                  f"pp*virtual_stages={pp * v} chunks; choose "
                                                  f"virtual_stages in {fmt_choices(choices)}"))
         if pp > 1 and m is not None and m % pp:
-            found.append(Violation("interleave", f"{m} micro-batches is not a multiple of pp={pp}; the "
-                                                 "interleaved schedule needs it (change micro_batch or "
+            found.append(Violation("interleave", f"{m} micro-batches is not a multiple of pp={pp}; "
+                                                 "Megatron's interleaved schedule, which this planner "
+                                                 "models, needs it (change micro_batch or "
                                                  "virtual_stages=1)"))
     return found
 
@@ -178,10 +190,11 @@ def _micro_batch(per_replica, global_batch, dp, micro_batch, micro_batches):
 
 def check_config(model, cluster, global_batch: int, *, dp, tp, pp, micro_batch,
                  micro_batches, zero_stage, recompute, virtual_stages,
-                 allow_tp_across_nodes) -> int:
+                 allow_tp_across_nodes, allow_sharded_pp=False) -> int:
     """Raise ValueError naming every broken rule (`violations`), saying what to
     change; otherwise return the micro-batch size."""
     _raise_all(violations(model, cluster, global_batch, dp=dp, tp=tp, pp=pp, micro_batch=micro_batch,
                           micro_batches=micro_batches, zero_stage=zero_stage, recompute=recompute,
-                          virtual_stages=virtual_stages, allow_tp_across_nodes=allow_tp_across_nodes))
+                          virtual_stages=virtual_stages, allow_tp_across_nodes=allow_tp_across_nodes,
+                          allow_sharded_pp=allow_sharded_pp))
     return _micro_batch(global_batch // dp, global_batch, dp, micro_batch, micro_batches)[0]

@@ -98,7 +98,8 @@ def _zero_stages(scheme: str, pp: int):
     if scheme in ("dp", "fsdp"):
         return {"dp": (0,), "fsdp": (3,)}[scheme]     # plain replicas; every state sharded
     # the TP branch may shard over dp as well ("or FSDP"); 3D keeps ZeRO-1, the only stage
-    # that goes with pipelining (constraints.py)
+    # DeepSpeed's rule allows with pipelining, which the planner follows by default
+    # (constraints.py; allow_sharded_pp lifts it)
     return (0, 1) if pp > 1 or scheme == "3d" else (0, 1, 2, 3)
 
 

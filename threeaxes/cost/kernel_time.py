@@ -86,7 +86,8 @@ class LayerTime(NamedTuple):
 
 def layer_time(seq_len: int, micro_batch: int, d_model: int, n_heads: int, *, tp: int,
                peak_flops: float, hbm_bandwidth: float, recompute: str = "none",
-               sequence_parallel: bool = False, ffn_hidden: int | None = None) -> LayerTime:
+               sequence_parallel: bool = False, ffn_hidden: int | None = None,
+               flash_attention: bool = False) -> LayerTime:
     """Forward, backward (twice the forward) and any recomputation of one layer.
 
     FLOPs per layer forward (Korthikanti et al. 2022, Appendix A): 24 b s h^2
@@ -96,19 +97,25 @@ def layer_time(seq_len: int, micro_batch: int, d_model: int, n_heads: int, *, tp
     attention (Korthikanti Section 5). Element-wise bytes per pass: the
     stored activations of Table 2 (``activation_bytes`` without
     recomputation), ``ELEMENTWISE_BYTES_PER_STORED_BYTE`` times.
+
+    ``flash_attention``: the scores never reach memory (Dao et al. 2022), so
+    the element-wise bytes leave out the 5as^2b term, and the backward pass
+    recomputes the attention products once (Section 3.1), as selective
+    recomputation does (no second charge when both are on).
     """
     s, b, h, a, t = seq_len, micro_batch, d_model, n_heads, tp
     ffn = 4 * h if ffn_hidden is None else ffn_hidden
     tokens = s * b
     passes_dense = 3 + (recompute == "full")
-    passes_attn = 3 + (recompute in ("full", "selective"))
+    passes_attn = 3 + (recompute in ("full", "selective") or flash_attention)
     # dense GEMMs: the smallest side is a tensor-parallel shard (h/t) or the tokens
     dense_flops = 2.0 * tokens * h * (3 * h + h + 2 * ffn) / t
     dense_eff = gemm_efficiency(tokens, h / t, h)
     # attention: per head, (s x d_head) @ (d_head x s) and (s x s) @ (s x d_head)
     attn_flops = 4.0 * b * s * s * h / t
     attn_eff = gemm_efficiency(s, s, h / a)
-    stored = activation_bytes(s, b, h, a, tp=t, sequence_parallel=sequence_parallel).per_layer
+    stored = activation_bytes(s, b, h, a, tp=t, sequence_parallel=sequence_parallel,
+                              flash_attention=flash_attention).per_layer
     passes_elem = passes_dense   # each pass touches the layer's activations
     dense = passes_dense * dense_flops / (peak_flops * dense_eff)
     attention = passes_attn * attn_flops / (peak_flops * attn_eff)

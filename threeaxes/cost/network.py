@@ -28,7 +28,8 @@ from typing import NamedTuple
 
 __all__ = ["CommTime", "Link", "COLLECTIVES", "bytes_sent_per_gpu", "all_reduce_time",
            "all_gather_time", "reduce_scatter_time", "p2p_time", "collective_time",
-           "group_strides", "group_inside_node", "group_link"]
+           "group_strides", "group_inside_node", "members_per_node", "nics_per_group",
+           "group_link"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "p2p")
 
@@ -127,16 +128,46 @@ def group_inside_node(stride: int, size: int, gpus_per_node: int) -> bool:
     return size == 1 or (span <= gpus_per_node and gpus_per_node % span == 0)
 
 
+def members_per_node(stride: int, size: int, gpus_per_node: int) -> int:
+    """How many of a group's ``size`` ranks, spaced ``stride`` apart, share
+    one node when ranks fill nodes in order: k = min(size, gpus_per_node //
+    stride), at least 1."""
+    return max(1, min(size, gpus_per_node // stride))
+
+
+def nics_per_group(stride: int, size: int, gpus_per_node: int, nics_per_node: int) -> float:
+    """NICs one group's collective drives at once when it crosses nodes.
+
+    NCCL runs several rings (channels) side by side and sends each through a
+    different NIC, so a group with k members on a node crosses the node
+    boundary over up to k NICs, capped by the node's count: min(k, NICs).
+    NVIDIA/nccl issue #412 (maintainer, 2023-04-24): one HDR NIC per 8-GPU
+    node gives about 24 GB/s of all-reduce bus bandwidth between nodes, and
+    more NICs next to the GPUs add bandwidth up to the NVLink rate.
+
+    Every GPU of the node belongs to one group of each axis, so a node holds
+    gpus_per_node / k groups of this axis, all running their collectives at
+    the same time; they share the node's NICs: k * NICs / gpus_per_node each.
+    The two agree when the node holds one group, or one NIC per GPU.
+    """
+    k = members_per_node(stride, size, gpus_per_node)
+    return min(k, nics_per_node, k * nics_per_node / gpus_per_node)
+
+
 class Link(NamedTuple):
-    bandwidth: float    # bytes/s per GPU, one direction
+    bandwidth: float    # bytes/s per GPU, one direction (the ring's bus bandwidth)
     latency: float      # seconds per ring step
     inside_node: bool
 
 
 def group_link(cluster, stride: int, size: int) -> Link:
-    """The link a group's collective runs at: NVLink inside a node, the
-    per-GPU InfiniBand share when it crosses nodes (its slowest hop)."""
+    """The link a group's collective runs at: NVLink inside a node; across
+    nodes, the NICs the group drives at once (``nics_per_group``) times one
+    NIC's rate, never more than NVLink (the ring's slowest hop decides)."""
     inside = group_inside_node(stride, size, cluster.gpus_per_node)
     if inside:
         return Link(cluster.intra_node_bandwidth, cluster.intra_node_latency, True)
-    return Link(cluster.inter_node_bandwidth, cluster.inter_node_latency, False)
+    nics = getattr(cluster, "nics", cluster.gpus_per_node)
+    share = nics_per_group(stride, size, cluster.gpus_per_node, nics)
+    bandwidth = min(cluster.intra_node_bandwidth, share * cluster.inter_node_bandwidth)
+    return Link(bandwidth, cluster.inter_node_latency, False)

@@ -14,18 +14,35 @@ The step-time model (every assumption is an argument of ``plan``):
   stage's layers and output layer, m micro-batches of them, each timed from
   its shapes by ``kernel_time.layer_time`` (GEMMs below peak when a tensor-
   parallel shard is thin, memory-bound element-wise work at HBM bandwidth).
+- memory: activations of the first pipeline stage (``activations``), by
+  default with memory-efficient attention (``flash_attention=True``:
+  FlashAttention, Dao et al. 2022, never stores the s x s scores, the 5as^2b
+  term of Korthikanti et al. 2022 that selective recomputation also
+  removes). That is what a Llama-style run uses today; pass
+  ``flash_attention=False`` for attention that materialises the scores
+  (Megatron-LM's 2021-2022 runs). With sequence parallelism the memory is
+  Korthikanti's 34 sbh/t (Table 2), which assumes Megatron-LM's extra
+  all-gather of each sublayer's input in the backward pass instead of
+  storing it whole (Section 4.2.2, overlapped with compute there); the
+  planner charges no time or bytes for that all-gather.
 - TP communication: 4 all-reduces of the b s h activation per layer per
   micro-batch, 2 forward and 2 backward (Shoeybi et al. 2019, Section 3,
   Figure 4), 6 with full recomputation; sequence parallelism swaps each for
   a reduce-scatter plus all-gather of the same volume (Korthikanti et al.
   2022, Section 4.2.2). None of it overlaps with compute.
+- links: NVLink inside a node; a group that crosses nodes runs at the NICs
+  it can use (``network.group_link``: k members per node drive up to k of
+  the node's NICs at once, as NCCL's parallel rings do).
 - PP communication: one send forward and one backward per micro-batch per
   model chunk, counted on the critical path. ``pp_scatter_gather`` splits
   each send over the t tensor-parallel ranks' own InfiniBand cards and
   all-gathers it over NVLink on arrival (Narayanan et al. 2021, Section 4.1).
 - DP communication: a gradient all-reduce per step (ZeRO stages 1 and 2 move
   the same 2 Psi, stage 3 moves 3 Psi; Rajbhandari et al. 2020, Section 7);
-  ``dp_overlap`` of it hides behind the backward pass.
+  ``dp_overlap`` of it hides behind the backward pass. With pipelining
+  (only when ``allow_sharded_pp``) sharded gradients are reduce-scattered
+  after every micro-batch and, at stage 3, the weights all-gathered for
+  every micro-batch's forward and backward: m times the traffic.
 - bubble: ``bubble_overhead`` (Narayanan et al. 2021, Section 2.2) times the
   pipeline's busy time (compute + TP communication).
 """
@@ -98,7 +115,7 @@ class _Context:
 
     def __init__(self, model, cluster, global_batch, seq_len, precision,
                  compute_efficiency, dp_overlap, usable_memory_fraction,
-                 pp_scatter_gather=False):
+                 pp_scatter_gather=False, flash_attention=True):
         if precision not in PRECISIONS:
             raise ValueError(f"precision={precision!r}; choose precision in {set(PRECISIONS)}")
         self.shapes = isinstance(compute_efficiency, str)
@@ -109,6 +126,7 @@ class _Context:
             raise ValueError(f"compute_efficiency={compute_efficiency} must be in (0, 1] "
                              f"(or {SHAPES!r} to time each layer from its shapes)")
         self.pp_scatter_gather = bool(pp_scatter_gather)
+        self.flash_attention = bool(flash_attention)
         self.shaped = {}               # (tp, mbs, recompute, sp) -> (layer s, head s)
         if not 0 <= dp_overlap <= 1:
             raise ValueError(f"dp_overlap={dp_overlap} must be in [0, 1]")
@@ -155,7 +173,7 @@ def _evaluate(ctx: _Context, dp, tp, pp, mbs, zero, recompute, v, sp) -> PlanRes
     acts = first_stage_activation_bytes(
         s, mbs, h, model.n_heads, n_layers=model.n_layers, tp=tp, pp=pp, micro_batches=m,
         virtual_stages=v, sequence_parallel=sp, recompute=recompute,
-        vocab_size=model.vocab_size).total * ctx.act_scale
+        vocab_size=model.vocab_size, flash_attention=ctx.flash_attention).total * ctx.act_scale
     total_mem = states.total + acts
     memory = MemoryBreakdown(states.params, states.grads, states.optimizer, acts, total_mem)
 
@@ -194,10 +212,16 @@ def _evaluate(ctx: _Context, dp, tp, pp, mbs, zero, recompute, v, sp) -> PlanRes
     if dp > 1:
         link = group_link(cluster, *groups["dp"])
         grad_bytes = ctx.grad_dtype_bytes * model.n_params / (tp * pp)
+        rs = reduce_scatter_time(grad_bytes, dp, link.bandwidth, link.latency).total
+        ag = all_gather_time(grad_bytes, dp, link.bandwidth, link.latency).total
+        # with pipelining (allow_sharded_pp), sharded state is exchanged per micro-batch
+        per_mb = m if pp > 1 else 1
         if zero == 3:
             # reduce-scatter the gradients, all-gather the parameters twice (3 Psi)
-            t = (reduce_scatter_time(grad_bytes, dp, link.bandwidth, link.latency).total
-                 + 2 * all_gather_time(grad_bytes, dp, link.bandwidth, link.latency).total)
+            t = per_mb * (rs + 2 * ag)
+        elif zero == 2 and pp > 1:
+            # sharded gradients reduce-scattered after every micro-batch, one all-gather
+            t = per_mb * rs + ag
         else:
             # all-reduce, or reduce-scatter + all-gather (ZeRO-1/2): the same 2 Psi
             t = all_reduce_time(grad_bytes, dp, link.bandwidth, link.latency).total
@@ -217,12 +241,13 @@ def _evaluate(ctx: _Context, dp, tp, pp, mbs, zero, recompute, v, sp) -> PlanRes
 def _shaped_compute(ctx: _Context, tp, pp, mbs, m, recompute, sp) -> float:
     """Busy time of the last pipeline stage, the slowest: its layers and the
     output layer (Megatron-LM puts the head there), for m micro-batches."""
-    model, key = ctx.model, (tp, mbs, recompute, sp)
+    model, key = ctx.model, (tp, mbs, recompute, sp, ctx.flash_attention)
     if key not in ctx.shaped:      # search() meets the same shard shapes many times
         layer = layer_time(ctx.seq_len, mbs, model.d_model, model.n_heads, tp=tp,
                            peak_flops=ctx.peak, hbm_bandwidth=ctx.cluster.hbm_bandwidth,
                            recompute=recompute, sequence_parallel=sp,
-                           ffn_hidden=model.ffn_hidden).total
+                           ffn_hidden=model.ffn_hidden,
+                           flash_attention=ctx.flash_attention).total
         head = logits_time(ctx.seq_len, mbs, model.d_model, model.vocab_size, tp=tp,
                            peak_flops=ctx.peak)
         ctx.shaped[key] = (layer, head)
@@ -236,7 +261,8 @@ def plan(model, cluster, global_batch: int, seq_len: int | None = None, *, dp: i
          virtual_stages: int = 1, sequence_parallel: bool = False,
          precision: str = "mixed", compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY,
          dp_overlap: float = 0.0, usable_memory_fraction: float = 1.0,
-         allow_tp_across_nodes: bool = False, pp_scatter_gather: bool = False) -> PlanResult:
+         allow_tp_across_nodes: bool = False, pp_scatter_gather: bool = False,
+         flash_attention: bool = True, allow_sharded_pp: bool = False) -> PlanResult:
     """Evaluate one configuration of ``model`` on ``cluster``.
 
     ``global_batch`` counts sequences of ``seq_len`` tokens (default: the
@@ -255,19 +281,32 @@ def plan(model, cluster, global_batch: int, seq_len: int | None = None, *, dp: i
       hides most of it in practice).
     - ``usable_memory_fraction``: share of the GPU's memory the states and
       activations may fill (1.0; the 80 GB vs 80 GiB gap is the headroom).
-    - link bandwidths and latencies come from ``cluster``.
+    - ``flash_attention``: memory-efficient attention that never stores the
+      s x s scores (FlashAttention, Dao et al. 2022). Default True, what a
+      Llama-style run uses today; False counts Korthikanti et al.'s 5as^2b/t
+      per layer. Charged no extra time in the FLOP-count model (its backward
+      recomputes the scores, yet it runs faster than the attention it
+      replaces, Dao et al. 2022, Section 4); ``"shapes"`` timing charges the
+      recomputed attention products and saves the scores' memory traffic.
+    - ``allow_sharded_pp``: allow ZeRO-2/3 with pp > 1 (FSDP with pipelining,
+      as Llama 3 was trained, Dubey et al. 2024, Section 3.3.2, and as
+      torchtitan composes FSDP2 with PyTorch's pipelining). Default False
+      keeps DeepSpeed's rule (ZeRO-1 at most with a pipeline). Priced with the
+      sharded exchanges repeated per micro-batch (module docstring).
+    - link bandwidths, NICs per node and latencies come from ``cluster``.
 
     Raises ValueError, saying what to change, when the configuration breaks a
     constraint: dp*tp*pp = GPUs, tp divides the heads, pp the layers, tp
     stays in a node, the batch splits evenly.
     """
     ctx = _Context(model, cluster, global_batch, seq_len, precision, compute_efficiency,
-                   dp_overlap, usable_memory_fraction, pp_scatter_gather)
+                   dp_overlap, usable_memory_fraction, pp_scatter_gather, flash_attention)
     mbs = check_config(model, cluster, ctx.global_batch, dp=dp, tp=tp, pp=pp,
                        micro_batch=micro_batch, micro_batches=micro_batches,
                        zero_stage=zero_stage, recompute=recompute,
                        virtual_stages=virtual_stages,
-                       allow_tp_across_nodes=allow_tp_across_nodes)
+                       allow_tp_across_nodes=allow_tp_across_nodes,
+                       allow_sharded_pp=allow_sharded_pp)
     return _evaluate(ctx, int(dp), int(tp), int(pp), mbs, zero_stage, recompute,
                      int(virtual_stages), bool(sequence_parallel) and tp > 1)
 
@@ -278,20 +317,22 @@ def search(model, cluster, global_batch: int, seq_len: int | None = None, *,
            only_fitting: bool = False, top: int | None = None,
            allow_tp_across_nodes: bool = False, precision: str = "mixed",
            compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY, dp_overlap: float = 0.0,
-           usable_memory_fraction: float = 1.0, pp_scatter_gather: bool = False) -> list:
+           usable_memory_fraction: float = 1.0, pp_scatter_gather: bool = False,
+           flash_attention: bool = True, allow_sharded_pp: bool = False) -> list:
     """Evaluate every valid configuration and rank them.
 
     Enumerates tp (dividing the heads and, unless allowed, the node), pp
     (dividing the layers), dp = GPUs / (tp * pp) (dividing the global
     batch), every micro-batch size that divides a replica's batch (or those
-    in ``micro_batch_sizes``), ZeRO stages (only 0 and 1 with pp > 1),
+    in ``micro_batch_sizes``), ZeRO stages (only 0 and 1 with pp > 1, unless
+    ``allow_sharded_pp``: see ``plan``),
     recomputation, virtual stages (dividing the layers per stage, with the
     micro-batch count a multiple of pp) and sequence parallelism (tp > 1).
     Returns PlanResults, those that fit first, then fastest first, then
     lightest first; ``only_fitting`` drops the rest, ``top`` keeps the best.
     """
     ctx = _Context(model, cluster, global_batch, seq_len, precision, compute_efficiency,
-                   dp_overlap, usable_memory_fraction, pp_scatter_gather)
+                   dp_overlap, usable_memory_fraction, pp_scatter_gather, flash_attention)
     n = cluster.n_gpus
     results = []
     for tp in valid_tp(model, cluster, allow_tp_across_nodes):
@@ -304,7 +345,7 @@ def search(model, cluster, global_batch: int, seq_len: int | None = None, *,
             per_replica = ctx.global_batch // dp
             sizes = [b for b in divisors(per_replica)
                      if micro_batch_sizes is None or b in micro_batch_sizes]
-            zeros = [z for z in zero_stages if pp == 1 or z < 2]
+            zeros = [z for z in zero_stages if pp == 1 or z < 2 or allow_sharded_pp]
             sps = [sp for sp in dict.fromkeys(bool(x) for x in sequence_parallel)
                    if tp > 1 or not sp]
             for mbs in sizes:

@@ -15,6 +15,11 @@ of each link unless said otherwise):
 - NVIDIA DGX H100 datasheet: 8 GPUs on NVSwitch, 8 ConnectX-7 NDR
   InfiniBand ports, 400 Gb/s each, one per GPU (50 GB/s each way).
 
+``inter_node_bandwidth`` is one NIC's rate and ``nics_per_node`` how many a
+node has (default: one per GPU, as on both DGX systems). A group that
+crosses nodes uses several NICs at once when it has several members per
+node (``network.group_link``).
+
 Memory capacity is the datasheet's 80 GB = 80e9 bytes. The devices expose
 80 GiB (about 85.9e9 bytes); the difference is left as headroom for what the
 formulas do not count (CUDA context, NCCL buffers, allocator fragmentation).
@@ -40,7 +45,9 @@ ASSUMED_INTER_NODE_LATENCY = 10e-6   # s per ring step across nodes (assumption,
 
 @dataclass(frozen=True)
 class Cluster:
-    """Identical nodes of ``gpus_per_node`` GPUs; bandwidths per GPU, one direction."""
+    """Identical nodes of ``gpus_per_node`` GPUs and ``nics_per_node`` network
+    cards (None: one per GPU); NVLink bandwidth per GPU, InfiniBand per NIC,
+    one direction."""
     name: str
     gpu: str
     n_nodes: int
@@ -49,10 +56,11 @@ class Cluster:
     peak_flops: float                 # dense bf16 tensor-core FLOP/s per GPU
     hbm_bandwidth: float              # bytes/s
     intra_node_bandwidth: float       # bytes/s per GPU each way (NVLink/NVSwitch)
-    inter_node_bandwidth: float       # bytes/s per GPU each way (InfiniBand)
+    inter_node_bandwidth: float       # bytes/s per NIC each way (InfiniBand)
     intra_node_latency: float = ASSUMED_INTRA_NODE_LATENCY
     inter_node_latency: float = ASSUMED_INTER_NODE_LATENCY
     sources: tuple = field(default=(), compare=False)
+    nics_per_node: int | None = None  # None: one NIC per GPU (DGX A100 and H100)
 
     def __post_init__(self):
         for name in ("n_nodes", "gpus_per_node"):
@@ -66,6 +74,15 @@ class Cluster:
         for name in ("intra_node_latency", "inter_node_latency"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be >= 0")
+        nics = self.nics_per_node
+        if nics is not None and (isinstance(nics, bool) or int(nics) != nics or nics < 1):
+            raise ValueError(f"nics_per_node={nics!r} must be a positive integer (or None: "
+                             "one per GPU)")
+
+    @property
+    def nics(self) -> int:
+        """Network cards per node (one per GPU unless ``nics_per_node`` says)."""
+        return self.gpus_per_node if self.nics_per_node is None else int(self.nics_per_node)
 
     @property
     def n_gpus(self) -> int:
@@ -75,8 +92,10 @@ class Cluster:
         return replace(self, n_nodes=n_nodes)
 
     def __str__(self) -> str:
+        nics = ("" if self.nics_per_node is None else
+                f", {self.nics} NIC{'s' if self.nics > 1 else ''} per node")
         return (f"{self.name}: {self.n_nodes} x {self.gpus_per_node} {self.gpu} "
-                f"({self.n_gpus} GPUs)")
+                f"({self.n_gpus} GPUs{nics})")
 
 
 def a100_cluster(n_nodes: int = 1, **overrides) -> Cluster:
@@ -87,7 +106,8 @@ def a100_cluster(n_nodes: int = 1, **overrides) -> Cluster:
         peak_flops=312e12,             # A100 datasheet: BF16 tensor core, dense
         hbm_bandwidth=2039 * GB,       # A100 datasheet: 2,039 GB/s (80GB SXM)
         intra_node_bandwidth=300 * GB,  # A100 datasheet: NVLink 600 GB/s both ways
-        inter_node_bandwidth=25 * GB,  # DGX A100 datasheet: 200 Gb/s HDR per GPU
+        inter_node_bandwidth=25 * GB,  # DGX A100 datasheet: 200 Gb/s HDR per NIC
+        nics_per_node=None,            # DGX A100 datasheet: 8 NICs, one per GPU
         sources=("NVIDIA A100 Tensor Core GPU datasheet", "NVIDIA DGX A100 datasheet"))
     base.update(overrides)
     return Cluster(**base)
@@ -101,7 +121,8 @@ def h100_cluster(n_nodes: int = 1, **overrides) -> Cluster:
         peak_flops=989e12,             # H100 datasheet: BF16 1,979 TFLOPS with sparsity / 2
         hbm_bandwidth=3350 * GB,       # H100 datasheet: 3.35 TB/s (SXM)
         intra_node_bandwidth=450 * GB,  # H100 datasheet: NVLink 900 GB/s both ways
-        inter_node_bandwidth=50 * GB,  # DGX H100 datasheet: 400 Gb/s NDR per GPU
+        inter_node_bandwidth=50 * GB,  # DGX H100 datasheet: 400 Gb/s NDR per NIC
+        nics_per_node=None,            # DGX H100 datasheet: 8 NDR ports, one per GPU
         sources=("NVIDIA H100 Tensor Core GPU datasheet", "NVIDIA DGX H100 datasheet"))
     base.update(overrides)
     return Cluster(**base)
@@ -203,7 +224,8 @@ MODELS = {
     # LLaMA Table 2: dim 8192, 64 heads, 80 layers; Llama 2 Table 1 and Section
     # 2.2: 70B uses grouped-query attention (8 key/value heads), context 4k.
     # Parameters count the smaller K/V projections exactly; activation memory
-    # uses Korthikanti's multi-head formula (an overestimate of K/V storage).
+    # uses Korthikanti's GPT-style formula (multi-head K/V, 4h GeLU MLP, dropout); drop 14
+    # sizes the error with activations.llama_layer_bytes.
     "llama2-70b": _llama("Llama-2 70B", 80, 8192, 64, 28672, 4096,
                          "Touvron et al. 2023a Table 2; 2023b Table 1, Section 2.2",
                          n_kv_heads=8),

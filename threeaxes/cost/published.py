@@ -85,9 +85,11 @@ NARAYANAN_2021_TABLE2_PTDP = (
 
 # What Megatron-LM did in 2021 (Section 5.1): full recomputation, no sequence
 # parallelism or ZeRO, scatter/gather pipeline sends, gradients reduced after
-# the backward pass; layers timed from their shapes (threeaxes.cost.kernel_time).
+# the backward pass, attention that stores its scores (FlashAttention came in
+# 2022); layers timed from their shapes (threeaxes.cost.kernel_time).
 MEGATRON_2021 = dict(compute_efficiency=SHAPES, pp_scatter_gather=True, dp_overlap=0.0,
-                     recomputes=("full",), sequence_parallel=(False,), zero_stages=(0,))
+                     recomputes=("full",), sequence_parallel=(False,), zero_stages=(0,),
+                     flash_attention=False)
 
 
 def table1_model(run: PublishedRun):
@@ -177,6 +179,6 @@ def predict_iteration(run: PublishedIteration) -> tuple:
     cluster = a100_cluster(max(1, run.n_gpus // 8))
     kw = dict(dp=run.n_gpus // (run.tp * run.pp), tp=run.tp, pp=run.pp,
               micro_batch=run.micro_batch, virtual_stages=run.virtual_stages,
-              compute_efficiency=SHAPES, pp_scatter_gather=True)
+              compute_efficiency=SHAPES, pp_scatter_gather=True, flash_attention=False)
     return (plan(model, cluster, run.batch, recompute="full", **kw),
             plan(model, cluster, run.batch, recompute="selective", sequence_parallel=True, **kw))

@@ -24,13 +24,15 @@ def stage_memory(model, seq_len: int, micro_batch: int, *, dp: int = 1, tp: int 
                  pp: int = 1, zero_stage: int = 0, precision: str = "mixed",
                  recompute: str = "none", sequence_parallel: bool = False,
                  micro_batches: int | None = None, schedule: str = "1f1b",
-                 virtual_stages: int = 1) -> list:
+                 virtual_stages: int = 1, flash_attention: bool = False) -> list:
     """Bytes per GPU on each of the pp stages, by term (MemoryBreakdown).
 
     ``micro_batches`` defaults to pp (enough to fill the pipeline). Stage 0
     uses ``first_stage_activation_bytes`` (with the interleaving factor and
     the embedding terms); stage r > 0 holds ``in_flight_micro_batches`` of
-    its L/p layers.
+    its L/p layers. ``flash_attention``: attention that never stores the
+    s x s scores (``activations.activation_bytes``; default False, the
+    paper's formula; the planner's default is True).
     """
     check_model_split(model, tp, pp, zero_stage=zero_stage)
     if precision not in PRECISIONS:
@@ -42,10 +44,11 @@ def stage_memory(model, seq_len: int, micro_batch: int, *, dp: int = 1, tp: int 
     first = first_stage_activation_bytes(
         seq_len, micro_batch, model.d_model, model.n_heads, n_layers=model.n_layers, tp=tp,
         pp=pp, micro_batches=m, schedule=schedule, virtual_stages=virtual_stages,
-        sequence_parallel=sequence_parallel, recompute=recompute, vocab_size=model.vocab_size)
+        sequence_parallel=sequence_parallel, recompute=recompute, vocab_size=model.vocab_size,
+        flash_attention=flash_attention)
     per_layer = activation_bytes(seq_len, micro_batch, model.d_model, model.n_heads, tp=tp,
                                  sequence_parallel=sequence_parallel,
-                                 recompute=recompute).per_layer
+                                 recompute=recompute, flash_attention=flash_attention).per_layer
     out = []
     for r in range(pp):
         if r == 0:

@@ -88,6 +88,7 @@ def judge(model, cluster, global_batch: int, seq_len: int | None = None, *, conf
     rules = {k: config[k] for k in RULE_KEYS if k in config}
     broken = violations(model, cluster, global_batch, **rules,
                         allow_tp_across_nodes=assumptions.get("allow_tp_across_nodes", False),
+                        allow_sharded_pp=assumptions.get("allow_sharded_pp", False),
                         suggest_flags=False)
     result = None
     if not broken:

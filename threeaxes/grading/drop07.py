@@ -10,8 +10,9 @@ never typed:
   holds at its peak, in whole stages' worth: a chunk of an interleaved rank
   counts 1/v}. `expected_prediction`, `plain_prediction`, `prediction_mistake`.
 * `smallest_m(p, target, v)` -> the fewest microbatches whose bubble is
-  strictly below `target` (GPipe / 1F1B when v = 1, interleaved 1F1B with v
-  chunks per rank otherwise, where m must be a multiple of p).
+  strictly below `target` (GPipe / 1F1B when v = 1, Megatron's interleaved
+  1F1B with v chunks per rank otherwise, where m must be a multiple of p;
+  PyTorch's ScheduleInterleaved1F1B relaxes that rule, drop 12).
   `expected_smallest_m`, `smallest_m_mistake`.
 
 The hidden tests draw their layouts when they run (`draw_schedule_cases`,
@@ -149,7 +150,8 @@ def smallest_m_mistake(got: int, p: int, target: float, v: int = 1) -> str | Non
         return (f"{where}: you answered {got}, from (p-1)/m, idle over useful time; the bubble is "
                 f"a share of the whole step, (p-1)/(v m + p - 1), so {want} microbatches suffice")
     if v > 1 and got % p:
-        return f"{where}: m={got} is not a multiple of p={p}; interleaving needs m in {{{p}, {2 * p}, ...}}"
+        return (f"{where}: m={got} is not a multiple of p={p}; Megatron's interleaved schedule, "
+                f"which the exercise asks about, needs m in {{{p}, {2 * p}, ...}}")
     if v > 1 and got == expected_smallest_m(p, target, 1):
         return (f"{where}: you answered {got}, plain 1F1B's count; with v={v} chunks the bubble is "
                 f"(p-1)/(v m + p - 1)")

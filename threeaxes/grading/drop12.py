@@ -1,9 +1,11 @@
 """Reference checks for drop 12 (a 35% pipeline bubble, and the micro-batch count is stuck).
 
 The scenario: GPT-3 175B on sixteen DGX A100-style nodes (128 A100 80GB
-GPUs), a global batch of 52 sequences of its 2,048-token context, one
-sequence per micro-batch. The team runs `CURRENT`: dp=4, tp=4, pp=8 with
-ZeRO-1, selective recomputation and sequence parallelism, so each replica
+GPUs), trained with Megatron-LM, a global batch of 52 sequences of its
+2,048-token context (a small recipe: GPT-3 itself used about 3.2M tokens a
+step, Brown et al. 2020, Table 2.1), one sequence per micro-batch. The team
+runs `CURRENT`: dp=4, tp=4, pp=8 with ZeRO-1, selective recomputation and
+sequence parallelism, so each replica
 gets 52 / 4 = 13 micro-batches and 1F1B idles (8 - 1)/(13 + 8 - 1) = 35% of
 every step. The batch is fixed by the training recipe and a micro-batch of one
 sequence cannot shrink, so m = 52 / dp moves only with dp.
@@ -15,12 +17,16 @@ the micro-batch stays one sequence and the bubble falls under `BUBBLE_TARGET`.
 
 The exercise graded by value:
 
-* `bubble(p, m, v)`: the share of a step each GPU idles under 1F1B (v = 1) or
-  interleaved 1F1B with v chunks per GPU, ValueError when the interleaved
-  schedule cannot run (m not a multiple of p). `bubble_mistake` names the
+* `bubble(p, m, v)`: the share of a step each GPU idles under Megatron-LM's
+  1F1B (v = 1) or its interleaved 1F1B with v chunks per GPU, ValueError where
+  Megatron's interleaved schedule refuses to run (m not a multiple of p;
+  Narayanan et al. 2021, Section 2.2.2). PyTorch's ScheduleInterleaved1F1B
+  relaxes that rule (the drop shows it), but the exercise asks about the
+  team's framework, so following PyTorch's rule there is a named mistake. `bubble_mistake` names the
   usual slips: Megatron's overhead (p - 1)/m instead of a share of the step,
   v forgotten, the busy share instead of the idle one. The hidden test asks about
-  (p, m, v) it draws at grading time (`draw_bubble_case`, `draw_bad_interleave_case`).
+  (p, m, v) it draws at grading time (`draw_bubble_case`, `draw_bad_interleave_case`,
+  `draw_relaxed_only_case`).
 """
 from __future__ import annotations
 
@@ -31,8 +37,8 @@ from threeaxes.grading import as_number
 from threeaxes.grading import sizing
 
 __all__ = ["SCENARIO", "CURRENT", "MICRO_BATCH", "BUBBLE_TARGET", "draw_bubble_case",
-           "draw_bad_interleave_case", "reference_bubble", "plain_bubble", "bubble_mistake",
-           "raises_for_bad_interleave", "target_mistake"]
+           "draw_bad_interleave_case", "draw_relaxed_only_case", "reference_bubble", "plain_bubble",
+           "bubble_mistake", "raises_for_bad_interleave", "target_mistake"]
 
 SCENARIO = sizing.scenario(get_model("175B"), get_cluster("a100-80gb", n_nodes=16), 52)
 MICRO_BATCH = 1          # sequences per micro-batch: already the smallest there is
@@ -51,9 +57,19 @@ def draw_bubble_case(rng, interleaved: bool) -> tuple:
 
 
 def draw_bad_interleave_case(rng) -> tuple:
-    """A (p, m, v) with v > 1 and m not a multiple of p: the interleaved schedule cannot run."""
+    """A (p, m, v) with v > 1 and m not a multiple of p: Megatron's interleaved schedule cannot run."""
     p, v = rng.randint(2, 16), rng.randint(2, 4)
     return p, p * rng.randint(0, 5) + rng.randint(1, p - 1), v
+
+
+def draw_relaxed_only_case(rng) -> tuple:
+    """A (p, m, v) that Megatron's interleaved schedule refuses and PyTorch's
+    `ScheduleInterleaved1F1B` runs: v > 1, m not a multiple of p, and m a
+    multiple of its max(1, m // p) rounds (PyTorch's rule)."""
+    while True:
+        p, v, m = rng.randint(2, 16), rng.randint(2, 4), rng.randint(1, 64)
+        if m % p and m % max(1, m // p) == 0:
+            return p, m, v
 
 
 def reference_bubble(p: int, m: int, v: int = 1) -> float:
@@ -90,14 +106,15 @@ def bubble_mistake(got: float, p: int, m: int, v: int = 1) -> str | None:
 
 
 def raises_for_bad_interleave(student_bubble, p: int, m: int, v: int) -> str | None:
-    """None when the student's function refuses an interleaved plan that cannot run."""
+    """None when the student's function refuses an interleaved plan Megatron cannot run."""
     try:
         got = student_bubble(p, m, v)
     except ValueError:
         return None
-    return (f"bubble({p}, {m}, {v}) returned {got!r}, but the interleaved schedule cannot run "
-            f"there: it sends micro-batches round the pipeline in groups of p={p}, so it needs m "
-            f"to be a multiple of p and {m} is not. Raise ValueError saying so")
+    return (f"bubble({p}, {m}, {v}) returned {got!r}, but Megatron's interleaved schedule, the "
+            f"team's, cannot run there: it sends micro-batches round the pipeline in groups of "
+            f"p={p}, so it needs m to be a multiple of p and {m} is not (PyTorch's schedule relaxes "
+            f"that rule; the exercise asks about Megatron's). Raise ValueError saying so")
 
 
 def target_mistake(answer: dict, scenario: dict = SCENARIO, target: float = BUBBLE_TARGET,

@@ -14,8 +14,8 @@ The exercise graded by value:
   Section 5 and Figure 1); `state_mistake` names the usual slips. The hidden
   test asks about layouts it draws at grading time (`draw_state_case`).
 
-`VARIANTS` are the changes to the job the notebook tries ("what would change
-the choice"); `variant_scenario` builds each.
+`JOB_CHANGES` are the changes to the job the notebook tries ("what would change
+the choice"); `changed_scenario` builds each.
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from threeaxes.cost import GB, GiB, get_cluster, get_model, model_state_bytes
 from threeaxes.grading import as_number
 from threeaxes.grading import sizing
 
-__all__ = ["SCENARIO", "draw_state_case", "VARIANTS", "expected_state_gb", "plain_state_gb",
-           "state_mistake", "variant_scenario"]
+__all__ = ["SCENARIO", "draw_state_case", "JOB_CHANGES", "expected_state_gb", "plain_state_gb",
+           "state_mistake", "changed_scenario"]
 
 SCENARIO = sizing.scenario(get_model("70B"), get_cluster("a100-80gb", n_nodes=8), 1024)
 
@@ -40,7 +40,7 @@ def draw_state_case(rng, zero_stage: int) -> tuple:
 
 
 # name -> what changes: the cluster's fields, the global batch, the context
-VARIANTS = {
+JOB_CHANGES = {
     "as given": {},
     "H100 nodes": {"gpu": "h100-80gb"},
     "4x faster network between nodes": {"inter_node_scale": 4},
@@ -49,9 +49,9 @@ VARIANTS = {
 }
 
 
-def variant_scenario(name: str) -> dict:
-    """SCENARIO with one of `VARIANTS` applied."""
-    change = VARIANTS[name]
+def changed_scenario(name: str) -> dict:
+    """SCENARIO with one of `JOB_CHANGES` applied."""
+    change = JOB_CHANGES[name]
     cluster = SCENARIO["cluster"]
     if "gpu" in change:
         cluster = get_cluster(change["gpu"], n_nodes=cluster.n_nodes)

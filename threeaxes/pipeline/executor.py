@@ -61,6 +61,12 @@ def run_plan(plan: Plan, stages: dict, inputs: torch.Tensor, targets: torch.Tens
     loss on the rank holding the last stage, None elsewhere. Every action is
     a compute span in the trace being recorded.
     """
+    split = sorted({a.kind for r in plan for a in plan.actions(r)} - {"F", "B"})
+    if split:
+        raise ValueError(f"the plan splits backwards into {' and '.join(split)} (a zero-bubble "
+                         f"plan); this executor runs F and B only: run it with PyTorch's "
+                         f"ScheduleInterleavedZeroBubble (pipeline.reference.torch_pipeline_train"
+                         f"(..., schedule='zero_bubble'))")
     dims = resolve(dims)
     p, m = plan.p, plan.m
     if p != dims.pp:

@@ -24,7 +24,8 @@ every stage costs the same time, which is what the bubble formula assumes.
 
     delay.py  DelayedStage
     saved.py  SavedActivations, one_microbatch_saved_bytes, predicted_peak_bytes
-    measure.py (here)  measured_bubble and its tolerance, measure_pipeline, the figure
+    measure.py (here)  measured_bubble and its tolerance, measure_pipeline
+    (threeaxes.plots.measured_beside_predicted draws a measured step beside its plan)
 """
 from __future__ import annotations
 
@@ -35,12 +36,12 @@ from ..toy import ToyConfig, make_batch
 from .delay import DelayedStage
 from .executor import run_plan, split_microbatches
 from .saved import SavedActivations, one_microbatch_saved_bytes, predicted_peak_bytes
-from .schedules import Plan, make_plan
+from .schedules import make_plan
 from .stages import build_stages
 
 __all__ = ["BUSY_SHARE_TOLERANCE", "bubble_bounds", "BubbleMeasurement", "measured_bubble",
            "hop_latencies",
-           "measure_pipeline", "measured_beside_predicted",
+           "measure_pipeline",
            # from delay.py and saved.py, so that one import gives the whole measurement
            "DelayedStage", "SavedActivations", "one_microbatch_saved_bytes", "predicted_peak_bytes"]
 
@@ -171,25 +172,3 @@ def measure_pipeline(rank: int, world_size: int, cfg: ToyConfig, runs, *, batch:
             raise RuntimeError(f"rank {rank}: {saved.current} saved bytes outlived the step")
         out[(schedule, m, v)] = {"trace": recorded, "peak_bytes": saved.peak, "stages": mine}
     return out
-
-
-def measured_beside_predicted(events, plan: Plan, forward_s: float, backward_s: float, *,
-                              title: str = ""):
-    """One matplotlib Figure: the measured step on top (`plots.gantt` of its
-    events), below it `simulate(plan)` with a stage's forward costing
-    `forward_s` and its backward `backward_s`, both axes in milliseconds."""
-    from matplotlib.figure import Figure
-
-    from .. import plots
-    from .simulate import simulate
-
-    fig = Figure(figsize=(12, 4.6), layout="constrained")
-    top, bottom = fig.subplots(2, 1)
-    predicted = simulate(plan, forward_s, backward_s)
-    plots.gantt(events, ax=top, title=f"measured: {title}", time_unit="ms")
-    plots.gantt(predicted.events, ax=bottom, title=f"predicted: {plan.name} plan simulated",
-                time_unit="ms")
-    span = max(top.get_xlim()[1], bottom.get_xlim()[1])
-    for ax in (top, bottom):
-        ax.set_xlim(0, span)
-    return fig

@@ -138,9 +138,12 @@ def predicted_peak_bytes(plan: Plan, rank: int, stage_bytes: dict) -> int:
     forward of stage s adding `stage_bytes[s]` (one microbatch through s), the
     backward taking them away. With one stage per rank this is
     `peak_in_flight(plan, rank) * stage_bytes[rank]`; with several (interleaved)
-    it weighs each chunk by its own bytes."""
+    it weighs each chunk by its own bytes. A split backward (zero-bubble)
+    frees them at its W, which still reads the saved inputs."""
     held = peak = 0
     for action in plan.actions(rank):
+        if action.kind == "I":
+            continue
         held += stage_bytes[action.stage] if action.kind == "F" else -stage_bytes[action.stage]
         peak = max(peak, held)
     return peak

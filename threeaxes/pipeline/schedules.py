@@ -2,13 +2,16 @@
 
 A schedule is a `Plan`: for each rank, a row of time slots, each holding an
 `Action` (stage, microbatch, "F" or "B") or None, an idle slot (a bubble).
+Zero-bubble plans (Qi et al. 2024) split a backward into "I" (input gradient)
+and "W" (weight gradient); `torch_plans.py` reads PyTorch's into this form.
 The same plan object is printed as a grid (`print(plan)`), simulated with
 costs (`simulate`), counted for its bubble (`plan.bubble_fraction()`,
 `peak_in_flight`) and run for real on ranks (`executor.run_plan`), so those
 four can never disagree (PyTorch's pipelining/schedules.py keeps the same
 `rank -> [action or None]` form and the same `2F0` spelling). This module is
-the package's one definition of GPipe, 1F1B and interleaved 1F1B; `SCHEDULES`
-names them and `make_plan` builds one by name.
+the package's one definition of GPipe, 1F1B and interleaved 1F1B (Megatron's,
+and PyTorch's relaxed variant); `SCHEDULES` names them and `make_plan` builds
+one by name.
 
 In the grid every action takes one slot, forward or backward, and a slot
 never holds an action before the slots of what it waits for (see
@@ -22,23 +25,31 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .simulate import Simulation, dependencies, peak_in_flight, simulate, timings
+from .simulate import Simulation, dependencies, peak_in_flight, provides, simulate, timings
 
-__all__ = ["Action", "Plan", "gpipe", "one_f_one_b", "interleaved_1f1b", "SCHEDULES",
-           "make_plan", "simulate", "peak_in_flight", "Simulation", "check_layout"]
+__all__ = ["Action", "KINDS", "Plan", "gpipe", "one_f_one_b", "interleaved_1f1b",
+           "interleaved_group", "SCHEDULES", "make_plan", "simulate", "peak_in_flight",
+           "Simulation", "check_layout"]
+
+
+KINDS = ("F", "B", "I", "W")
 
 
 @dataclass(frozen=True)
 class Action:
     """One unit of pipeline work: `kind` "F" (forward) or "B" (backward) of
-    `microbatch` through `stage`. Prints as PyTorch does: 2F0."""
+    `microbatch` through `stage`; a zero-bubble plan splits B into "I" (the
+    gradient of the stage's input) and "W" (of its weights). Prints as PyTorch
+    does: 2F0."""
     stage: int
     microbatch: int
     kind: str
 
     def __post_init__(self):
-        if self.kind not in ("F", "B"):
-            raise ValueError(f"Action kind={self.kind!r}; use 'F' (forward) or 'B' (backward)")
+        if self.kind not in KINDS:
+            raise ValueError(f"Action kind={self.kind!r}; use 'F' (forward) or 'B' (backward), "
+                             f"or 'I' and 'W' (a backward split into its input and weight "
+                             f"gradients)")
         for name in ("stage", "microbatch"):
             value = getattr(self, name)
             if type(value) is not int or value < 0:
@@ -54,8 +65,9 @@ class Plan(Mapping):
     """rank -> list of `Action | None`, one entry per time slot.
 
     Checked when made: ranks are 0..p-1; rank r holds stages r, r+p, ...;
-    every (stage, microbatch) runs forward once and backward once; and no
-    action sits in a slot at or before a slot of an action it waits for.
+    every (stage, microbatch) runs forward once and backward once (a B, or an
+    I and a W); and no action sits in a slot at or before a slot of an action
+    it waits for.
     """
 
     def __init__(self, slots: Mapping, name: str = "plan"):
@@ -92,16 +104,26 @@ class Plan(Mapping):
                 where[key] = t
         for s in range(self.n_stages):
             for k in range(self.m):
-                for kind in "FB":
+                split = [(s, k, kind) in where for kind in "IW"]
+                needed = ["F"] + (["I", "W"] if any(split) else ["B"])
+                if any(split) and (s, k, "B") in where:
+                    raise ValueError(f"{Action(s, k, 'B')} and a split backward of the same "
+                                     f"microbatch; keep either B or I and W")
+                for kind in needed:
                     if (s, k, kind) not in where:
                         raise ValueError(f"{Action(s, k, kind)} is missing; every stage runs F "
-                                         f"and B once for each of the {self.m} microbatches")
+                                         f"and B (or I and W) once for each of the {self.m} "
+                                         f"microbatches")
+        ready = {}       # what an action waits for -> (slot, the action that provides it)
+        for (s, k, kind), t in where.items():
+            for key in provides(Action(s, k, kind)):
+                ready[key] = (t, Action(s, k, kind))
         for key, t in where.items():
             for dep in dependencies(Action(*key), self.n_stages):
-                if where[dep] >= t:
+                if ready[dep][0] >= t:
                     raise ValueError(
-                        f"{Action(*key)} in slot {t} runs before {Action(*dep)} (slot "
-                        f"{where[dep]}) that it waits for; build the plan with "
+                        f"{Action(*key)} in slot {t} runs before {ready[dep][1]} (slot "
+                        f"{ready[dep][0]}) that it waits for; build the plan with "
                         f"Plan.from_orders(...) to place each rank's order in valid slots")
 
     @classmethod
@@ -197,33 +219,61 @@ def one_f_one_b(p: int, m: int) -> Plan:
     return Plan.from_orders(orders, "1F1B")
 
 
-def interleaved_1f1b(p: int, m: int, v: int) -> Plan:
-    """Megatron's interleaved 1F1B (Narayanan et al. 2021, Section 2.2.2):
-    rank r holds v model chunks, stages r, r+p, ..., r+(v-1)p. Microbatches
-    go through each chunk in groups of p. The bubble overhead (idle over busy)
-    falls to (p-1)/(v m); m must be a multiple of p."""
+def interleaved_group(p: int, m: int, relaxed: bool = False) -> int:
+    """How many microbatches go through a chunk before the rank moves to its
+    next chunk. Megatron's interleaved schedule (Narayanan et al. 2021,
+    Section 2.2.2) sends them in groups of p, so it needs m to be a multiple
+    of p. PyTorch's `ScheduleInterleaved1F1B` relaxes that: it runs
+    rounds = max(1, m // p) rounds of m // rounds microbatches and needs only
+    m % rounds == 0 (m = 13 on p = 8: one round of 13; m = 26 on p = 8: three
+    rounds, 26 % 3 != 0, refused). ValueError, naming the rule, otherwise."""
+    if not relaxed:
+        if m % p:
+            raise ValueError(f"m={m} is not a multiple of p={p}; Megatron's interleaved schedule "
+                             f"sends microbatches in groups of p, so choose m in "
+                             f"{{{p}, {2 * p}, {3 * p}, ...}} (or relaxed=True: PyTorch's rule)")
+        return p
+    rounds = max(1, m // p)
+    if m % rounds:
+        below = max(k for k in range(1, m) if k % max(1, k // p) == 0)
+        above = min(k for k in range(m + 1, 2 * m + 1) if k % max(1, k // p) == 0)
+        raise ValueError(f"m={m} on p={p}: PyTorch's interleaved schedule runs max(1, m // p) = "
+                         f"{rounds} rounds of equal size and {m} does not split into {rounds}; "
+                         f"the nearest m it accepts are {below} and {above}")
+    return m // rounds
+
+
+def interleaved_1f1b(p: int, m: int, v: int, *, relaxed: bool = False) -> Plan:
+    """Interleaved 1F1B (Narayanan et al. 2021, Section 2.2.2): rank r holds
+    v model chunks, stages r, r+p, ..., r+(v-1)p. Microbatches go through each
+    chunk in groups (`interleaved_group`): of p in Megatron's schedule, which
+    needs m to be a multiple of p; of m // max(1, m // p) with relaxed=True,
+    as PyTorch's `ScheduleInterleaved1F1B` runs it (m = 13 on p = 8 works).
+    The bubble overhead (idle over busy) falls to (p-1)/(v m) when m >= p."""
     check_layout(p, m)
     if type(v) is not int or v < 1:
         raise ValueError(f"v={v!r}; the number of chunks per rank must be an int >= 1")
-    if v > 1 and m % p:
-        raise ValueError(f"m={m} is not a multiple of p={p}; interleaving sends microbatches "
-                         f"in groups of p, so choose m in {{{p}, {2 * p}, {3 * p}, ...}}")
+    if v == 1:
+        return one_f_one_b(p, m)
+    g = interleaved_group(p, m, relaxed)
     total = m * v
 
     def unit(i: int, forward: bool) -> tuple[int, int]:
-        group, within = divmod(i, p * v)
-        chunk = within // p
-        return (chunk if forward else v - 1 - chunk), group * p + within % p
+        group, within = divmod(i, g * v)
+        chunk = within // g
+        return (chunk if forward else v - 1 - chunk), group * g + within % g
 
-    if v == 1:
-        return one_f_one_b(p, m)
     orders = {}
     for r in range(p):
         def act(i, kind):
             chunk, mb = unit(i, kind == "F")
             return Action(chunk * p + r, mb, kind)
-        # Megatron-LM's warmup count; with m == p every forward comes first
-        warmup = total if m == p else min(total, (p - r - 1) * 2 + (v - 1) * p)
+        if relaxed:
+            # PyTorch's warmup count (_get_warmup_ops): the last rank's (v-1) groups, two more per hop
+            warmup = min(total, (v - 1) * g + 2 * (p - 1 - r))
+        else:
+            # Megatron-LM's warmup count; with m == p every forward comes first
+            warmup = total if m == p else min(total, (p - r - 1) * 2 + (v - 1) * p)
         # Warmup: forwards through this rank's chunks until the first backward can come
         acts = [act(i, "F") for i in range(warmup)]
         # 1F1B: one forward, one backward
@@ -232,7 +282,7 @@ def interleaved_1f1b(p: int, m: int, v: int) -> Plan:
         # Cooldown: the backwards still owed
         acts += [act(i, "B") for i in range(total - warmup, total)]
         orders[r] = acts
-    return Plan.from_orders(orders, "interleaved 1F1B")
+    return Plan.from_orders(orders, "interleaved 1F1B" + (" (PyTorch's)" if relaxed else ""))
 
 
 # The one name -> schedule table of the package. "interleaved" also takes v
@@ -240,13 +290,14 @@ def interleaved_1f1b(p: int, m: int, v: int) -> Plan:
 SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved_1f1b}
 
 
-def make_plan(schedule: str, p: int, m: int, v: int = 1) -> Plan:
+def make_plan(schedule: str, p: int, m: int, v: int = 1, *, relaxed: bool = False) -> Plan:
     """A plan by name: 'gpipe' (Huang et al. 2019), '1f1b' or 'interleaved'
-    with v chunks per rank (Narayanan et al. 2021, Sections 2.2.1 and 2.2.2)."""
+    with v chunks per rank (Narayanan et al. 2021, Sections 2.2.1 and 2.2.2;
+    relaxed=True: PyTorch's rule on m, see `interleaved_group`)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule={schedule!r}; choose one of {sorted(SCHEDULES)}")
     if schedule == "interleaved":
-        return interleaved_1f1b(p, m, v)
+        return interleaved_1f1b(p, m, v, relaxed=relaxed)
     if v != 1:
         raise ValueError(f"v={v} chunks per rank needs schedule='interleaved' "
                          f"(or keep schedule={schedule!r} with v=1)")

@@ -8,6 +8,12 @@ of stages):
     B(s, k) waits for B(s+1, k)      the gradient comes from the next stage
 
 and every rank runs its own actions one at a time, in the plan's order.
+Zero-bubble schedules (Qi et al. 2024, Section 2) split a backward in two:
+I(s, k), the gradient of the stage's input, which the previous stage waits
+for, and W(s, k), the gradient of its weights, which nothing waits for. I
+waits as B does (for F(s, k) and for the next stage's input gradient), W
+waits for I(s, k); a B hands the previous stage its input gradient just as an
+I does.
 Communication is free here; the simulator measures only how the order of
 work leaves ranks idle, which is what the bubble formula counts.
 
@@ -26,9 +32,10 @@ from typing import Mapping, Sequence
 
 from ..trace import COMPUTE, Event
 
-__all__ = ["Simulation", "simulate", "peak_in_flight", "dependencies", "format_timeline"]
+__all__ = ["Simulation", "simulate", "peak_in_flight", "dependencies", "provides", "format_timeline"]
 
-OPS = {"F": "forward", "B": "backward"}   # an Action's kind -> the trace Event's op
+# an Action's kind -> the trace Event's op
+OPS = {"F": "forward", "B": "backward", "I": "backward_input", "W": "backward_weight"}
 
 
 @dataclass(frozen=True)
@@ -45,14 +52,27 @@ class Simulation:
 
 
 def dependencies(action, n_stages: int) -> list[tuple[int, int, str]]:
-    """The (stage, microbatch, kind) keys that must finish before `action` starts."""
+    """The (stage, microbatch, kind) keys that must finish before `action` starts.
+
+    (s, k, "I") stands for "stage s has the gradient of its input for
+    microbatch k", which a B or an I of (s, k) provides (`provides`)."""
     s, k = action.stage, action.microbatch
     if action.kind == "F":
         return [(s - 1, k, "F")] if s > 0 else []
+    if action.kind == "W":
+        return [(s, k, "I")]
     deps = [(s, k, "F")]
     if s < n_stages - 1:
-        deps.append((s + 1, k, "B"))
+        deps.append((s + 1, k, "I"))
     return deps
+
+
+def provides(action) -> list[tuple[int, int, str]]:
+    """The keys other actions may wait on that `action` makes available: its
+    own, and for a B also (s, k, "I"), since a full backward computes the
+    input gradient too."""
+    key = _key(action)
+    return [key, (action.stage, action.microbatch, "I")] if action.kind == "B" else [key]
 
 
 def _key(action) -> tuple[int, int, str]:
@@ -83,7 +103,8 @@ def timings(orders: Mapping[int, Sequence], cost) -> dict:
                     break
                 start = max([free[r]] + [done[d][2] for d in deps])
                 end = start + cost(action)
-                done[_key(action)] = (r, start, end)
+                for key in provides(action):
+                    done[key] = (r, start, end)
                 free[r], pos[r] = end, pos[r] + 1
                 remaining -= 1
                 progressed = True
@@ -93,13 +114,20 @@ def timings(orders: Mapping[int, Sequence], cost) -> dict:
                 f"the plan deadlocks: each rank's next action waits on another stuck rank "
                 f"({', '.join(f'rank {r} at {a}' for r, a in stuck.items())}); reorder so that "
                 f"every F(s,k) comes after F(s-1,k) and every B(s,k) after B(s+1,k) can run")
-    return done
+    # a B's extra (s, k, "I") entry is bookkeeping, not an action: keep one entry per action
+    return {key: when for key, when in done.items()
+            if key[2] != "I" or (key[0], key[1], "B") not in done}
 
 
-def simulate(plan, forward_cost=1, backward_cost=2) -> Simulation:
+def simulate(plan, forward_cost=1, backward_cost=2, weight_cost=None) -> Simulation:
     """Run `plan` in simulated time: each action starts as soon as its rank is
     free and its dependencies are done. Costs given as ints or Fractions give
     an exact Fraction `idle_fraction`.
+
+    A zero-bubble plan's split backward costs `backward_cost` in all: its W
+    (weight gradient) `weight_cost`, half of it unless given (Qi et al. 2024
+    take T_F = T_B = T_W, the input and the weight gradient each about one
+    forward's matmuls), and its I (input gradient) the rest.
 
     With forward_cost=1 and backward_cost=2 (a backward does twice a forward's
     matmuls), GPipe and 1F1B both give (p-1)/(m+p-1) (Narayanan et al. 2021,
@@ -108,8 +136,16 @@ def simulate(plan, forward_cost=1, backward_cost=2) -> Simulation:
     Each action becomes a `trace.Event(rank, "compute", "forward"|"backward",
     start, end, module="stage s", stage=s, microbatch=k)`.
     """
+    w = weight_cost
+    if w is None:                                    # half a backward; exact costs stay exact
+        exact_b = isinstance(backward_cost, (int, Fraction))
+        w = Fraction(backward_cost) / 2 if exact_b else backward_cost / 2
+        if exact_b and w.denominator == 1:
+            w = int(w)
+    costs = {"F": forward_cost, "B": backward_cost, "I": backward_cost - w, "W": w}
+
     def cost(a):
-        return forward_cost if a.kind == "F" else backward_cost
+        return costs[a.kind]
 
     done = timings({r: plan[r] for r in plan}, cost)
     events: dict[int, list[Event]] = {r: [] for r in plan}
@@ -119,17 +155,18 @@ def simulate(plan, forward_cost=1, backward_cost=2) -> Simulation:
     makespan = max((e.end for evs in events.values() for e in evs), default=0)
     busy = sum(e.end - e.start for evs in events.values() for e in evs)
     total = len(events) * makespan
-    exact = all(isinstance(c, (int, Fraction)) for c in (forward_cost, backward_cost))
+    exact = all(isinstance(c, (int, Fraction)) for c in costs.values())
     idle = (Fraction(total - busy) / total if exact else (total - busy) / total) if total else 0
     return Simulation(events, makespan, busy, idle)
 
 
 def peak_in_flight(plan, stage: int) -> int:
     """Most microbatches whose activations `stage` holds at once: a forward
-    stores them, the matching backward frees them."""
+    stores them, the matching backward frees them (with a split backward, the
+    W: the weight gradient still needs the stage's saved inputs)."""
     held = peak = 0
     for action in plan.actions(stage % plan.p):
-        if action.stage != stage:
+        if action.stage != stage or action.kind == "I":
             continue
         held += 1 if action.kind == "F" else -1
         peak = max(peak, held)

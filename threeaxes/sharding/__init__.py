@@ -6,14 +6,16 @@
   from backward hooks (`GradientShardReducer`).
 * `fully_shard` (ZeRO-3 / FSDP, fsdp.py): also the parameters, gathered per
   unit just before its forward and its backward, freed after each.
-* `held_bytes` and `GATHERED` (accounting.py): what a rank really holds.
+* `held_bytes` (accounting.py): what a rank really holds; `GATHERED` (fsdp.py):
+  the whole ZeRO-3 parameters alive now, and their peak.
 
 Every stage cuts flat buffers into dp equal ranges (flat.py); every
 collective goes through `threeaxes.comms` on the "dp" axis.
 """
-from threeaxes.sharding.accounting import GATHERED, GatheredBytes, HeldBytes, held_bytes
+from threeaxes.sharding.accounting import HeldBytes, held_bytes
 from threeaxes.sharding.flat import FlatLayout, check_shardable, shard_of
-from threeaxes.sharding.fsdp import ShardedUnit, fully_shard, gathered_state, units_of
+from threeaxes.sharding.fsdp import (GATHERED, GatheredBytes, ShardedUnit, fully_shard, gathered_state,
+                                      units_of)
 from threeaxes.sharding.zero1 import ShardedBucket, ZeroOptimizer
 from threeaxes.sharding.zero2 import GradientShardReducer, Zero2Optimizer
 

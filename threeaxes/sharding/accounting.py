@@ -5,9 +5,8 @@ that is a view into a flat buffer counts the whole buffer once, padding
 included), so the numbers are what the rank's memory holds, to set beside
 `threeaxes.cost.memory.model_state_bytes`.
 
-ZeRO-3 also holds whole parameters for a while: `GATHERED` follows the bytes
-of gathered flat buffers alive at each moment (fsdp's gather and free hooks
-update it) and their peak.
+ZeRO-3 also holds whole parameters for a while: `fsdp.GATHERED` follows the
+bytes of gathered flat buffers alive at each moment and their peak.
 """
 from __future__ import annotations
 
@@ -15,7 +14,10 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["HeldBytes", "held_bytes", "GatheredBytes", "GATHERED"]
+from threeaxes.sharding.fsdp import units_of
+from threeaxes.sharding.zero1 import ZeroOptimizer
+
+__all__ = ["HeldBytes", "held_bytes"]
 
 
 class HeldBytes(NamedTuple):
@@ -23,27 +25,6 @@ class HeldBytes(NamedTuple):
     grads: int
     optimizer: int
     total: int
-
-
-class GatheredBytes:
-    """Bytes of whole (gathered) ZeRO-3 parameters alive now, and the most at once."""
-
-    def __init__(self):
-        self.now = 0
-        self.peak = 0
-
-    def add(self, nbytes: int) -> None:
-        self.now += nbytes
-        self.peak = max(self.peak, self.now)
-
-    def remove(self, nbytes: int) -> None:
-        self.now -= nbytes
-
-    def reset_peak(self) -> None:
-        self.peak = self.now
-
-
-GATHERED = GatheredBytes()   # this process's count (one rank per process)
 
 
 def _storage_bytes(tensors, seen: set) -> int:
@@ -73,9 +54,6 @@ def held_bytes(model: torch.nn.Module, optimizer=None) -> HeldBytes:
     `ZeroOptimizer` the gradient of each bucket's shard. Optimizer: every tensor
     in the (inner) optimizer's state, Adam's step counters included.
     """
-    from threeaxes.sharding.fsdp import units_of
-    from threeaxes.sharding.zero1 import ZeroOptimizer
-
     seen: set = set()
     params = list(model.parameters())
     gathered = [u.gathered for u in units_of(model) if u.gathered is not None]

@@ -21,6 +21,8 @@ are removed. Each step, per unit (Rajbhandari et al. 2020, Section 5.3, P_os+g+p
 
 With `prefetch=True` a unit also starts the next unit's all-gather (in the
 order the first forward ran them) as its own begins, forward and backward.
+`GATHERED` counts the bytes of whole buffers alive (the gather and free hooks
+update it) and their peak; `accounting.held_bytes` counts what stays.
 """
 from __future__ import annotations
 
@@ -29,10 +31,30 @@ import torch.nn as nn
 
 from threeaxes import comms
 from threeaxes.dims import resolve
-from threeaxes.sharding.accounting import GATHERED
 from threeaxes.sharding.flat import FlatLayout, check_shardable
 
-__all__ = ["fully_shard", "units_of", "ShardedUnit", "gathered_state"]
+__all__ = ["fully_shard", "units_of", "ShardedUnit", "gathered_state", "GatheredBytes", "GATHERED"]
+
+
+class GatheredBytes:
+    """Bytes of whole (gathered) ZeRO-3 parameters alive now, and the most at once."""
+
+    def __init__(self):
+        self.now = 0
+        self.peak = 0
+
+    def add(self, nbytes: int) -> None:
+        self.now += nbytes
+        self.peak = max(self.peak, self.now)
+
+    def remove(self, nbytes: int) -> None:
+        self.now -= nbytes
+
+    def reset_peak(self) -> None:
+        self.peak = self.now
+
+
+GATHERED = GatheredBytes()   # this process's count (one rank per process)
 
 _LIVE: dict[int, "ShardedUnit"] = {}   # storage address of each gathered buffer alive -> its unit
 

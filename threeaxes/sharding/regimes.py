@@ -125,7 +125,7 @@ def _rank_params(cfg, *, tp=1, pp=1, stage=0):
 
 def _tensors_stepped(cfg, regime, stage, world_size) -> int:
     """How many tensors Adam updates on the rank: each has its own step counter."""
-    from threeaxes.data_parallel import DEFAULT_BUCKET_BYTES, plan_buckets
+    from threeaxes.data_parallel.buckets import DEFAULT_BUCKET_BYTES, plan_buckets
     from threeaxes.toy import ToyTransformer
 
     model = ToyTransformer(cfg)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from threeaxes import comms
-from threeaxes.data_parallel import DEFAULT_BUCKET_BYTES, plan_buckets
+from threeaxes.data_parallel.buckets import DEFAULT_BUCKET_BYTES, plan_buckets
 from threeaxes.dims import resolve
 from threeaxes.sharding.flat import FlatLayout, check_shardable, shard_of
 

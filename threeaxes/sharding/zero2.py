@@ -5,7 +5,7 @@
     opt.step()        # wait for them, step my shard, all-gather the updated shards
 
 `GradientShardReducer` does it on the data-parallel wrapper's hooks
-(`data_parallel_overlap.BucketHooks`): when a bucket's last gradient is in,
+(`data_parallel.overlap.BucketHooks`): when a bucket's last gradient is in,
 its gradients are flattened (the same `FlatLayout` as the optimizer's
 bucket), the whole gradients are dropped, and an asynchronous reduce-scatter
 gives each rank the sum of its range while backward goes on. That is DDP's
@@ -15,7 +15,7 @@ all-reduce (Rajbhandari et al. 2020, Section 5.2, P_os+g).
 from __future__ import annotations
 
 from threeaxes import comms
-from threeaxes.data_parallel_overlap import BucketHooks
+from threeaxes.data_parallel.overlap import BucketHooks
 from threeaxes.sharding.zero1 import ZeroOptimizer
 
 __all__ = ["GradientShardReducer", "Zero2Optimizer"]

@@ -8,7 +8,7 @@ import ipywidgets as widgets
 from IPython.display import display
 
 from ..cost import MODELS
-from ..plots import FigureDisplay
+from ..display import FigureDisplay
 
 _WIDE = {"description_width": "initial"}
 _CLUSTERS = [("A100 80GB nodes", "a100-80gb"), ("H100 80GB nodes", "h100-80gb")]

@@ -9,7 +9,8 @@ from matplotlib.figure import Figure
 
 from ..cost import MODELS, get_cluster, search
 from ..cost.memory import GB
-from ..plots import draw_memory_bars, draw_time_breakdown, plan_table_html
+from ..display import plan_table_html
+from ..plots import draw_memory_bars, draw_time_breakdown
 from .base import _CLUSTERS, _MODEL_OPTIONS, _WIDE, _Explorer
 
 

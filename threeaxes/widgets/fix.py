@@ -1,7 +1,7 @@
 """Fix explorer: one run's model, cluster and tokens per step are fixed; move the
-knobs (tp, pp, micro-batch, ZeRO, recomputation, sequence parallelism, sequence
-length) and see memory per GPU and the predicted step time beside the
-configuration you started from."""
+knobs (tp, pp, micro-batch, ZeRO, recomputation, sequence parallelism,
+memory-efficient attention, sequence length) and see memory per GPU and the
+predicted step time beside the configuration you started from."""
 from __future__ import annotations
 
 import html
@@ -51,10 +51,13 @@ class FixExplorer(_Explorer):
                                            style=_WIDE),
             "recompute": widgets.Dropdown(options=list(RECOMPUTE), description="recompute"),
             "sequence_parallel": widgets.Checkbox(False, description="sequence parallel"),
+            # plan()'s default is memory-efficient attention; a baseline may say otherwise
+            "flash_attention": widgets.Checkbox(True, description="memory-efficient attention",
+                                                style=_WIDE),
         }
         rows = [widgets.HBox([c["seq_len"], c["tp"], c["pp"]]),
                 widgets.HBox([c["micro_batch"], c["zero_stage"], c["recompute"]]),
-                widgets.HBox([c["sequence_parallel"]])]
+                widgets.HBox([c["sequence_parallel"], c["flash_attention"]])]
         start = {k: v for k, v in self.baseline.items() if k in c}
         super().__init__(c, rows, {**start, **initial})
 

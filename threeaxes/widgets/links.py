@@ -38,19 +38,24 @@ class LinkExplorer(_Explorer):
         self.model = get_model(model)
         self.n_gpus, self.global_batch = n_gpus, global_batch
         # every setting of plan() other than dp, tp, pp (the controls)
-        self.config = dict(micro_batch=1, zero_stage=1, recompute="selective",
+        self.config = dict(micro_batch=1, zero_stage=1, recompute="none",
                            sequence_parallel=True) if config is None else dict(config)
         c = {
             "gpus_per_node": widgets.Dropdown(options=[2, 4, 8, 16], value=4,
                                               description="GPUs per node", style=_WIDE),
             "inter_node_gbps": widgets.Dropdown(options=[12.5, 25.0, 50.0, 100.0, 200.0, 300.0],
                                                 value=25.0, style=_WIDE,
-                                                description="InfiniBand GB/s per GPU"),
+                                                description="InfiniBand GB/s per NIC"),
+            # NICs each node has (DGX: one per GPU); a group crossing nodes drives up to
+            # one per member (cost.network.nics_per_group)
+            "nics_per_node": widgets.Dropdown(options=[("one per GPU", 0), ("1", 1), ("2", 2),
+                                                       ("4", 4), ("8", 8)], value=0,
+                                              description="NICs per node", style=_WIDE),
             "tp": widgets.Dropdown(options=[1, 2, 4, 8, 16], value=8, description="tp"),
             "pp": widgets.Dropdown(options=[1, 2, 4, 8, 16, 32, 64], value=8,
                                    description="pp"),
         }
-        rows = [widgets.HBox([c["gpus_per_node"], c["inter_node_gbps"]]),
+        rows = [widgets.HBox([c["gpus_per_node"], c["inter_node_gbps"], c["nics_per_node"]]),
                 widgets.HBox([c["tp"], c["pp"]])]
         super().__init__(c, rows, initial)
 
@@ -67,7 +72,8 @@ class LinkExplorer(_Explorer):
         if self.n_gpus % per_node:
             raise ValueError(f"{self.n_gpus} GPUs do not fill nodes of {per_node}")
         cluster = a100_cluster(self.n_gpus // per_node, gpus_per_node=per_node,
-                               inter_node_bandwidth=v["inter_node_gbps"] * GB)
+                               inter_node_bandwidth=v["inter_node_gbps"] * GB,
+                               nics_per_node=v["nics_per_node"] or None)
         chosen = self._plan(cluster, tp, pp)
         baseline = self._plan(a100_cluster(self.n_gpus // 8), tp, pp)
         dp = chosen.dp
@@ -89,6 +95,6 @@ class LinkExplorer(_Explorer):
     def draw(self, d: LinkData) -> Figure:
         return draw_time_breakdown(
             [("8-GPU nodes, preset links", d.baseline.time),
-             (f"{d.cluster.gpus_per_node}-GPU nodes, "
-              f"{d.cluster.inter_node_bandwidth / GB:.0f} GB/s", d.chosen.time)],
+             (f"{d.cluster.gpus_per_node}-GPU nodes, {d.cluster.nics} x "
+              f"{d.cluster.inter_node_bandwidth / GB:.0f} GB/s NICs", d.chosen.time)],
             title=f"tp={d.chosen.tp} pp={d.chosen.pp} dp={d.chosen.dp}: step time by term")

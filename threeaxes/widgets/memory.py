@@ -56,6 +56,9 @@ class MemoryExplorer(_Explorer):
                                            style=_WIDE),
             "recompute": widgets.Dropdown(options=list(RECOMPUTE), description="recompute"),
             "sequence_parallel": widgets.Checkbox(False, description="sequence parallel"),
+            # on by default, as in the planner: attention that never stores the s x s scores
+            "flash_attention": widgets.Checkbox(True, description="memory-efficient attention",
+                                                style=_WIDE),
             "seq_len": widgets.Dropdown(options=[512, 1024, 2048, 4096, 8192, 16384, 32768],
                                         value=4096, description="seq_len"),
             "micro_batch": widgets.IntSlider(1, min=1, max=32, description="micro-batch",
@@ -65,7 +68,7 @@ class MemoryExplorer(_Explorer):
                 widgets.HBox([c["n_layers"], c["d_model"], c["n_heads"]]),
                 widgets.HBox([c["dp"], c["tp"], c["pp"]]),
                 widgets.HBox([c["zero_stage"], c["recompute"], c["sequence_parallel"]]),
-                widgets.HBox([c["seq_len"], c["micro_batch"]])]
+                widgets.HBox([c["seq_len"], c["micro_batch"], c["flash_attention"]])]
         c["model"].observe(self._toggle_custom, names="value")
         self._toggle_custom({"new": c["model"].value}, controls=c)
         super().__init__(c, rows, initial)
@@ -88,7 +91,8 @@ class MemoryExplorer(_Explorer):
         stages = stage_memory(model, v["seq_len"], v["micro_batch"], dp=v["dp"], tp=v["tp"],
                               pp=v["pp"], zero_stage=v["zero_stage"], precision=v["precision"],
                               recompute=v["recompute"],
-                              sequence_parallel=v["sequence_parallel"])
+                              sequence_parallel=v["sequence_parallel"],
+                              flash_attention=v["flash_attention"])
         pp = v["pp"]
         shown = range(pp) if pp <= 8 else sorted({0, 1, pp // 2, pp - 2, pp - 1})
         bars = [("GPU" if pp == 1 else f"stage {r}", stages[r]) for r in shown]

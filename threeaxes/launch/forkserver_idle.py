@@ -1,8 +1,8 @@
 """Inside launch's forkserver: import the rest of what ranks use while no launch is waiting.
 
-The forkserver imports ``_prestart.PRELOAD`` (torch, torch.distributed, the rank
+The forkserver imports ``prestart.PRELOAD`` (torch, torch.distributed, the rank
 side of launch, then this module) before it forks its first rank. Everything else
-the ranks often need (``_prestart.DEFERRED``: sympy, torch._dynamo, ... another
+the ranks often need (``prestart.DEFERRED``: sympy, torch._dynamo, ... another
 1-2 s) is imported here afterwards, one module at a time, and only while no fork
 request is waiting, so a launch that comes early is served at once instead of
 waiting for all of it. A rank forked before a module is imported imports it itself
@@ -17,7 +17,7 @@ Everything runs on the server's one thread, between forks, so no rank is ever
 forked in the middle of an import. The swap is undone as soon as the server has
 built its selector, so nothing else (ranks included) ever gets it.
 When the last deferred module is imported, the server says so with a file beside
-its socket (``_prestart.warm_marker``); launch waits for it unless fn is light.
+its socket (``prestart.warm_marker``); launch waits for it unless fn is light.
 
 Imported anywhere else (a test, a rank), this module changes nothing.
 """
@@ -29,7 +29,7 @@ import os
 import selectors
 import time
 
-from threeaxes import _prestart
+from threeaxes.launch import prestart
 
 _ORIGINAL_SELECTOR = selectors.DefaultSelector
 IDLE_AFTER_S = 0.1  # after a request: this long without another, and it imports the next module
@@ -48,7 +48,7 @@ class _ImportWhileIdleSelector(_ORIGINAL_SELECTOR):
         super().__init__(*args, **kwargs)
         # Only in the server itself: a process forked from it keeps a plain selector.
         self._in_server = os.getpid() == _server_pid
-        self._todo = list(_prestart.DEFERRED) if self._in_server else []
+        self._todo = list(prestart.DEFERRED) if self._in_server else []
         self._quiet = 0.0  # how long to wait for a request before the next import
 
     def select(self, timeout=None):
@@ -83,7 +83,7 @@ def _mark_warm():
     the server's socket (in the caller's temporary folder, removed when it exits)."""
     import multiprocessing.forkserver
 
-    marker = _prestart.warm_marker(multiprocessing.forkserver._forkserver._forkserver_address)
+    marker = prestart.warm_marker(multiprocessing.forkserver._forkserver._forkserver_address)
     if marker is not None:
         try:
             open(marker, "w").close()
@@ -96,7 +96,7 @@ def install():
     import multiprocessing
 
     global _server_pid
-    if _prestart._inside_forkserver() and multiprocessing.parent_process() is None:
+    if prestart._inside_forkserver() and multiprocessing.parent_process() is None:
         _server_pid = os.getpid()
         selectors.DefaultSelector = _ImportWhileIdleSelector
 

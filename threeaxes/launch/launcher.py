@@ -10,16 +10,16 @@ How it works, phase by phase:
 * Spawn. Ranks fork from a multiprocessing forkserver that has imported torch once,
   so a warm launch takes a tenth of a second instead of seconds. In a Jupyter kernel
   that server starts in the background as soon as ``threeaxes`` is imported, so the
-  first launch finds it ready too (``threeaxes._prestart``; ``THREEAXES_PRESTART=0``
-  turns this off, ``=1`` turns it on outside kernels). The server accepts once it has
-  torch and torch.distributed and imports the rest while idle
-  (``threeaxes._forkserver_idle``); a launch that comes before that rest is in waits
-  for it, unless its function needs nothing more (``threeaxes._payload_modules``). fn and its arguments are
-  pickled by value (cloudpickle): notebook functions, closures and lambdas work.
-* Wait loop. Each rank has a pipe to the caller. What a rank prints comes back over
-  it line by line and is printed here as ``[rank r] ...`` (in Jupyter only the
-  kernel's own output reaches the cell), then its result, or its traceback, which is
-  raised here at once as RankError.
+  first launch finds it ready too (``prestart.py``; ``THREEAXES_PRESTART=0`` turns
+  this off, ``=1`` turns it on outside kernels). The server accepts once it has torch
+  and torch.distributed and imports the rest while idle (``forkserver_idle.py``); a
+  launch that comes before that rest is in waits for it, unless its function needs
+  nothing more (``payload_modules.py``). fn and its arguments are pickled by value
+  (cloudpickle): notebook functions, closures and lambdas work.
+* Wait loop. Each rank has a pipe to the caller (``local.py``; the rank's end is
+  ``worker.py``). What a rank prints comes back over it line by line and is printed
+  here as ``[rank r] ...`` (in Jupyter only the kernel's own output reaches the cell),
+  then its result, or its traceback, which is raised here at once as RankError.
 * Teardown. Whatever happened (success, error, timeout, interrupt) every rank is
   stopped before launch returns; a rank whose caller dies exits on its own, because
   its pipe to the caller closes.
@@ -40,8 +40,8 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
-from threeaxes import _launch_worker, _payload_modules, _prestart
-from threeaxes._launch_local import LaunchTimeout, LocalLaunch, RankError
+from threeaxes.launch import payload_modules, prestart, worker
+from threeaxes.launch.local import LaunchTimeout, LocalLaunch, RankError
 
 __all__ = ["launch", "RankError", "LaunchTimeout", "MAX_WORLD_SIZE"]
 
@@ -88,9 +88,9 @@ def _let_the_forkserver_finish_unless_light(payload):
     """Spawn, first part. The forkserver forks ranks once it has torch and
     torch.distributed, and imports the rest (torch._dynamo, ...) while idle. A function
     that names only torch and torch.distributed goes at once; any other waits until the
-    rest is in too, so its ranks do not each import it again (``_payload_modules``)."""
-    if not _prestart.wait_until_warm(timeout=0) and not _payload_modules.is_light(payload):
-        _prestart.wait_until_warm()
+    rest is in too, so its ranks do not each import it again (``payload_modules``)."""
+    if not prestart.wait_until_warm(timeout=0) and not payload_modules.is_light(payload):
+        prestart.wait_until_warm()
 
 
 def _check_args(fn, world_size, timeout, backend):
@@ -153,7 +153,7 @@ def _launch_under_torchrun(fn, world_size, backend, args, kwargs):
     result = fn(rank, world_size, *args, **kwargs)
     # communication: every rank gets every rank's (pickled, CPU-only) result
     blobs = [None] * world_size
-    dist.all_gather_object(blobs, _launch_worker.dumps_result(result, rank))
+    dist.all_gather_object(blobs, worker.dumps_result(result, rank))
     return [pickle.loads(blob) for blob in blobs]
 
 

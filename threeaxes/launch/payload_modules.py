@@ -1,7 +1,7 @@
 """Does a launch need more than torch and torch.distributed? Read from its pickle.
 
 launch's forkserver serves ranks as soon as it has imported torch, torch.distributed
-and launch's rank side (``_prestart.PRELOAD``); the rest (``_prestart.DEFERRED``:
+and launch's rank side (``prestart.PRELOAD``); the rest (``prestart.DEFERRED``:
 sympy, torch._dynamo, ...) follows while it is idle. A rank forked before that rest
 is in, which then needs it (torch.optim's first step imports torch._dynamo), imports
 it itself: four ranks pay four times what the server would have paid once.

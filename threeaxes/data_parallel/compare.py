@@ -22,8 +22,8 @@ import time
 import torch
 
 from threeaxes import comms, trace
-from threeaxes.data_parallel import average_gradients_bucketed, shard_batch
-from threeaxes.data_parallel_overlap import DataParallel
+from threeaxes.data_parallel.overlap import DataParallel
+from threeaxes.data_parallel.step import average_gradients_bucketed, shard_batch
 from threeaxes.dims import ParallelDims
 from threeaxes.toy import ToyTransformer, lm_loss
 

@@ -3,7 +3,7 @@
 The first :func:`threeaxes.launch.launch` in a process starts a multiprocessing
 forkserver that imports torch once (``PRELOAD``, 1.5-2 s) and then, while idle, what
 ranks often need besides (``DEFERRED``: torch._dynamo, ..., another 1-2 s; see
-``threeaxes._forkserver_idle``); every rank then forks from it already warm. Started
+``threeaxes.launch.forkserver_idle``); every rank then forks from it already warm. Started
 at import time, by a daemon thread, that work overlaps with the student reading and
 running the next cells, so the first launch finds the server ready. ``import
 threeaxes`` waits for the thread to have spawned the server (``HEAD_START_S``), not
@@ -42,10 +42,10 @@ _OFF, _ON, _AUTO = ("0", "no", "false", "off"), ("1", "yes", "true", "on"), ("",
 
 # Imported by the forkserver before it forks its first rank: what every rank needs to
 # join a group and run fn. Never anything that initialises CUDA.
-PRELOAD = ["torch", "torch.distributed", "cloudpickle", "threeaxes._launch_worker",
-           "threeaxes._forkserver_idle"]
+PRELOAD = ["torch", "torch.distributed", "cloudpickle", "threeaxes.launch.worker",
+           "threeaxes.launch.forkserver_idle"]
 # Imported by the forkserver afterwards, one at a time, only while no launch waits for
-# it (threeaxes._forkserver_idle), so an early first launch does not wait 1-2 s for them.
+# it (threeaxes.launch.forkserver_idle), so an early first launch does not wait 1-2 s for them.
 # torch._dynamo is what torch.optim and parallelize_module pull in on first use (2-5 s
 # per rank otherwise); torch.fx.experimental.symbolic_shapes (sympy, ~0.5 s) is imported
 # by the first backward given an explicit gradient, which every pipeline stage but the
@@ -179,7 +179,7 @@ def warm_marker(address):
 def wait_until_warm(timeout=WARM_WAIT_S):
     """Start the forkserver if need be, then wait until it has imported DEFERRED too.
     Returns True if it is warm. Waits at most ``timeout`` s, and for a server that once
-    let that pass without saying so (its loop may not be the one _forkserver_idle
+    let that pass without saying so (its loop may not be the one forkserver_idle
     knows), never again: it is used as it is. Without a forkserver there is nothing to wait for."""
     global _silent_server
     import multiprocessing.forkserver

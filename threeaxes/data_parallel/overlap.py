@@ -1,6 +1,6 @@
 """Data parallelism that overlaps the gradient all-reduces with backward.
 
-`average_gradients_bucketed` waits for the whole backward pass, then sends
+`step.average_gradients_bucketed` waits for the whole backward pass, then sends
 every bucket. But backward produces gradients from the last layer to the
 first, so the head's gradients are final long before the embeddings' are.
 `DataParallel` starts each bucket's all-reduce the moment its last gradient is
@@ -44,7 +44,7 @@ import torch
 import torch.nn as nn
 
 from threeaxes import comms
-from threeaxes.data_parallel import _check_bucket_bytes, plan_buckets
+from threeaxes.data_parallel.buckets import check_bucket_bytes, plan_buckets
 from threeaxes.dims import resolve
 
 __all__ = ["BucketHooks", "DataParallel"]
@@ -143,7 +143,7 @@ class DataParallel(nn.Module):
         `comms.all_reduce(..., async_op=True)` now, divide by dp when finishing."""
         super().__init__()
         if bucket_bytes is not None:
-            _check_bucket_bytes(bucket_bytes)
+            check_bucket_bytes(bucket_bytes)
         self.module = module
         self._launch_bucket = launch_bucket
         self.dims = resolve(dims)

@@ -12,8 +12,8 @@ Two ways to average, same result, different number of messages:
 
 * `average_gradients`: one all-reduce per parameter tensor.
 * `average_gradients_bucketed`: gradients are copied into flat buffers of
-  about `bucket_bytes` each (`plan_buckets` decides which go together), one
-  all-reduce per buffer, then copied back. Fewer, larger messages, which is
+  about `bucket_bytes` each (`plan_buckets` in buckets.py decides which go
+  together), one all-reduce per buffer, then copied back. Fewer, larger messages, which is
   what `DistributedDataParallel` does (its default bucket is 25 MiB).
 
 Every function takes the run's layout as `dims` (the current layout when
@@ -25,20 +25,12 @@ from __future__ import annotations
 import torch
 
 from threeaxes import comms, trace
+from threeaxes.data_parallel.buckets import DEFAULT_BUCKET_BYTES, check_bucket_bytes, plan_buckets
 from threeaxes.dims import ParallelDims, resolve
 from threeaxes.toy import ToyTransformer, lm_loss, make_optimizer
 
-# DDP's default bucket_cap_mb is 25 MiB.
-DEFAULT_BUCKET_BYTES = 25 * 2**20
-
-
-# -- layout checks ------------------------------------------------------------------
-
-def _check_bucket_bytes(bucket_bytes):
-    if type(bucket_bytes) is not int or bucket_bytes <= 0:
-        raise ValueError(
-            f"bucket_bytes={bucket_bytes!r}; it must be a positive whole number of bytes, "
-            f"e.g. 25 * 2**20 (DDP's default of 25 MiB)")
+__all__ = ["shard_batch", "average_gradients", "gradient_buckets", "average_gradients_bucketed",
+           "train_data_parallel"]
 
 
 # -- the batch ----------------------------------------------------------------------
@@ -99,28 +91,6 @@ def average_gradients(model, dims=None):
         grad.div_(dims.dp)
 
 
-def plan_buckets(sizes_bytes, bucket_bytes: int) -> list[list[int]]:
-    """Group tensors into buckets, in the order given: indices per bucket.
-
-    Rule: walk the tensors in order and add each to the open bucket; if adding
-    it would take the bucket past `bucket_bytes`, close the bucket first and
-    start a new one. A tensor larger than `bucket_bytes` sits alone in its own
-    bucket (tensors are never split). Pure function, so a plan can be checked
-    without any ranks.
-    """
-    _check_bucket_bytes(bucket_bytes)
-    buckets, current, filled = [], [], 0
-    for index, size in enumerate(sizes_bytes):
-        if current and filled + size > bucket_bytes:
-            buckets.append(current)
-            current, filled = [], 0
-        current.append(index)
-        filled += size
-    if current:
-        buckets.append(current)
-    return buckets
-
-
 def gradient_buckets(model, bucket_bytes: int) -> list[list[torch.Tensor]]:
     """The gradients of `model` grouped as `average_gradients_bucketed` sends them.
 
@@ -128,7 +98,7 @@ def gradient_buckets(model, bucket_bytes: int) -> list[list[torch.Tensor]]:
     as in DDP: backward produces the last layers' gradients first, so a
     bucket fills up, and could be sent, while backward is still running.
     """
-    _check_bucket_bytes(bucket_bytes)
+    check_bucket_bytes(bucket_bytes)
     grads = _grads(model)[::-1]
     dtypes = {g.dtype for g in grads}
     if len(dtypes) > 1:
@@ -144,7 +114,7 @@ def average_gradients_bucketed(model, bucket_bytes: int = DEFAULT_BUCKET_BYTES, 
     For each bucket (see `gradient_buckets`): copy its gradients into one flat
     buffer, all-reduce the buffer, divide by dp, copy the slices back.
     """
-    _check_bucket_bytes(bucket_bytes)
+    check_bucket_bytes(bucket_bytes)
     dims = resolve(dims)
     if dims.dp == 1:
         return  # one replica: its gradient is already the mean
@@ -176,7 +146,7 @@ def train_data_parallel(rank, world_size, cfg, batches, *, variant: str = "per_p
     if variant not in ("per_param", "bucketed"):
         raise ValueError(f"variant={variant!r}; choose 'per_param' or 'bucketed'")
     if variant == "bucketed":
-        _check_bucket_bytes(bucket_bytes)
+        check_bucket_bytes(bucket_bytes)
     dims = ParallelDims.init(dp=world_size)
     model = ToyTransformer(cfg, seed)  # same seed on every rank: identical replicas
     opt = make_optimizer(model, lr, optimizer)
@@ -195,20 +165,3 @@ def train_data_parallel(rank, world_size, cfg, batches, *, variant: str = "per_p
             losses.append(loss.item())
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     return {"state_dict": state, "losses": losses, "trace": recorded}
-
-
-__all__ = [
-    "DEFAULT_BUCKET_BYTES", "shard_batch", "average_gradients", "plan_buckets",
-    "gradient_buckets", "average_gradients_bucketed", "train_data_parallel", "DataParallel",
-]
-
-
-
-def __getattr__(name):
-    """`DataParallel`, the overlapped wrapper, lives in data_parallel_overlap.py
-    (it builds on plan_buckets above); imported on first use, so that either
-    module can be imported first."""
-    if name == "DataParallel":
-        from threeaxes.data_parallel_overlap import DataParallel
-        return DataParallel
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

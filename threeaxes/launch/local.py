@@ -1,7 +1,7 @@
 """The ranks of one :func:`threeaxes.launch.launch` call on this machine.
 
 The four phases (rendezvous, spawn, wait loop, teardown) are described in
-``threeaxes.launch``; each is a method here. ``_launch_worker`` is the other end
+``threeaxes.launch.launcher``; each is a method here. ``worker.py`` is the other end
 of every pipe.
 """
 
@@ -19,7 +19,7 @@ import time
 
 import torch.distributed as dist
 
-from threeaxes import _launch_worker, _prestart
+from threeaxes.launch import prestart, worker
 
 # Starting the processes and joining the group has its own limit; `timeout` counts
 # from the moment fn is running on every rank.
@@ -44,9 +44,9 @@ class LaunchTimeout(RankError):
 
 def _forkserver():
     """The process-wide forkserver context. Usually already started in the background
-    when threeaxes was imported in a kernel (``threeaxes._prestart``); if that start is
+    when threeaxes was imported in a kernel (``threeaxes.launch.prestart``); if that start is
     still under way, the first spawn waits on the forkserver's lock and uses that server."""
-    return _prestart.forkserver_context()
+    return prestart.forkserver_context()
 
 
 class LocalLaunch:
@@ -86,7 +86,7 @@ class LocalLaunch:
             self.conns[rank] = ours
             try:
                 proc = ctx.Process(
-                    target=_launch_worker.run_rank,
+                    target=worker.run_rank,
                     args=(rank, self.world_size, self.backend, port, self._rank_timeout_s(),
                           self.payload, theirs, dict(os.environ)),
                     name=f"threeaxes-rank-{rank}",

@@ -1,6 +1,6 @@
 """The rank side of :func:`threeaxes.launch.launch`: this runs inside each worker process.
 
-It lives apart from ``launch.py`` so the forkserver can import it (and torch) once;
+It lives apart from ``launcher.py`` and ``local.py`` so the forkserver can import it (and torch) once;
 every worker then forks with everything already imported.
 
 A rank talks to the launching process over one duplex pipe:
