@@ -136,3 +136,25 @@ def test_four_nics_per_node_matches_nccl_tests_issue_100():
     assert busbw == pytest.approx(4 * 25e9)
     assert 91e9 / busbw == pytest.approx(0.91, abs=0.01)
     assert busbw == pytest.approx(91e9, rel=0.10)
+
+
+def test_three_nodes_of_four_nics_match_nccl_tests_issue_119():
+    # NVIDIA/nccl-tests issue #119 (2022-11-17): three servers of 8 A100 SXM4 and four HDR
+    # cards each, all_reduce_perf on 24 GPUs up to 128 MB: about 96 GB/s of bus bandwidth
+    # at its peak against the 4 x 200 Gb/s = 100 GB/s the reporter expected. The 24-wide
+    # ring has 8 members per node, so it drives min(8, 4) = 4 cards: 4 x 25 GB/s.
+    three = a100_cluster(3, nics_per_node=4)
+    busbw = group_link(three, 1, 24).bandwidth
+    assert busbw == pytest.approx(4 * 25e9)
+    assert busbw == pytest.approx(96e9, rel=0.05)     # stated tolerance: 5% of the peak
+
+
+def test_dgx_a100_with_eight_hdr_nics_matches_nccl_issue_812():
+    # NVIDIA/nccl issue #812, NVIDIA maintainer's comment (2023-03-31): "On an Nvidia
+    # DGX-A100 system we have 8x200Gbit/s IB cards and we measure 192GB/s AllReduce BusBW".
+    # The preset DGX node has 8 NICs of 25 GB/s; a ring over all GPUs has 8 members per
+    # node, so it drives min(8, 8) = 8 NICs: 8 x 25 = 200 GB/s, under NVLink's 300.
+    dgx = a100_cluster(4)
+    busbw = group_link(dgx, 1, dgx.n_gpus).bandwidth
+    assert busbw == pytest.approx(min(8 * 25e9, 300e9))
+    assert busbw == pytest.approx(192e9, rel=0.05)    # stated tolerance: 5% of the measurement

@@ -229,3 +229,13 @@ def test_search_considers_sharded_pp_only_when_asked():
     assert not any(r.pp > 1 and r.zero_stage >= 2 for r in default)
     assert any(r.pp > 1 and r.zero_stage == 3 for r in allowed)
     assert len(allowed) > len(default)
+
+
+def test_the_planner_and_its_model_share_one_set_of_names():
+    # planner.py (the rules, plan, search) and evaluate.py (one configuration's memory and
+    # time) are two modules; the public names stay where readers import them from
+    import threeaxes.cost as cost
+    from threeaxes.cost import evaluate, planner
+    for name in ("PlanResult", "TimeBreakdown", "DEFAULT_COMPUTE_EFFICIENCY", "SHAPES"):
+        assert getattr(cost, name) is getattr(planner, name) is getattr(evaluate, name)
+    assert cost.plan is planner.plan and cost.search is planner.search

@@ -88,6 +88,9 @@ def test_variants_change_only_what_they_name():
     faster = drop14.changed_scenario("4x faster network between nodes")
     assert faster["cluster"].inter_node_bandwidth == 4 * base["cluster"].inter_node_bandwidth
     assert faster["cluster"].intra_node_bandwidth == base["cluster"].intra_node_bandwidth
+    one_card = drop14.changed_scenario("one network card per node (not one per GPU)")
+    assert (one_card["cluster"].nics, base["cluster"].nics) == (1, 8)
+    assert one_card["cluster"].inter_node_bandwidth == base["cluster"].inter_node_bandwidth
     h100 = drop14.changed_scenario("H100 nodes")
     assert h100["cluster"].gpu.startswith("H100") and h100["cluster"].n_gpus == 64
     longer = drop14.changed_scenario("twice the context (8192 tokens, half the sequences)")

@@ -92,10 +92,9 @@ class Cluster:
         return replace(self, n_nodes=n_nodes)
 
     def __str__(self) -> str:
-        nics = ("" if self.nics_per_node is None else
-                f", {self.nics} NIC{'s' if self.nics > 1 else ''} per node")
+        nics = f"{self.nics} NIC{'s' if self.nics > 1 else ''} per node"
         return (f"{self.name}: {self.n_nodes} x {self.gpus_per_node} {self.gpu} "
-                f"({self.n_gpus} GPUs{nics})")
+                f"({self.n_gpus} GPUs, {nics})")
 
 
 def a100_cluster(n_nodes: int = 1, **overrides) -> Cluster:

@@ -6,7 +6,7 @@ Three exercises:
   of one step, in the order they start. `expected_all_reduce_bytes` builds the
   plan with `plan_buckets` on the parameters in the reverse of registration
   order; `bucket_mistake` names the usual mistakes.
-* `first_reduced`: the layer whose gradients are all-reduced first
+* `first_reduced`: the layer whose gradient opens the first all-reduce
   (`first_bucket_layer` reads it off the bucket plan).
 * `launch_bucket(grads, dims)`: start one bucket's reduction.
   `launch_bucket_results` runs it inside `DataParallel` on fresh ranks and

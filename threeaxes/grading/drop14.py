@@ -44,6 +44,7 @@ JOB_CHANGES = {
     "as given": {},
     "H100 nodes": {"gpu": "h100-80gb"},
     "4x faster network between nodes": {"inter_node_scale": 4},
+    "one network card per node (not one per GPU)": {"nics_per_node": 1},
     "a quarter of the batch (256 sequences)": {"global_batch": 256},
     "twice the context (8192 tokens, half the sequences)": {"seq_len": 8192, "global_batch": 512},
 }
@@ -58,6 +59,8 @@ def changed_scenario(name: str) -> dict:
     if "inter_node_scale" in change:
         cluster = replace(cluster, inter_node_bandwidth=cluster.inter_node_bandwidth
                           * change["inter_node_scale"])
+    if "nics_per_node" in change:
+        cluster = replace(cluster, nics_per_node=change["nics_per_node"])
     return {**SCENARIO, "cluster": cluster,
             "global_batch": change.get("global_batch", SCENARIO["global_batch"]),
             "seq_len": change.get("seq_len", SCENARIO["seq_len"])}

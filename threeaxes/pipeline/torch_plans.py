@@ -18,8 +18,10 @@ The names this course uses, and PyTorch's classes:
     "gpipe"        ScheduleGPipe                   one stage per rank
     "1f1b"         Schedule1F1B                    one stage per rank
     "interleaved"  ScheduleInterleaved1F1B         v stages per rank, r, r + p, ...
-    "zero_bubble"  ScheduleInterleavedZeroBubble   Qi et al. 2024's ZB-H1 (v = 1)
-                                                   and its interleaved form (v > 1)
+    "zero_bubble"  ScheduleInterleavedZeroBubble   Qi et al. 2024 (its docstring: "ZB1P");
+                                                   with v = 1 its order idles as their
+                                                   ZB-H1 (tests/test_pipeline_torch_plans.py),
+                                                   v > 1 interleaves it
 
 Building a multi-stage schedule needs only what each rank's stages say about
 themselves (how many stages, the group's size, this rank), so `torch_plan`
@@ -77,14 +79,16 @@ def plan_from_torch_order(pipeline_order, name: str = "PyTorch plan") -> Plan:
 def torch_plan(schedule: str, p: int, m: int, v: int = 1) -> Plan:
     """PyTorch's plan for `schedule` on p ranks, m microbatches, v stages per
     rank, built by PyTorch's own class and read into a `Plan`. PyTorch's
-    errors (an m its rule refuses) come through unchanged."""
+    errors (an m its rule refuses) come through unchanged. ScheduleGPipe and
+    Schedule1F1B keep no plan object; for them this returns the course's
+    gpipe / one_f_one_b, which run each rank's work in the same order."""
     import torch
 
     cls = torch_schedule_class(schedule)
     if schedule in ("gpipe", "1f1b"):
         if v != 1:
             raise ValueError(f"{cls.__name__} runs one stage per rank; use v=1 or 'interleaved'")
-        # the single-stage schedules have no stored plan: write theirs out as ours
+        # no stored plan: PyTorch's 1F1B runs min(m, p - s) forwards, then B/F pairs, as ours does
         from .schedules import gpipe, one_f_one_b
         return (gpipe if schedule == "gpipe" else one_f_one_b)(p, m)
     # stand-ins for the rank's PipelineStages: what the schedule reads from them

@@ -1,0 +1,253 @@
+"""One configuration's memory per GPU and step time, by term: the model the
+planner applies (``planner.plan`` checks the rules, then calls ``evaluate``;
+``planner.search`` calls it for every configuration).
+
+The step-time model (every assumption is an argument of ``plan``):
+
+- compute: hardware FLOPs (Chowdhery et al. 2022 App. B, 6N + 12 l h s per
+  token, plus what recomputation re-runs, Korthikanti et al. 2022 App. A)
+  over n_gpus * peak * ``compute_efficiency``. With
+  ``compute_efficiency="shapes"`` instead: the slowest (last) pipeline
+  stage's layers and output layer, m micro-batches of them, each timed from
+  its shapes by ``kernel_time.layer_time`` (GEMMs below peak when a tensor-
+  parallel shard is thin, memory-bound element-wise work at HBM bandwidth).
+- memory: activations of the first pipeline stage (``activations``), by
+  default with memory-efficient attention (``flash_attention=True``:
+  FlashAttention, Dao et al. 2022, never stores the s x s scores, the 5as^2b
+  term of Korthikanti et al. 2022 that selective recomputation also
+  removes). That is what a Llama-style run uses today; pass
+  ``flash_attention=False`` for attention that materialises the scores
+  (Megatron-LM's 2021-2022 runs). With sequence parallelism the memory is
+  Korthikanti's 34 sbh/t (Table 2), which assumes Megatron-LM's extra
+  all-gather of each sublayer's input in the backward pass instead of
+  storing it whole (Section 4.2.2, overlapped with compute there); the
+  planner charges no time or bytes for that all-gather.
+- TP communication: 4 all-reduces of the b s h activation per layer per
+  micro-batch, 2 forward and 2 backward (Shoeybi et al. 2019, Section 3,
+  Figure 4), 6 with full recomputation; sequence parallelism swaps each for
+  a reduce-scatter plus all-gather of the same volume (Korthikanti et al.
+  2022, Section 4.2.2). None of it overlaps with compute.
+- links: NVLink inside a node; a group that crosses nodes runs at the NICs
+  it can use (``network.group_link``: k members per node drive up to k of
+  the node's NICs at once, as NCCL's parallel rings do).
+- PP communication: one send forward and one backward per micro-batch per
+  model chunk, counted on the critical path. ``pp_scatter_gather`` splits
+  each send over the t tensor-parallel ranks' own InfiniBand cards and
+  all-gathers it over NVLink on arrival (Narayanan et al. 2021, Section 4.1).
+- DP communication: a gradient all-reduce per step (ZeRO stages 1 and 2 move
+  the same 2 Psi, stage 3 moves 3 Psi; Rajbhandari et al. 2020, Section 7);
+  ``dp_overlap`` of it hides behind the backward pass. With pipelining
+  (only when ``allow_sharded_pp``) sharded gradients are reduce-scattered
+  after every micro-batch and, at stage 3, the weights all-gathered for
+  every micro-batch's forward and backward: m times the traffic.
+- bubble: ``bubble_overhead`` (Narayanan et al. 2021, Section 2.2) times the
+  pipeline's busy time (compute + TP communication).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .activations import first_stage_activation_bytes
+from .bubble import bubble_fraction, bubble_overhead
+from .memory import PRECISIONS, MemoryBreakdown, model_state_bytes
+from .network import (all_gather_time, all_reduce_time, group_link, group_strides, p2p_time,
+                      reduce_scatter_time)
+from .kernel_time import layer_time, logits_time
+from .stage_memory import ACTIVATION_SCALE
+
+__all__ = ["TimeBreakdown", "PlanResult", "PlanContext", "evaluate", "DEFAULT_COMPUTE_EFFICIENCY",
+           "SHAPES"]
+
+# Fraction of peak FLOP/s the matmuls reach. Published end-to-end figures on
+# A100 clusters, which also pay for communication and bubbles, are 44-52% of
+# peak (Narayanan et al. 2021, Table 1) and 43.7-57.0% HFU (Korthikanti et al.
+# 2022, Table 5); compute alone must run faster than that, so 0.6 is assumed.
+DEFAULT_COMPUTE_EFFICIENCY = 0.6
+# compute_efficiency=SHAPES times every layer from its shard's shapes instead
+# (threeaxes.cost.kernel_time); it is what reproduces Narayanan et al. 2021,
+# Table 1 (threeaxes.cost.published).
+SHAPES = "shapes"
+
+
+class TimeBreakdown(NamedTuple):
+    compute: float
+    tp_comm: float
+    pp_comm: float
+    dp_comm: float
+    bubble: float
+    total: float
+
+
+class PlanResult(NamedTuple):
+    dp: int
+    tp: int
+    pp: int
+    micro_batch: int
+    micro_batches: int
+    zero_stage: int
+    recompute: str
+    virtual_stages: int
+    sequence_parallel: bool
+    memory: MemoryBreakdown
+    capacity: float            # usable bytes per GPU
+    fits: bool
+    time: TimeBreakdown
+    tokens_per_second: float
+    mfu: float
+    bubble_fraction: float     # idle share of the step's wall time
+
+    @property
+    def label(self) -> str:
+        extras = [f"zero{self.zero_stage}" if self.zero_stage else "",
+                  f"rc={self.recompute}" if self.recompute != "none" else "",
+                  f"v={self.virtual_stages}" if self.virtual_stages > 1 else "",
+                  "sp" if self.sequence_parallel else ""]
+        return (f"dp={self.dp} tp={self.tp} pp={self.pp} mbs={self.micro_batch} "
+                f"m={self.micro_batches} " + " ".join(e for e in extras if e)).strip()
+
+
+class PlanContext:
+    """What stays fixed across configurations: model, cluster, batch, assumptions."""
+
+    def __init__(self, model, cluster, global_batch, seq_len, precision,
+                 compute_efficiency, dp_overlap, usable_memory_fraction,
+                 pp_scatter_gather=False, flash_attention=True):
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision={precision!r}; choose precision in {set(PRECISIONS)}")
+        self.shapes = isinstance(compute_efficiency, str)
+        if self.shapes and compute_efficiency != SHAPES:
+            raise ValueError(f"compute_efficiency={compute_efficiency!r}; give a fraction "
+                             f"in (0, 1] or {SHAPES!r}")
+        if not self.shapes and not 0 < compute_efficiency <= 1:
+            raise ValueError(f"compute_efficiency={compute_efficiency} must be in (0, 1] "
+                             f"(or {SHAPES!r} to time each layer from its shapes)")
+        self.pp_scatter_gather = bool(pp_scatter_gather)
+        self.flash_attention = bool(flash_attention)
+        self.shaped = {}               # (tp, mbs, recompute, sp) -> (layer s, head s)
+        if not 0 <= dp_overlap <= 1:
+            raise ValueError(f"dp_overlap={dp_overlap} must be in [0, 1]")
+        if not 0 < usable_memory_fraction <= 1:
+            raise ValueError(f"usable_memory_fraction={usable_memory_fraction} must be in (0, 1]")
+        if isinstance(global_batch, bool) or int(global_batch) != global_batch or global_batch < 1:
+            raise ValueError(f"global_batch={global_batch!r} must be a positive integer "
+                             "(sequences per step)")
+        self.model, self.cluster = model, cluster
+        self.global_batch = int(global_batch)
+        self.seq_len = model.seq_len if seq_len is None else int(seq_len)
+        if self.seq_len < 1:
+            raise ValueError(f"seq_len={seq_len!r} must be >= 1")
+        self.precision = precision
+        self.act_dtype_bytes = PRECISIONS[precision][0]
+        self.act_scale = ACTIVATION_SCALE[precision]
+        self.grad_dtype_bytes = PRECISIONS[precision][1]
+        self.efficiency = compute_efficiency
+        self.dp_overlap = dp_overlap
+        self.capacity = cluster.hbm_bytes * usable_memory_fraction
+        l, h, s = model.n_layers, model.d_model, self.seq_len
+        self.tokens = self.global_batch * s
+        attention_per_token = 12.0 * l * h * s            # PaLM App. B
+        self.model_flops = self.tokens * (6.0 * model.n_params + attention_per_token)
+        # extra work per token that recomputation re-runs (Korthikanti App. A:
+        # eq. 8 for selective, a second forward of the layers for full, eq. 3)
+        self.recompute_flops = {
+            "none": 0.0,
+            "selective": self.tokens * 12.0 * l * h * s,
+            "full": self.tokens * (2.0 * model.layer_params + 4.0 * l * h * s),
+        }
+        self.n_gpus = cluster.n_gpus
+        self.peak = cluster.peak_flops
+
+
+def evaluate(ctx: PlanContext, dp, tp, pp, mbs, zero, recompute, v, sp) -> PlanResult:
+    """Memory and step time of one configuration (already checked against the
+    rules) under the assumptions ``ctx`` holds."""
+    model, cluster = ctx.model, ctx.cluster
+    m = ctx.global_batch // (dp * mbs)
+    s, h = ctx.seq_len, model.d_model
+
+    # memory per GPU (first pipeline stage, the fullest one)
+    states = model_state_bytes(model.n_params, dp=dp, tp=tp, pp=pp, zero_stage=zero,
+                               precision=ctx.precision)
+    acts = first_stage_activation_bytes(
+        s, mbs, h, model.n_heads, n_layers=model.n_layers, tp=tp, pp=pp, micro_batches=m,
+        virtual_stages=v, sequence_parallel=sp, recompute=recompute,
+        vocab_size=model.vocab_size, flash_attention=ctx.flash_attention).total * ctx.act_scale
+    total_mem = states.total + acts
+    memory = MemoryBreakdown(states.params, states.grads, states.optimizer, acts, total_mem)
+
+    # time per step
+    if ctx.shapes:
+        compute = _shaped_compute(ctx, tp, pp, mbs, m, recompute, sp)
+    else:
+        compute = (ctx.model_flops + ctx.recompute_flops[recompute]) / (
+            ctx.n_gpus * ctx.peak * ctx.efficiency)
+    act_bytes = ctx.act_dtype_bytes * mbs * s * h          # one micro-batch's b s h
+    layers_here = model.n_layers / pp
+    groups = group_strides(dp, tp, pp)   # (stride, size) per axis, tp fastest
+    tp_comm = 0.0
+    if tp > 1:
+        link = group_link(cluster, *groups["tp"])
+        per_layer = 6 if recompute == "full" else 4
+        # communication: all-reduce (or reduce-scatter + all-gather) of b s h per TP region
+        tp_comm = layers_here * m * per_layer * all_reduce_time(
+            act_bytes, tp, link.bandwidth, link.latency).total
+    pp_comm = 0.0
+    if pp > 1:
+        link = group_link(cluster, *groups["pp"])
+        if ctx.pp_scatter_gather and tp > 1 and not link.inside_node:
+            # communication: each TP rank sends 1/t of the activation on its own
+            # InfiniBand card, the receiving stage all-gathers it over NVLink
+            # (Narayanan et al. 2021, Section 4.1)
+            nv = group_link(cluster, *groups["tp"])
+            one = (p2p_time(act_bytes / tp, link.bandwidth, link.latency).total
+                   + all_gather_time(act_bytes, tp, nv.bandwidth, nv.latency).total)
+        else:
+            # communication: the whole activation over one link
+            one = p2p_time(act_bytes, link.bandwidth, link.latency).total
+        # communication: send the activation forward and its gradient back, per chunk
+        pp_comm = 2 * v * m * one
+    dp_comm = 0.0
+    if dp > 1:
+        link = group_link(cluster, *groups["dp"])
+        grad_bytes = ctx.grad_dtype_bytes * model.n_params / (tp * pp)
+        rs = reduce_scatter_time(grad_bytes, dp, link.bandwidth, link.latency).total
+        ag = all_gather_time(grad_bytes, dp, link.bandwidth, link.latency).total
+        # with pipelining (allow_sharded_pp), sharded state is exchanged per micro-batch
+        per_mb = m if pp > 1 else 1
+        if zero == 3:
+            # reduce-scatter the gradients, all-gather the parameters twice (3 Psi)
+            t = per_mb * (rs + 2 * ag)
+        elif zero == 2 and pp > 1:
+            # sharded gradients reduce-scattered after every micro-batch, one all-gather
+            t = per_mb * rs + ag
+        else:
+            # all-reduce, or reduce-scatter + all-gather (ZeRO-1/2): the same 2 Psi
+            t = all_reduce_time(grad_bytes, dp, link.bandwidth, link.latency).total
+        dp_comm = (1.0 - ctx.dp_overlap) * t
+    bubble = 0.0
+    frac = 0.0
+    if pp > 1:
+        bubble = bubble_overhead(pp, m, virtual_stages=v) * (compute + tp_comm)
+        frac = bubble_fraction(pp, m, virtual_stages=v)
+    total = compute + tp_comm + pp_comm + dp_comm + bubble
+    time = TimeBreakdown(compute, tp_comm, pp_comm, dp_comm, bubble, total)
+    return PlanResult(dp, tp, pp, mbs, m, zero, recompute, v, sp, memory, ctx.capacity,
+                      total_mem <= ctx.capacity, time, ctx.tokens / total,
+                      ctx.model_flops / (total * ctx.n_gpus * ctx.peak), frac)
+
+
+def _shaped_compute(ctx: PlanContext, tp, pp, mbs, m, recompute, sp) -> float:
+    """Busy time of the last pipeline stage, the slowest: its layers and the
+    output layer (Megatron-LM puts the head there), for m micro-batches."""
+    model, key = ctx.model, (tp, mbs, recompute, sp, ctx.flash_attention)
+    if key not in ctx.shaped:      # search() meets the same shard shapes many times
+        layer = layer_time(ctx.seq_len, mbs, model.d_model, model.n_heads, tp=tp,
+                           peak_flops=ctx.peak, hbm_bandwidth=ctx.cluster.hbm_bandwidth,
+                           recompute=recompute, sequence_parallel=sp,
+                           ffn_hidden=model.ffn_hidden,
+                           flash_attention=ctx.flash_attention).total
+        head = logits_time(ctx.seq_len, mbs, model.d_model, model.vocab_size, tp=tp,
+                           peak_flops=ctx.peak)
+        ctx.shaped[key] = (layer, head)
+    layer, head = ctx.shaped[key]
+    return m * (model.n_layers / pp * layer + head)
