@@ -98,7 +98,7 @@ def test_zero_optimizers_refuse_what_they_cannot_shard(make):
         make(mixed, torch.optim.Adam, RANK0_OF_TWO, lr=0.1)
 
 
-def test_a_zero_optimizer_keeps_one_range_and_states_it_cannot_save_the_whole():
+def test_a_zero_optimizer_keeps_one_range_and_asks_for_consolidation_before_state_dict():
     model = ToyTransformer(CFG)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     opt = ZeroOptimizer(model.parameters(), torch.optim.Adam, RANK0_OF_TWO, lr=0.1)
@@ -109,10 +109,48 @@ def test_a_zero_optimizer_keeps_one_range_and_states_it_cannot_save_the_whole():
     assert {p.untyped_storage().data_ptr() for p in model.parameters()} == {
         bucket.flat.untyped_storage().data_ptr()}
     assert opt.optim.param_groups[0]["params"][0] is bucket.shard
-    with pytest.raises(NotImplementedError, match=r"each rank holds only its shard"):
+    # the outer groups show the inner optimizer's hyperparameters, as ZeroRedundancyOptimizer's do
+    assert opt.param_groups[0]["betas"] == (0.9, 0.999) and opt.param_groups[0]["lr"] == 0.1
+    with pytest.raises(RuntimeError, match=r"not been consolidated on this rank; call "
+                                           r"consolidate_state_dict\(to=0\) on every dp rank"):
         opt.state_dict()
-    with pytest.raises(NotImplementedError, match=r"make a new ZeroOptimizer"):
-        opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
+    with pytest.raises(ValueError, match=r"^to=2; choose a dp rank 0\.\.1$"):
+        opt.consolidate_state_dict(to=2)
+
+
+@pytest.mark.parametrize("make", [ZeroOptimizer, Zero2Optimizer])
+def test_zero_optimizers_take_groups_frozen_parameters_and_groups_added_later(make):
+    model = ToyTransformer(CFG)
+    model.tok_embed.weight.requires_grad_(False)   # frozen: in a group, in no bucket
+    blocks = list(model.blocks.parameters())
+    rest = [p for p in model.parameters() if all(p is not q for q in blocks)]
+    opt = make([{"params": rest[:-1], "lr": 0.1}, {"params": blocks, "lr": 0.01}],
+               torch.optim.SGD, RANK0_OF_TWO, momentum=0.9)
+    assert [g["lr"] for g in opt.optim.param_groups] == [0.1, 0.01]
+    assert opt.frozen == [model.tok_embed.weight]
+    assert all(p is not model.tok_embed.weight for b in opt.buckets for p in b.params)
+    # by hand (h = 8, V = 16, s = 8): the root less tok_embed and the head's weight:
+    # pos_embed 64 + ln_f 16 = 80 numbers; the block 872
+    assert [b.layout.numel for b in opt.buckets] == [80, 872]
+    opt.add_param_group({"params": [model.head.weight], "lr": 0.5})
+    assert [b.layout.numel for b in opt.buckets] == [80, 872, 128]
+    assert opt.optim.param_groups[-1]["params"] == [opt.buckets[-1].shard]
+    assert opt.optim.param_groups[-1]["lr"] == 0.5 and opt.param_groups[-1]["momentum"] == 0.9
+    model.tok_embed.weight.requires_grad_(True)
+    with pytest.raises(RuntimeError, match=r"1 parameter\(s\) were frozen .* make a new optimizer"):
+        opt.step()
+
+
+def test_with_no_layout_and_no_process_group_the_error_says_where_to_shard(monkeypatch):
+    from threeaxes import dims as dims_module
+
+    monkeypatch.setattr(dims_module, "_current", [])
+    model = ToyTransformer(CFG)
+    for make in (lambda: ZeroOptimizer(model.parameters(), torch.optim.Adam, lr=0.1),
+                 lambda: fully_shard(model.blocks[0])):
+        with pytest.raises(RuntimeError, match=r"^no parallel layout and torch\.distributed is not "
+                                               r"running; shard inside a launched function"):
+            make()
 
 
 def test_fully_shard_refuses_twice_an_empty_module_and_a_bad_prefetch():
@@ -130,10 +168,24 @@ def test_fully_shard_refuses_twice_an_empty_module_and_a_bad_prefetch():
         fully_shard(mixed, RANK0_OF_TWO)
     tied = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
     tied[1].weight = tied[0].weight
-    with pytest.raises(ValueError, match=r"^parameter 1\.weight is also registered elsewhere "
-                                         r"\(tied weights\); .*untie them$"):
+    fully_shard(tied[1], RANK0_OF_TWO)
+    with pytest.raises(ValueError, match=r"^parameter 0\.weight is tied to weight, which a nested "
+                                         r"fully_shard already sharded; apply fully_shard to a "
+                                         r"module that holds both places"):
         fully_shard(tied, RANK0_OF_TWO)
-    assert len(list(tied.parameters())) == 3   # refused before anything was changed
+
+
+def test_fully_shard_keeps_a_tied_parameter_once_and_a_frozen_one_whole():
+    tied = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Linear(3, 2, bias=False),
+                               torch.nn.Linear(2, 3))
+    tied[2].weight = tied[0].weight
+    tied[1].weight.requires_grad_(False)
+    frozen = tied[1].weight
+    fully_shard(tied, RANK0_OF_TWO)
+    # by hand: weight 6 + two biases of 3 = 12 numbers, the tied weight once; 6 each of 2 ranks
+    assert tied._sharding_unit.layout.numel == 12
+    assert {n: p.numel() for n, p in tied.named_parameters()} == {"1.weight": 6, "flat_shard": 6}
+    assert tied[1].weight is frozen and tied[0].weight is None and tied[2].weight is None
 
 
 def test_fully_shard_leaves_only_the_flat_shards_as_parameters():

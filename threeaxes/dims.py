@@ -15,7 +15,9 @@ Two ways to hold a layout:
 * on launched ranks: `ParallelDims.init(dp=2, tp=2, pp=2)` builds the mesh
   with `torch.distributed.device_mesh.init_device_mesh` (PyTorch's own groups,
   so `dims.mesh["tp"]` also feeds `parallelize_module`), and makes it the
-  run's current layout: modules given no `dims` use `current()`.
+  run's current layout: modules given no `dims` use `current()`. The next
+  `init` of another layout frees the groups of the one it replaces
+  (`release()`); `init` of the same layout again returns the current one.
 
 Vocabulary: an "axis" is one of dp, tp, pp; a "dim" is a tensor dimension.
 """
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 
 AXES = ("pp", "dp", "tp")  # mesh order: tp fastest
 
-__all__ = ["AXES", "ParallelDims", "current", "resolve"]
+__all__ = ["AXES", "ParallelDims", "current", "release", "resolve"]
 
 
 def _divisors(n: int) -> str:
@@ -156,20 +158,29 @@ class ParallelDims:
             raise ValueError(f"no process groups: this layout was not built on ranks; call "
                              f"ParallelDims.init(dp={self.dp}, tp={self.tp}, pp={self.pp}) "
                              f"inside the launched function")
+        if getattr(self.mesh, "_threeaxes_released", False):
+            raise RuntimeError("this layout's process groups were freed when a later "
+                               "ParallelDims.init replaced it; use the layout that call returned")
         return self.mesh.get_group(axis)
 
     # -- on launched ranks ------------------------------------------------------------
     @classmethod
     def init(cls, dp: int = 1, tp: int = 1, pp: int = 1) -> "ParallelDims":
         """Build the layout's DeviceMesh on every rank of the running group and make it
-        the current layout. Collective: every rank must call it, with the same sizes."""
+        the current layout. Collective: every rank must call it, with the same sizes.
+        The same sizes as the current layout return it, groups and all; other sizes
+        first free the current layout's groups (`release`), so using that old layout
+        afterwards raises a RuntimeError that says so."""
         import torch.distributed as dist
         from torch.distributed.device_mesh import init_device_mesh
 
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("torch.distributed is not running; call ParallelDims.init inside "
                                "a launched function: threeaxes.launch.launch(fn, dp * tp * pp)")
-        dims = cls(dp, tp, pp, dist.get_world_size(), dist.get_rank())
+        dims = cls(dp, tp, pp, dist.get_world_size(), dist.get_rank())   # checked before freeing
+        if _current and _current[0] == dims and _groups_alive(_current[0].mesh):
+            return _current[0]   # the same layout again: keep its groups (old references stay valid)
+        release()   # the groups of the layout this one replaces
         device = "cuda" if dist.get_backend() == "nccl" else "cpu"
         mesh = init_device_mesh(device, (pp, dp, tp), mesh_dim_names=AXES)
         dims = dataclasses.replace(dims, mesh=mesh)
@@ -183,6 +194,42 @@ _current: list[ParallelDims] = []
 def set_current(dims: ParallelDims | None) -> None:
     """Make `dims` the layout that modules given no `dims` use (None forgets it)."""
     _current[:] = [] if dims is None else [dims]
+
+
+def release() -> None:
+    """Forget the current layout and destroy the process groups its mesh made (not the
+    default group, which the launcher frees when the run ends). Collective: every rank
+    calls it; `ParallelDims.init` does, before it builds the next mesh, so that repeated
+    layouts in one run do not pile up groups (each holds sockets and threads)."""
+    import torch.distributed as dist
+
+    mesh = _current[0].mesh if _current else None
+    set_current(None)
+    if mesh is None or getattr(mesh, "_threeaxes_released", False) or not dist.is_initialized():
+        return
+    mesh._threeaxes_released = True
+    default = dist.distributed_c10d._get_default_group()
+    made = {id(g): g for g in mesh.get_all_groups() if g is not default}
+    for group in made.values():
+        if group in dist.distributed_c10d._world.pg_map:   # not already destroyed
+            dist.destroy_process_group(group)
+    # gloo's threads and sockets go only with the last reference to a group, and the mesh
+    # keeps one (PyTorch 2.13: a private registry): drop it, so an old layout still held
+    # somewhere (by a model, an optimizer) does not keep its groups alive
+    registry = getattr(mesh, "_pg_registry", None)
+    if isinstance(registry, dict):
+        registry.clear()
+
+
+def _groups_alive(mesh) -> bool:
+    import torch.distributed as dist
+
+    if mesh is None or getattr(mesh, "_threeaxes_released", False):
+        return False
+    try:
+        return all(g in dist.distributed_c10d._world.pg_map for g in mesh.get_all_groups())
+    except (RuntimeError, ValueError, KeyError):   # a group destroyed behind our back
+        return False
 
 
 def current() -> ParallelDims:

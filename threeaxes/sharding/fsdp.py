@@ -26,14 +26,16 @@ update it) and their peak; `accounting.held_bytes` counts what stays.
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn as nn
 
 from threeaxes import comms
-from threeaxes.dims import resolve
 from threeaxes.sharding.flat import FlatLayout, check_shardable
+from threeaxes.sharding.world import dp_layout
 
-__all__ = ["fully_shard", "units_of", "ShardedUnit", "gathered_state", "GatheredBytes", "GATHERED"]
+__all__ = ["fully_shard", "units_of", "ShardedUnit", "GatheredBytes", "GATHERED"]
 
 
 class GatheredBytes:
@@ -101,21 +103,33 @@ class ShardedUnit:
     def __init__(self, module: nn.Module, dims, prefetch: bool):
         self.module, self.dims, self.prefetch = module, dims, prefetch
         n, index = dims.size("dp"), dims.coord("dp")
-        inner = {id(u.shard) for u in units_of(module)}
-        # (submodule, name) of every parameter not already inside a nested unit
+        self.nested = units_of(module)
+        inner = {id(u.shard) for u in self.nested}
+        taken = {k: v for u in self.nested for k, v in u.taken.items()}
+        # (submodule, name, full name, k) of every place a trainable parameter not already
+        # inside a nested unit is registered; k numbers the distinct parameters, so a tied
+        # parameter (one tensor registered in two places) is in the flat buffer once
         self.places, params = [], []
         for prefix, sub in module.named_modules():
             for name, p in list(sub._parameters.items()):
-                if p is None or id(p) in inner:
-                    continue
+                if p is None or id(p) in inner or not p.requires_grad:
+                    continue   # a frozen parameter stays whole, a parameter of its module
                 full_name = f"{prefix}.{name}" if prefix else name
-                if any(p is q for q in params):
-                    raise ValueError(f"parameter {full_name} is also registered elsewhere (tied "
-                                     f"weights); fully_shard here does not handle them: untie them")
-                self.places.append((sub, name, full_name))
-                params.append(p)
-        self.nested = units_of(module)
-        if not params and not self.nested:
+                if id(p) in taken and taken[id(p)][0]() is p:
+                    raise ValueError(f"parameter {full_name} is tied to {taken[id(p)][1]}, which a "
+                                     f"nested fully_shard already sharded; apply fully_shard to a "
+                                     f"module that holds both places (as FSDP2 requires)")
+                k = next((i for i, q in enumerate(params) if q is p), len(params))
+                if k == len(params):
+                    params.append(p)
+                self.places.append((sub, name, full_name, k))
+        # what this unit took, so that an outer unit refuses a tie it cannot keep (weak: the
+        # originals are freed once sharded, unless registered somewhere else)
+        first = {}
+        for _, _, full_name, k in self.places:
+            first.setdefault(k, full_name)
+        self.taken = {id(p): (weakref.ref(p), first[k]) for k, p in enumerate(params)}
+        if not params and not self.nested and not any(True for _ in module.parameters()):
             raise ValueError(f"{type(module).__name__} has no parameters to shard; "
                              f"apply fully_shard to a module that holds some")
         self.shard = None
@@ -126,7 +140,7 @@ class ShardedUnit:
             with torch.no_grad():
                 kept = self.layout.flatten(params)[start:stop].clone()  # (shard_numel,)
             self.shard = nn.Parameter(kept)
-            for sub, name, _ in self.places:
+            for sub, name, _, _ in self.places:
                 del sub._parameters[name]
                 setattr(sub, name, None)   # only a view of the gathered buffer, while gathered
             module.register_parameter("flat_shard", self.shard)
@@ -170,7 +184,7 @@ class ShardedUnit:
         self.gathered.untyped_storage().resize_(0)   # gone, even where a view still points
         self.gathered = None
         GATHERED.remove(self.gathered_bytes)
-        for sub, name, _ in self.places:
+        for sub, name, _, _ in self.places:
             setattr(sub, name, None)
 
     def post_backward(self, grad_whole: torch.Tensor) -> torch.Tensor:
@@ -203,8 +217,9 @@ class ShardedUnit:
                 self._saving = torch.autograd.graph.saved_tensors_hooks(_pack, _unpack)
                 self._saving.__enter__()
             whole = _TieToShard.apply(self.shard, self) if torch.is_grad_enabled() else self.gathered
-            for (sub, name, _), view in zip(self.places, self.layout.views(whole)):
-                setattr(sub, name, view)
+            views = self.layout.views(whole)
+            for sub, name, _, k in self.places:
+                setattr(sub, name, views[k])   # a tied parameter: the same view in each place
         if self.prefetch and (nxt := self._neighbour(+1)) is not None:
             nxt.start_gather()
 
@@ -244,30 +259,22 @@ def fully_shard(module: nn.Module, dims=None, prefetch: bool = False) -> nn.Modu
     """Shard `module`'s parameters (those not in a nested unit) over the dp ranks; in place.
 
     Apply it to each block first, then to the root. Returns the module; its
-    `parameters()` are now the flat shards, to give to any optimizer.
+    `parameters()` are now the flat shards (and any frozen parameters), to give
+    to any optimizer. With no `dims` and no current layout it shards over the
+    default process group, as FSDP2's `fully_shard` does with no mesh.
+
+    As FSDP2: a tied parameter (an embedding shared with the output layer) is
+    sharded and gathered once, and must sit in one unit (apply fully_shard to
+    a module holding every place it is registered). Where it differs on
+    purpose: a frozen parameter (`requires_grad=False`) is not sharded but
+    stays whole on every rank, as in plain data parallelism (FSDP2 shards it
+    too); and a unit's trainable parameters are one flat buffer (FSDP1's flat
+    parameter, so one dtype per unit) where FSDP2 shards each parameter.
     """
     if hasattr(module, "_sharding_unit"):
         raise ValueError(f"{type(module).__name__} is already sharded; call fully_shard once "
                          f"per module (blocks first, then the root)")
     if not isinstance(prefetch, bool):
         raise TypeError(f"prefetch={prefetch!r}; pass True or False")
-    ShardedUnit(module, resolve(dims), prefetch)
+    ShardedUnit(module, dp_layout(dims), prefetch)
     return module
-
-
-def gathered_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Every original parameter, whole, by its original name: a collective, call it on
-    every dp rank. Detached copies; the units end freed as they were."""
-    state = {}
-    for prefix, sub in model.named_modules():
-        unit = getattr(sub, "_sharding_unit", None)
-        if unit is None or unit.shard is None:
-            continue
-        was_gathered = unit.gathered is not None
-        with torch.no_grad():
-            views = unit.layout.views(unit.gather())
-            for (_, _, name), view in zip(unit.places, views):
-                state[f"{prefix}.{name}" if prefix else name] = view.detach().clone()
-        if not was_gathered:
-            unit.free()
-    return state

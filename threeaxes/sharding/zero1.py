@@ -7,8 +7,9 @@
 
 The signature is `torch.distributed.optim.ZeroRedundancyOptimizer`'s
 (params, optimizer_class, **defaults), with the layout `dims` instead of a
-process group. It shards differently: ZeroRedundancyOptimizer gives each rank
-whole parameters (so its shards are uneven and a rank may hold nothing);
+process group (none: the current layout, else the default process group).
+It shards differently: ZeroRedundancyOptimizer gives each rank whole
+parameters (so its shards are uneven and a rank may hold nothing);
 here each parameter group is cut into buckets of about `bucket_bytes`, and
 each bucket is one flat buffer cut into dp equal ranges (`flat.FlatLayout`,
 padded to a multiple of dp), so every rank holds exactly 1/dp of the
@@ -24,8 +25,9 @@ import torch
 
 from threeaxes import comms
 from threeaxes.data_parallel.buckets import DEFAULT_BUCKET_BYTES, plan_buckets
-from threeaxes.dims import resolve
 from threeaxes.sharding.flat import FlatLayout, check_shardable, shard_of
+from threeaxes.sharding.state import consolidate, load
+from threeaxes.sharding.world import dp_layout
 
 __all__ = ["ZeroOptimizer", "ShardedBucket"]
 
@@ -66,34 +68,73 @@ def _check_optimizer_class(optimizer_class):
 class ZeroOptimizer(torch.optim.Optimizer):
     """ZeRO-1: optimizer state sharded over the dp ranks, gradients all-reduced before.
 
+    Takes what `torch.distributed.optim.ZeroRedundancyOptimizer` takes: an
+    iterable of tensors or of parameter-group dicts with their own
+    hyperparameters, any `torch.optim.Optimizer` subclass and its keywords,
+    frozen parameters (`requires_grad=False`: kept out of the buckets, never
+    stepped, no state) and `add_param_group` later (every rank, same order).
+    With no `dims` and no current layout it shards over the default process
+    group, as ZeroRedundancyOptimizer does (`world.dp_layout`).
+
     Call `step()` on every dp rank after the gradients have been averaged
     (e.g. `data_parallel.average_gradients`). Hyperparameters changed in
     `param_groups` (an LR scheduler) reach the inner optimizer at each step.
+    `consolidate_state_dict(to=r)` on every rank, then `state_dict()` on rank
+    r, gives PyTorch's layout (state.py); `load_state_dict` on every rank
+    takes it back, from here or from ZeroRedundancyOptimizer.
+
+    Where it differs from ZeroRedundancyOptimizer on purpose:
+    * it cuts flat buckets into equal ranges instead of giving each rank whole
+      parameters (module docstring), so the inner optimizer must be
+      elementwise (SGD, Adam, AdamW...: not LAMB or Adafactor), and the
+      parameters of one group share one dtype;
+    * a bucket is stepped as one tensor: a trainable parameter that gets no
+      gradient in a step while others of its bucket do counts as a zero
+      gradient (as in `data_parallel.DataParallel`, DeepSpeed and FSDP1's
+      flat parameters), so Adam's momentum and weight decay still move it;
+      PyTorch's optimizers skip it. A bucket with no gradient at all is
+      skipped, so a parameter group of parameters used together behaves
+      exactly as in PyTorch;
+    * a parameter frozen when it is added stays out of the shards: unfreezing
+      it later raises at `step()` (make a new optimizer with it trainable);
+      ZeroRedundancyOptimizer rebuilds its buckets.
     """
 
     def __init__(self, params, optimizer_class, dims=None, *,
                  bucket_bytes: int = DEFAULT_BUCKET_BYTES, **defaults):
         _check_optimizer_class(optimizer_class)
-        super().__init__(params, defaults)
-        self.dims = resolve(dims)
-        n, index = self.dims.size("dp"), self.dims.coord("dp")
+        self.dims = dp_layout(dims)
+        self.bucket_bytes = bucket_bytes
         self.buckets: list[ShardedBucket] = []
-        inner_groups = []
-        for number, group in enumerate(self.param_groups):
-            check_shardable(group["params"], what=f"parameter group {number}")
-            # backward makes the last parameters' gradients first: lay buckets out in that order
-            ordered = group["params"][::-1]
-            plan = plan_buckets([p.numel() * p.element_size() for p in ordered], bucket_bytes)
-            buckets = [ShardedBucket([ordered[i] for i in bucket], n, index) for bucket in plan]
-            self.buckets += buckets
-            inner_groups.append({**_hyperparameters(group), "params": [b.shard for b in buckets]})
-        self.optim = optimizer_class(inner_groups, **defaults)
+        self.frozen: list[torch.Tensor] = []
+        self._inner_groups: list[dict] = []
+        self._consolidated = None
+        super().__init__(params, defaults)   # calls add_param_group for every group
+        self.optim = optimizer_class(self._inner_groups, **defaults)
+        _copy_hyperparameters(self.optim.param_groups, self.param_groups)   # the inner defaults too
 
     def add_param_group(self, param_group):
-        if hasattr(self, "optim"):
-            raise NotImplementedError("a ZeroOptimizer's buckets are fixed when it is made; "
-                                      "make a new ZeroOptimizer with every parameter group")
+        """Add a group (its own buckets); a collective in effect: every dp rank, same order."""
         super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        number = len(self.param_groups) - 1
+        trainable = [p for p in group["params"] if p.requires_grad]
+        self.frozen += [p for p in group["params"] if not p.requires_grad]
+        buckets = []
+        if trainable:
+            check_shardable(trainable, what=f"parameter group {number}")
+            # backward makes the last parameters' gradients first: lay buckets out in that order
+            ordered = trainable[::-1]
+            plan = plan_buckets([p.numel() * p.element_size() for p in ordered], self.bucket_bytes)
+            n, index = self.dims.size("dp"), self.dims.coord("dp")
+            buckets = [ShardedBucket([ordered[i] for i in bucket], n, index) for bucket in plan]
+        self.buckets += buckets
+        inner_group = {**_hyperparameters(group), "params": [b.shard for b in buckets]}
+        if hasattr(self, "optim"):
+            self.optim.add_param_group(inner_group)
+            _copy_hyperparameters(self.optim.param_groups[-1:], self.param_groups[-1:])
+        else:
+            self._inner_groups.append(inner_group)
 
     def _shard_gradients(self) -> None:
         """Give each bucket's shard its gradient (ZeRO-1: cut from the whole gradients)."""
@@ -107,14 +148,19 @@ class ZeroOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
+        unfrozen = sum(p.requires_grad for p in self.frozen)
+        if unfrozen:
+            raise RuntimeError(f"{unfrozen} parameter(s) were frozen (requires_grad=False) when "
+                               f"they were given to this optimizer and are trainable now; they are "
+                               f"in no shard, so make a new optimizer with them")
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for outer, inner in zip(self.param_groups, self.optim.param_groups):
-            inner.update(_hyperparameters(outer))
+        _copy_hyperparameters(self.param_groups, self.optim.param_groups)
         self._shard_gradients()
         self.optim.step()   # updates this rank's ranges in place, and their state only
+        _copy_hyperparameters(self.optim.param_groups, self.param_groups)
         # communication: all-gather every bucket's updated shards over dp, all started at once
         pending = [comms.all_gather(b.shard, "dp", dims=self.dims, async_op=True)
                    for b in self.buckets]
@@ -123,13 +169,35 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self._after_step()
         return loss
 
+    def consolidate_state_dict(self, to: int = 0) -> None:
+        """Collect the whole optimizer state on dp rank `to` (its coordinate on the dp axis,
+        as ZeroRedundancyOptimizer's `to` is a rank of its group). Every dp rank calls it."""
+        if type(to) is not int or not 0 <= to < self.dims.size("dp"):
+            raise ValueError(f"to={to!r}; choose a dp rank 0..{self.dims.size('dp') - 1}")
+        _copy_hyperparameters(self.param_groups, self.optim.param_groups)
+        self._consolidated = consolidate(self, to)
+
     def state_dict(self):
-        raise NotImplementedError(
-            "each rank holds only its shard of the optimizer state; save "
-            "opt.optim.state_dict() on every rank (consolidating it on one rank is not built)")
+        """The state collected by the last `consolidate_state_dict(to=this rank)`, in the
+        wrapped optimizer's own layout; the hyperparameters as they are now."""
+        if self._consolidated is None:
+            raise RuntimeError(
+                f"the optimizer state has not been consolidated on this rank; call "
+                f"consolidate_state_dict(to={self.dims.coord('dp')}) on every dp rank first "
+                f"(each rank holds only its shard of the state)")
+        packed = torch.optim.Optimizer.state_dict(self)
+        packed["state"] = self._consolidated["state"]
+        return packed
 
     def load_state_dict(self, state_dict):
-        raise NotImplementedError("load each rank's own shard with opt.optim.load_state_dict(...)")
+        """Take the hyperparameters and this rank's range of every parameter's state from a
+        state dict in PyTorch's layout. Call it on every dp rank with the whole dict."""
+        load(self, state_dict)
+
+
+def _copy_hyperparameters(source_groups, target_groups) -> None:
+    for source, target in zip(source_groups, target_groups):
+        target.update(_hyperparameters(source))
 
 
 def _hyperparameters(group: dict) -> dict:

@@ -64,12 +64,23 @@ class Zero2Optimizer(ZeroOptimizer):
     """ZeRO-2: `ZeroOptimizer` whose gradients come sharded from backward's hooks.
 
     Do not all-reduce the gradients yourself: backward reduce-scatters them.
-    `zero_grad()` drops the gradient shards as well.
+    `zero_grad()` drops the gradient shards as well. What it accepts, its state
+    dict and where it differs from PyTorch are `ZeroOptimizer`'s, and one more:
+    backward's hooks reduce every bucket on every rank, so a bucket nothing used
+    gets a zero gradient and is stepped (as `DataParallel` averages it), where
+    ZeRO-1 and PyTorch skip it. Call `add_param_group` between steps (after
+    `step()`, before the next backward).
     """
 
     def __init__(self, params, optimizer_class, dims=None, **kwargs):
         super().__init__(params, optimizer_class, dims, **kwargs)
         self.reducer = GradientShardReducer(self.buckets, self.dims)
+
+    def add_param_group(self, param_group):
+        super().add_param_group(param_group)
+        if hasattr(self, "reducer"):   # added after construction: hook the new buckets too
+            self.reducer.remove()
+            self.reducer = GradientShardReducer(self.buckets, self.dims)
 
     def _shard_gradients(self) -> None:
         self.reducer.collect()
