@@ -12,6 +12,8 @@ What changes is who produces those outputs:
 
 Settings (nbgrader config, command line or environment):
 
+* an exercise whose answer used a function its `grading.json` entry forbids scores 0
+  (`autograder/borrowed.py`: the kernel's package holds no body for those functions);
 * `Execute.timeout` (seconds per cell) applies, as for nbgrader's Execute;
 * `JudgedExecute.isolate` (default True): the sandbox; `THREEAXES_GRADE_ISOLATE=0`
   turns it off (an instructor debugging a drop);
@@ -19,13 +21,15 @@ Settings (nbgrader config, command line or environment):
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import nbformat
 from nbgrader.preprocessors import Execute
 from traitlets import Bool
 
-from autograder.judge import is_test_cell, judge_cell
+from autograder import borrowed
+from autograder.judge import is_test_cell, judge_cell, notebook_names
 from autograder.kernel_session import KernelSession
 
 
@@ -36,28 +40,60 @@ class JudgedExecute(Execute):
     def preprocess(self, nb, resources):
         folder = Path(resources.get("metadata", {}).get("path") or ".")
         isolate = self.isolate and os.environ.get("THREEAXES_GRADE_ISOLATE", "1") != "0"
-        with KernelSession(isolate=isolate, files=_assignment_files(folder), timeout=self.timeout) as kernel:
-            if kernel.sandbox.get("refused"):
-                self.log.warning("grading without a sandbox: %s", kernel.sandbox["refused"])
-            run_notebook(nb, kernel, self.timeout)
+        about = resources.get("nbgrader", {})
+        guard = borrowed.guard_for(about.get("assignment", ""), about.get("notebook", ""), Path.cwd())
+        with tempfile.TemporaryDirectory(prefix="threeaxes-oracle-") as scratch:
+            oracle = borrowed.Oracle(guard.paths, Path(scratch)) if guard else None
+            try:
+                with KernelSession(isolate=isolate, files=_assignment_files(folder), timeout=self.timeout,
+                                   package=borrowed.package_for(guard.paths) if guard else None,
+                                   oracle_socket=oracle.socket_path if oracle else None) as kernel:
+                    if kernel.sandbox.get("refused"):
+                        self.log.warning("grading without a sandbox: %s", kernel.sandbox["refused"])
+                    run_notebook(nb, kernel, self.timeout, guard, oracle)
+            finally:
+                if oracle:
+                    oracle.close()
         return nb, resources
 
 
-def run_notebook(nb, kernel: KernelSession, timeout: float) -> None:
-    """Every code cell in order: the student's in the kernel, test cells here."""
+def run_notebook(nb, kernel: KernelSession, timeout: float, guard=None, oracle=None) -> None:
+    """Every code cell in order: the student's in the kernel, test cells here. With a
+    `guard` (autograder/borrowed.py), each withheld function that `oracle` answered is
+    put down to the cell that ran meanwhile, and a test cell of an exercise that used
+    one it forbids gets that error instead of its outputs."""
     count = 0
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
+        mark = len(oracle.calls) if oracle else 0
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
         if is_test_cell(cell):
+            if guard:
+                _note_aliases(guard, kernel, cell.source, grade_id)
             outputs = judge_cell(cell.source, kernel.answers)
+            if guard:
+                guard.note(oracle.calls[mark:], "your code, run by this test", test=grade_id)
+                borrowed_answer = guard.verdict(grade_id)
+                outputs = [borrowed_answer] if borrowed_answer else outputs
         elif cell.source.strip():
             outputs = kernel.run_cell(cell.source, timeout)
+            if guard and not guard.is_instructors(cell.source):
+                where = f"the answer cell {grade_id}" if grade_id else "a cell you added or changed"
+                guard.note(oracle.calls[mark:], where)
         else:
             continue
         count += 1
         cell.execution_count = count
         cell.outputs = [nbformat.from_dict(o) for o in outputs]
+
+
+def _note_aliases(guard, kernel: KernelSession, source: str, grade_id: str) -> None:
+    """An answer that is a withheld function itself would run here, in the grader."""
+    try:
+        guard.note_answers(kernel.answers.get(notebook_names(source)), grade_id)
+    except Exception:  # noqa: BLE001 - a kernel that does not answer fails the cell anyway
+        pass
 
 
 def _assignment_files(folder: Path) -> dict[str, bytes]:

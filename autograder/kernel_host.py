@@ -32,6 +32,12 @@ def main(argv=None) -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)
     report = sandbox.isolate(settings)            # forks: what follows runs inside
+    oracle = settings.get("oracle")               # the grader's socket, as this side sees it
+    if oracle:
+        settings["env"]["THREEAXES_ORACLE"] = oracle["inside" if report["namespaces"] else "outside"]
+    if settings.get("package_parent") and not report["namespaces"]:
+        # no mounts here: the withheld copy goes first on the path (autograder/borrowed.py)
+        settings["env"]["PYTHONPATH"] = settings["package_parent"]
     os.environ.clear()
     os.environ.update(settings["env"])
     replies.write(json.dumps({"sandbox": report}) + "\n")

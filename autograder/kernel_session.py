@@ -29,7 +29,10 @@ STARTUP_TIMEOUT_S = 180  # a kernel can take a minute to start on a loaded 2-cor
 
 
 class KernelSession:
-    def __init__(self, *, isolate: bool = True, files: dict[str, bytes] | None = None, timeout: float = 90):
+    def __init__(self, *, isolate: bool = True, files: dict[str, bytes] | None = None, timeout: float = 90,
+                 package: Path | None = None, oracle_socket: str | None = None):
+        """`package`: a copy of threeaxes the kernel imports instead of this one;
+        `oracle_socket`: where the grader answers its withheld functions (autograder/borrowed.py)."""
         # isolated: an empty folder the sandbox builds its root on; otherwise the kernel's scratch
         self._scratch = tempfile.TemporaryDirectory(prefix="threeaxes-grade-")
         workdir = "/tmp/work" if isolate else self._scratch.name
@@ -45,6 +48,16 @@ class KernelSession:
                     "keep": sorted({sys.prefix, sys.base_prefix, sys.exec_prefix,
                                     str(ROOT / "threeaxes")}),
                     "files": {name: data.hex() for name, data in (files or {}).items()}}
+        if package is not None:
+            # bound where this package was (which is then not bound at all); first on the path
+            # where no sandbox can be made
+            settings["keep"].remove(str(ROOT / "threeaxes"))
+            settings["replace"] = [[str(package), str(ROOT / "threeaxes"), False]]
+            settings["package_parent"] = str(Path(package).parent)
+        if oracle_socket is not None:
+            inside = "/run/threeaxes-oracle"
+            settings["replace"] = settings.get("replace", []) + [[str(Path(oracle_socket).parent), inside, True]]
+            settings["oracle"] = {"inside": f"{inside}/{Path(oracle_socket).name}", "outside": oracle_socket}
         self._log = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "autograder.kernel_host", json.dumps(settings)],

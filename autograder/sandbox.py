@@ -108,7 +108,7 @@ def _enter_namespaces(settings: dict) -> None:
     _write("/proc/self/gid_map", f"0 {gid} 1")
     _become_pid_one()
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    _minimal_root(settings["keep"], settings["stage"])
+    _minimal_root(settings["keep"], settings["stage"], settings.get("replace", ()))
     _loopback_up()
     # a nested user namespace: the kernel keeps no privilege over the mounts above
     _call("unshare", CLONE_NEWUSER | CLONE_NEWNS)
@@ -136,9 +136,10 @@ SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"
 SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/ssh")
 
 
-def _minimal_root(keep: list[str], stage: str) -> None:
+def _minimal_root(keep: list[str], stage: str, replace=()) -> None:
     """Change root into a new, mostly empty tree: SYSTEM and `keep` bound read-only,
-    a fresh /tmp, /dev/shm and /proc. Home folders, the course, other submissions'
+    a fresh /tmp, /dev/shm and /proc; each (source, target, writable) of `replace` bound
+    over target (autograder/borrowed.py: the package with withheld functions). Home folders, the course, other submissions'
     scratch and any other copy of the course on the machine are simply not there."""
     # the new tree is built on a tmpfs of this mount namespace's own over `stage`, an
     # empty folder the grader made (and removes), so nothing the tree needs is hidden
@@ -167,6 +168,11 @@ def _minimal_root(keep: list[str], stage: str) -> None:
     for path in keep:   # after /tmp: a Python environment may live under it
         if os.path.exists(path):
             bind(path)
+    for source, target, writable in replace:   # the graded copy of threeaxes; the grader's socket
+        os.makedirs(new + target, exist_ok=True)
+        _mount(source, new + target, None, MS_BIND | MS_REC)
+        if not writable:
+            _mount(None, new + target, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
     # pivot_root, not chroot: a chrooted process may not make the nested user namespace
     _mount(new, new, None, MS_BIND | MS_REC)
     os.chdir(new)

@@ -59,6 +59,8 @@ def encode(value, depth: int = 0):
         return [encode(v, depth + 1) for v in value]
     if kind is tuple:
         return {"__tuple__": [encode(v, depth + 1) for v in value]}
+    if issubclass(kind, tuple) and hasattr(kind, "_fields"):   # a NamedTuple: its class and values
+        return {"__namedtuple__": _import_path(kind), "values": [encode(v, depth + 1) for v in value]}
     if kind in (set, frozenset):
         return {"__set__": [encode(v, depth + 1) for v in value]}
     if kind is dict:
@@ -66,6 +68,8 @@ def encode(value, depth: int = 0):
     if isinstance(value, types.ModuleType):
         return {"__module__": value.__name__}
     module = kind.__module__
+    if module == "fractions" and kind.__name__ == "Fraction":   # exact bubbles of the schedules
+        return {"__fraction__": [value.numerator, value.denominator]}
     if module == "torch" and kind.__name__ == "dtype":
         return {"__dtype__": str(value).removeprefix("torch.")}
     # tensors, numpy arrays and numpy scalars (shape ()): their values, flat, and the shape
@@ -240,6 +244,10 @@ class Answers:
             return {_hashable(self.decode(k)): self.decode(v) for k, v in body}
         if tag == "__tensor__":
             return _tensor(body)
+        if tag == "__fraction__" and type(body) is list and len(body) == 2 \
+                and all(type(v) is int for v in body) and body[1] != 0:
+            from fractions import Fraction
+            return Fraction(*body)
         if tag == "__dtype__":
             import torch
             return getattr(torch, str(body))
@@ -249,6 +257,12 @@ class Answers:
             return _import(body)
         if tag == "__dataclass__":
             return self._dataclass(body, data.get("fields", {}))
+        if tag == "__namedtuple__":
+            cls = _import(body)
+            values = [self.decode(v) for v in data.get("values", [])]
+            if isinstance(cls, type) and issubclass(cls, tuple) and len(values) == len(getattr(cls, "_fields", ())):
+                return tuple.__new__(cls, values)
+            return _opaque(str(body))
         if tag == "__remote__":
             return Remote(self, int(body), str(data.get("name", "function")))
         if tag == "__raised__":

@@ -1,0 +1,65 @@
+"""Written by `python -m autograder.borrowed` from each drop's grading.json ("exercises"):
+what each exercise's answer may not call (threeaxes.grading.own_work).
+"""
+EXERCISES = {
+    'drop01': {
+        'training_bytes_answer': {'forbid': ['threeaxes.grading.drop01.expected_training_bytes', 'threeaxes.grading.drop01.training_bytes_mistake', 'threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param'], 'why': 'counts the bytes per parameter that this exercise asks you to count', 'may': 'plain Python arithmetic'},
+        'largest_model_answer': {'forbid': ['threeaxes.grading.drop01.expected_largest_model_billion', 'threeaxes.grading.drop01.largest_model_mistake', 'threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param'], 'why': 'counts the bytes per parameter that this exercise asks you to count', 'may': 'plain Python arithmetic'},
+        'axis_roles_answer': {'forbid': ['threeaxes.grading.drop01.axis_roles_mistake'], 'why': "is the grader's check of this answer", 'may': 'the strings listed in the cell'},
+    },
+    'drop02': {
+        'average_gradients_answer': {'forbid': ['threeaxes.grading.drop02.reference_gradients', 'threeaxes.grading.drop02.average_gradients_mistake'], 'why': 'computes the averaged gradients this exercise asks your function to produce', 'may': 'comms.all_reduce and dims'},
+        'dp_bytes_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param', 'threeaxes.cost.bytes_sent_per_gpu', 'threeaxes.grading.drop02.state_bytes_mistake', 'threeaxes.grading.drop02.ring_bytes_mistake'], 'why': 'computes the bytes this exercise asks you to count', 'may': 'the toy model to count its parameters'},
+    },
+    'drop03': {
+        'column_split_answer': {'forbid': ['threeaxes.grading.drop03.column_split_mistake', 'threeaxes.grading.drop03._rank_mistake'], 'why': "is the grader's check of this answer", 'may': 'tensor slicing and comms.all_gather'},
+        'tp_block_allreduces_answer': {'forbid': ['threeaxes.grading.drop03.tp_counts_mistake', 'threeaxes.grading.drop03.tp_bytes_mistake'], 'why': "is the grader's check of this answer", 'may': 'the trace printed above and plain arithmetic'},
+    },
+    'drop04': {
+        'stage_layers_answer': {'forbid': ['threeaxes.pipeline.stages.split_stages', 'threeaxes.grading.drop04.expected_stage_layers', 'threeaxes.grading.drop04.stage_layers_mistake'], 'why': 'splits the layers into stages, which is what this exercise asks you to write', 'may': 'plain Python'},
+        'bubble_fraction_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead', 'threeaxes.grading.drop04.expected_bubble_fraction', 'threeaxes.grading.drop04.bubble_mistake'], 'why': 'is the bubble formula this exercise asks you to write', 'may': 'plain Python arithmetic'},
+        'stage0_held_answer': {'forbid': ['threeaxes.cost.in_flight_micro_batches', 'threeaxes.grading.drop04.expected_stage0_held', 'threeaxes.grading.drop04.stage0_held_mistake'], 'why': 'counts the micro-batches in flight that this exercise asks you to count', 'may': 'plain Python'},
+    },
+    'drop05': {
+        'all_reduce_sizes_answer': {'forbid': ['threeaxes.data_parallel.plan_buckets', 'threeaxes.grading.drop05.expected_all_reduce_bytes', 'threeaxes.grading.drop05._bucket_bytes', 'threeaxes.grading.drop05.bucket_mistake'], 'why': 'plans the buckets, which is what this exercise asks you to write', 'may': 'plain Python'},
+        'first_reduced_answer': {'forbid': ['threeaxes.data_parallel.plan_buckets', 'threeaxes.grading.drop05.first_bucket_layer', 'threeaxes.grading.drop05.layer_of'], 'why': 'reads the answer off the bucket plan', 'may': 'the trace and the tables printed above'},
+        'launch_bucket_answer': {'forbid': ['threeaxes.grading.drop05.reference_gradients', 'threeaxes.grading.drop05.judge_launch_bucket'], 'why': "is the grader's reference for this answer", 'may': 'torch and comms.all_reduce'},
+    },
+    'drop06': {
+        'tp_wire_bytes_answer': {'forbid': ['threeaxes.cost.bytes_sent_per_gpu', 'threeaxes.grading.drop06.expected_wire_bytes', 'threeaxes.grading.drop06.wire_bytes_mistake'], 'why': 'computes the bytes on the wire that this exercise asks you to count', 'may': 'plain Python arithmetic'},
+        'sp_mlp_answer': {'forbid': ['threeaxes.grading.drop06.judge_sp_mlp'], 'why': "is the grader's check of this answer", 'may': 'torch and the sequence-parallel regions imported in the cell'},
+    },
+    'drop07': {
+        'predict_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead', 'threeaxes.cost.in_flight_micro_batches', 'threeaxes.grading.drop07.expected_prediction', 'threeaxes.grading.drop07.prediction_mistake', 'threeaxes.grading.drop07.check_predict'], 'why': 'computes the bubble and the in-flight count this exercise asks you to predict', 'may': 'plain Python arithmetic'},
+        'smallest_m_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead', 'threeaxes.grading.drop07.expected_smallest_m', 'threeaxes.grading.drop07.smallest_m_mistake', 'threeaxes.grading.drop07.check_smallest_m'], 'why': 'computes the bubble this exercise asks you to work with', 'may': 'plain Python arithmetic'},
+    },
+    'drop08': {
+        'layout_groups_answer': {'forbid': ['threeaxes.grading.drop08.expected_layout_groups', 'threeaxes.grading.drop08._enumerate'], 'why': "is the grader's reference for this answer", 'may': 'plain Python'},
+        'collectives_per_step_answer': {'forbid': ['threeaxes.grading.drop08.count_mistake', 'threeaxes.grading.drop08.counts_mistake'], 'why': "is the grader's check of this answer", 'may': 'the traces shown above and plain arithmetic'},
+    },
+    'drop09': {
+        'bytes_per_gpu_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param', 'threeaxes.cost.rank_state_bytes', 'threeaxes.grading.drop09.expected_bytes', 'threeaxes.grading.drop09.bytes_mistake'], 'why': 'does the ZeRO accounting this exercise asks you to do', 'may': 'plain Python arithmetic'},
+        'shard_gather_answer': {'forbid': ['threeaxes.grading.drop09.shard_mistake', 'threeaxes.grading.drop09.gather_mistake'], 'why': "is the grader's check of this answer", 'may': 'torch and comms.all_gather'},
+    },
+    'drop10': {
+        'gb_per_gpu_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.activation_bytes', 'threeaxes.cost.stage_memory', 'threeaxes.cost.plan', 'threeaxes.cost.search', 'threeaxes.grading.drop10.expected_gb', 'threeaxes.grading.drop10._terms', 'threeaxes.grading.drop10.gb_mistake'], 'why': 'computes the memory this exercise asks you to add up', 'may': "the model's fields and plain arithmetic"},
+        'fix_config_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge', 'threeaxes.grading.sizing.grade_configuration', 'threeaxes.grading.sizing.judge_scenario', 'threeaxes.grading.drop10.config_mistake'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
+    },
+    'drop11': {
+        'moved_axis_answer': {'forbid': ['threeaxes.grading.drop11.moved_axes', 'threeaxes.grading.drop11.axis_mistake'], 'why': "is the grader's reference for this answer", 'may': 'the layouts and cluster tables printed above'},
+        'tp_bytes_answer': {'forbid': ['threeaxes.grading.drop11.tp_wire_bytes', 'threeaxes.grading.drop11.tp_bytes_mistake'], 'why': "is the grader's reference for this answer", 'may': 'bytes_sent_per_gpu for one all-reduce, and plain arithmetic'},
+        'new_layout_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge', 'threeaxes.grading.sizing.grade_configuration', 'threeaxes.grading.sizing.judge_scenario'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
+    },
+    'drop12': {
+        'bubble_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead', 'threeaxes.grading.drop12.reference_bubble', 'threeaxes.grading.drop12.bubble_mistake'], 'why': 'is the bubble formula this exercise asks you to write', 'may': 'plain Python arithmetic'},
+        'my_config_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge', 'threeaxes.grading.sizing.grade_configuration', 'threeaxes.grading.sizing.judge_scenario', 'threeaxes.grading.drop12.target_mistake'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
+    },
+    'drop13': {
+        'model_parallel_floor_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.search', 'threeaxes.grading.drop13.model_parallel_floor', 'threeaxes.grading.drop13._floor_with', 'threeaxes.grading.drop13._splits', 'threeaxes.grading.drop13.floor_mistake'], 'why': 'computes the floor, or the model-state bytes behind it, that this exercise asks you to work out', 'may': "the model's and the cluster's fields and plain Python"},
+        'my_config_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge', 'threeaxes.grading.sizing.grade_configuration', 'threeaxes.grading.sizing.judge_scenario', 'threeaxes.grading.drop13.best_for_shape'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
+    },
+    'drop14': {
+        'state_gb_per_gpu_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param', 'threeaxes.cost.rank_state_bytes', 'threeaxes.grading.drop14.expected_state_gb', 'threeaxes.grading.drop14._gb', 'threeaxes.grading.drop14.state_mistake'], 'why': 'does the model-state accounting this exercise asks you to do', 'may': 'plain Python arithmetic'},
+        'my_config_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge', 'threeaxes.grading.sizing.grade_configuration', 'threeaxes.grading.sizing.judge_scenario'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
+    },
+}
