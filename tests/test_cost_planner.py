@@ -3,8 +3,8 @@ import itertools
 
 import pytest
 
-from threeaxes.cost import (Cluster, Model, a100_cluster, get_cluster, get_model, plan,
-                            search)
+from threeaxes.cost import (Cluster, Model, a100_cluster, custom_model, get_cluster, get_model,
+                            plan, search)
 
 # A toy model and cluster with round numbers, so every term can be worked by hand.
 TOY = Model("toy", n_layers=4, d_model=8, n_heads=2, vocab_size=16, seq_len=4,
@@ -100,6 +100,10 @@ A64 = get_cluster("a100-80gb", n_gpus=64)
     (dict(dp=4, tp=16, pp=1), r"tp=16 does not divide n_kv_heads=8"),
     (dict(dp=2, tp=16, pp=2, model=get_model("175B")),
      r"tp=16 does not fit in one node of 8 GPUs; choose tp in \{1, 2, 4, 8\}"),
+    # 3 is smaller than a node of 8 but does not divide it: the rule broken is the division
+    (dict(dp=1, tp=3, pp=16, model=custom_model("h96", n_layers=16, d_model=1536, n_heads=96,
+                                                 vocab_size=50257, seq_len=2048)),
+     r"tp=3 does not divide the 8 GPUs of a node, so some tp groups would straddle two nodes"),
     (dict(dp=2, tp=8, pp=3, cluster=get_cluster("a100-80gb", n_gpus=48)),
      r"pp=3 does not divide n_layers=80; choose pp in \{1, 2, 4, 5, 8, 10, 16, 20, 40, 80\}"),
     (dict(dp=8, tp=8, pp=1, global_batch=100), r"global_batch=100 does not split evenly"),

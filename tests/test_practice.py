@@ -144,9 +144,40 @@ def test_self_check_rejects_answers_of_the_wrong_kind():
     with pytest.raises(ValueError, match="answer with a number"):
         check("q3", "0.27")
     with pytest.raises(ValueError, match="answer with one of"):
-        check("q2", "ethernet")
+        check("q2", "token ring")
     with pytest.raises(ValueError, match="choose one of"):
         check("q8", 1)
+
+
+# Each slip's value, worked by hand from the question (80 GB = 80e9 bytes, 16 bytes a parameter
+# = 2 fp16 weights + 2 fp16 gradients + 12 Adam fp32), and a word of the hint it must get.
+SLIPS = {
+    "q1": [(40, "2 bytes"), (20, "4 bytes"), (80 / 12, "12 bytes"), (10, "8 bytes"), (5e9, "billions"),
+           (85.899 / 16, "GiB")],
+    "q2": [("infiniband", "infiniband is not"), ("roce", "roce is not"), ("ethernet", "ethernet is not"),
+           ("pcie", "pcie is not"), ("any", "the link decides")],
+    "q3": [(0.375, "overhead"), (1 / 3, "p/(m+p)"), (0.25, "(p-1)/(m+p) puts"), (0.125, "1/m"),
+           (27.27, "percentage")],
+    "q4": [(208, "nothing was divided"), (13 * (4 + 12 / 16), "ZeRO-1"), (13 * (2 + 14 / 16), "ZeRO-2"),
+           (26, "one node"), (12.107, "GiB")],
+    "q5": [("pp inside, tp across", "swapped"), ("both inside", "cannot hold"),
+           ("both across", "slow fabric"), ("either way", "placement matters")],
+    "q6": [(8, "leaves out the pipeline"), (16, "leaves out tensor"), (32, "one replica needs"),
+           (64 / 12, "do not add"), (52, "multiply")],
+    "q7": [(14, "2 bytes"), (28, "4 bytes"), (84, "12 bytes"), (56, "8 bytes"), (104.3, "GiB")],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SLIPS))
+def test_each_catalogued_slip_gets_the_hint_that_answers_it(name, capsys):
+    hints = []
+    for answer, word in SLIPS[name]:
+        assert check(name, answer) is False
+        said = capsys.readouterr().out
+        assert word in said, (answer, said)
+        hints.append(said)
+    assert len(set(hints)) == len(hints), "two slips got the same hint"
+    assert len(hints) >= (4 if name == "q5" else 5)
 
 
 def test_pick_judges_fit_and_names_the_bottleneck(capsys):

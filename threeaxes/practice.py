@@ -130,7 +130,77 @@ def _answers() -> dict:
 
 
 SELF_CHECKS = tuple(_answers())
-_CHOICES = {"q2": ("nvlink", "infiniband"), "q5": ("tp inside, pp across", "pp inside, tp across")}
+_CHOICES = {"q2": ("nvlink", "infiniband", "roce", "ethernet", "pcie", "any"),
+            "q5": ("tp inside, pp across", "pp inside, tp across", "both inside", "both across",
+                   "either way")}
+
+
+def _slips() -> dict:
+    """The wrong answers students give to each self-check, each with the hint that answers
+    it: (the answer's value, what went wrong). Numbers computed with the slip made."""
+    hbm = get_cluster(GPU).hbm_bytes
+    state = model_state_bytes(1).total     # 16 bytes a parameter: 2 weights, 2 grads, 12 Adam
+    return {
+        "q1": [(hbm / 2 / 1e9, "2 bytes a parameter counts the fp16 weights alone; training also "
+                               "keeps gradients and Adam's fp32 states: 16 bytes"),
+               (hbm / 4 / 1e9, "4 bytes a parameter counts fp32 weights alone; with gradients and "
+                               "Adam's states mixed-precision training keeps 16"),
+               (hbm / 12 / 1e9, "12 bytes is Adam's fp32 part alone (master weights, two moments); "
+                                "add the fp16 weights and gradients: 16"),
+               (hbm / 8 / 1e9, "8 bytes counts weights and gradients but leaves out Adam's states"),
+               (hbm / state, "that is the count of parameters; the question asks for billions"),
+               (2**30 * 80 / state / 1e9, "80 GB is 80e9 bytes here, not 80 GiB")],
+        "q2": [(c, "tensor parallelism sends an all-reduce inside every layer, forward and backward: "
+                   f"only the link inside a node (nvlink) is fast enough, {c} is not") for c in
+               ("infiniband", "roce", "ethernet", "pcie")] +
+              [("any", "the link decides it: per-layer all-reduces on a slow link leave the GPUs "
+                       "waiting, so tensor parallelism stays on nvlink inside a node")],
+        "q3": [(3 / 8, "(p-1)/m is the overhead over the useful time, not the idle share of the "
+                       "step: divide by m+p-1"),
+               (4 / 12, "p/(m+p) counts one slot too many on each side: the idle share is "
+                        "(p-1)/(m+p-1)"),
+               (3 / 12, "(p-1)/(m+p) puts one slot too many below the line: (p-1)/(m+p-1)"),
+               (1 / 8, "1/m is the idle share of one stage's fill alone; the pipeline has p-1 "
+                       "of them"),
+               (100 * 3 / 11, "that is a percentage; answer with the fraction (0 to 1)")],
+        "q4": [(13e9 * state / GB, "nothing was divided: ZeRO-3 splits all 16 bytes over the 16 ranks"),
+               (model_state_bytes(13e9, dp=16, zero_stage=1).total / GB,
+                "that is ZeRO-1 (optimizer states only split); ZeRO-3 splits weights and "
+                "gradients too"),
+               (model_state_bytes(13e9, dp=16, zero_stage=2).total / GB,
+                "that is ZeRO-2 (states and gradients split); ZeRO-3 splits the weights too"),
+               (13e9 * state / 8 / GB, "dividing by 8 splits over one node; the question's data-"
+                                        "parallel group is all 16 ranks"),
+               (13e9 * state / 16 / 2**30, "that is GiB (2^30 bytes); answer in GB (1e9 bytes)")],
+        "q5": [("pp inside, tp across", "swapped: tensor parallelism talks inside every layer, so it "
+                                        "needs the node's fast link; the pipeline sends only at stage "
+                                        "edges, so it can cross the slower fabric"),
+               ("both inside", "one node's GPUs cannot hold the largest models: something must cross "
+                               "nodes, and the pipeline crosses them most cheaply"),
+               ("both across", "tensor parallelism across nodes puts its per-layer all-reduces on the "
+                               "slow fabric; keep it inside a node"),
+               ("either way", "the two axes send very differently: every layer (tp) against stage "
+                              "edges only (pp), so the placement matters")],
+        "q6": [(64 // 8, "64/8 leaves out the pipeline: dp x tp x pp = 64, so divide by both"),
+               (64 // 4, "64/4 leaves out tensor parallelism: divide by tp x pp"),
+               (8 * 4, "8 x 4 is the GPUs one replica needs (tp x pp); dp is how many replicas fit "
+                       "in 64"),
+               (64 / (8 + 4), "the axes multiply, they do not add: dp = 64 / (tp x pp)"),
+               (64 - 8 - 4, "the axes multiply: dp = 64 / (tp x pp)")],
+        "q7": [(7e9 * 2 / GB, "2 bytes a parameter counts the fp16 weights alone; training keeps 16"),
+               (7e9 * 4 / GB, "4 bytes a parameter counts fp32 weights alone; training keeps 16"),
+               (7e9 * 12 / GB, "12 bytes is Adam's fp32 part alone; add fp16 weights and gradients"),
+               (7e9 * 8 / GB, "8 bytes leaves out Adam's states"),
+               (7e9 * state / 2**30, "that is GiB (2^30 bytes); answer in GB (1e9 bytes)")],
+    }
+
+
+def _slip(name: str, answer, rel: float) -> str | None:
+    """The hint for a catalogued wrong answer, or None."""
+    for value, hint in _slips().get(name, []):
+        if answer == value if isinstance(value, str) else abs(answer - value) <= rel * abs(value):
+            return hint
+    return None
 
 
 def check(name: str, answer, *, rel: float = 0.02) -> bool:
@@ -145,12 +215,15 @@ def check(name: str, answer, *, rel: float = 0.02) -> bool:
     if kind == "choice":
         if not isinstance(answer, str) or answer.strip().lower() not in _CHOICES[name]:
             raise ValueError(f"{name}: answer with one of {_CHOICES[name]}")
-        right = answer.strip().lower() == expected
+        answer = answer.strip().lower()
+        right = answer == expected
     else:
         if isinstance(answer, bool) or not isinstance(answer, (int, float)):
             raise ValueError(f"{name}: answer with a number, not {type(answer).__name__}")
-        right = abs(float(answer) - expected) <= rel * abs(expected)
-    print(f"{name}: right." if right else f"{name}: not yet: {hint}.")
+        answer = float(answer)
+        right = abs(answer - expected) <= rel * abs(expected)
+    # a catalogued slip gets its own hint; any other wrong answer the general one
+    print(f"{name}: right." if right else f"{name}: not yet: {_slip(name, answer, rel) or hint}.")
     return right
 
 

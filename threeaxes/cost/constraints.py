@@ -135,8 +135,11 @@ def violations(model, cluster, global_batch: int, *, dp, tp, pp, micro_batch=Non
     found += _split_violations(model, tp, pp, zero_stage, good_tp, allow_sharded_pp, suggest_flags)
     if not allow_tp_across_nodes and (tp > cluster.gpus_per_node or cluster.gpus_per_node % tp):
         flag = " or pass allow_tp_across_nodes=True" if suggest_flags else ""
-        found.append(Violation("tp_node", f"tp={tp} does not fit in one node of {cluster.gpus_per_node} "
-                                          f"GPUs; choose tp in {fmt_choices(good_tp)}{flag}"))
+        g = cluster.gpus_per_node
+        # two ways to break the rule: a group larger than a node, or one that straddles two
+        broken = (f"does not fit in one node of {g} GPUs" if tp > g else
+                  f"does not divide the {g} GPUs of a node, so some tp groups would straddle two nodes")
+        found.append(Violation("tp_node", f"tp={tp} {broken}; choose tp in {fmt_choices(good_tp)}{flag}"))
     if recompute not in RECOMPUTE:
         found.append(Violation("recompute", f"recompute={recompute!r}; choose recompute in "
                                             f"{set(RECOMPUTE)}"))
