@@ -7,8 +7,10 @@ sample submissions with answers typed in (`autograder/samples/`). An
 instructor who grades for credit publishes this export instead: every file
 git tracks at HEAD but those, as a new repository with one commit. Students
 run `make lab` there as here. Left out with them: the test suite and the
-grading benchmarks, which need `source/`, and the grading code, which needs
-the gradebook.
+grading benchmarks, which need `source/`, the grading code, which needs
+the gradebook, and the references the hidden tests compute their answers with
+(`autograder/references/`): the package students install holds none, only the
+visible checks' stored cases.
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ INSTRUCTOR_ONLY = ("source/", "autograder/samples/", "submitted/", "tests/", ".c
                    "benchmarks/grading_suite.py", "autograder/grade.py", "autograder/execute.py",
                    "autograder/judge.py", "autograder/judge_check.py", "autograder/kernel_host.py",
                    "autograder/kernel_session.py", "autograder/sandbox.py", "autograder/feedback.py",
-                   "autograder/release.py", "autograder/student_repo.py")
+                   "autograder/release.py", "autograder/student_repo.py",
+                   "autograder/references/", "autograder/cases.py", "autograder/borrowed.py")
 
 
 def student_files(root: Path = ROOT) -> list[str]:

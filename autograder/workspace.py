@@ -190,6 +190,8 @@ def lab_command(
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         argv.append("--allow-root")   # Jupyter refuses root unless told; containers often are root
     env = dict(os.environ)
+    if mode == "instructor":   # the source notebooks' hidden tests import autograder.references
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
     if mode == "student":
         argv += [f"--ServerApp.jpserver_extensions={name}=False" for name in NBGRADER_SERVER_OFF]
         config_dir = write_student_config(work / ".jupyter-student")

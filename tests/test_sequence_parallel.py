@@ -216,7 +216,7 @@ def test_activations_between_blocks_and_in_layernorms_are_divided_by_tp(runs):
 
 @pytest.mark.slow
 def test_drop06_reference_wire_bytes_equal_the_trace(runs):
-    from threeaxes.grading import drop06
+    from autograder.references import drop06
 
     tp = runs["tp"]
     for key, sp in (("ours_tp", False), ("ours_sp", True)):
@@ -227,7 +227,7 @@ def test_drop06_reference_wire_bytes_equal_the_trace(runs):
 
 
 def test_drop06_names_the_usual_byte_counting_mistakes():
-    from threeaxes.grading import drop06
+    from autograder.references import drop06
 
     s = 2 * 16 * 32 * 8  # S = b s h bytes = 8192; by hand for t = 4, per block and step:
     # TP: 4 all-reduces x 2(3/4) S = 6 S; TP + SP: 8 (all-gathers, reduce-scatters) x (3/4) S = 6 S

@@ -1,0 +1,144 @@
+"""The visible checks' stored cases, computed on the instructor's side.
+
+    python -m autograder.cases            # writes threeaxes/grading/cases/dropNN.json
+    python -m autograder.cases --check    # exit 1 if a stored file is not what this computes
+
+Each exercise of a drop's `grading.json` with a "visible" entry gets its cases:
+
+    "visible": {"call": "tp_wire_bytes_per_block", "form": "number",
+                "reference": "expected_wire_bytes",        # in autograder/references/dropNN.py
+                "args": [[2, 8, 32, 2, 8, false], ...],
+                "ranks": null | {"runner": "threeaxes.grading.drop06.sp_mlp_results", "world": 2},
+                "value": false,                            # true: the answer is a value, not a function
+                "setup": ["toy = ToyConfig()", ...],       # notebook lines the answer cell needs first
+                "passed": "...", "otherwise": "..."}
+
+and the exercise's catalogue of mistakes ("mistakes": [{"name", "says", "code"}],
+each the answer cell as a student who made it would write it). The right value
+of a case is the reference's (for an exercise that runs on ranks: what the
+runner sends back when the notebook's own solution runs, which the reference's
+judge must accept); each mistake's value is what its code gives. A case set in
+which a mistake is never told apart from the right answer, or two mistakes from
+each other, is refused: it could not name them.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import nbformat
+
+from threeaxes.grading import visible
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "threeaxes" / "grading" / "cases"
+
+
+def solution_code(nb, grade_id: str) -> str:
+    """An answer cell's source with nbgrader's solution markers taken out."""
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    return "\n".join(line for line in cell.source.splitlines()
+                     if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+
+
+def defined(code: str, name: str, setup=()):
+    """What `code`, run as a notebook cell would run it (after the notebook's `setup`
+    lines), binds to `name`."""
+    namespace = {"__name__": "__main__"}     # functions travel to ranks by value, as a notebook's do
+    exec(compile("\n".join(setup), f"<setup of {name}>", "exec"), namespace)
+    exec(compile(code, f"<{name}>", "exec"), namespace)
+    return namespace[name]
+
+
+def _value(spec: dict, answer, args: list):
+    """A case's plain value of `answer` (a function, or a value), as the visible check sees it."""
+    return visible.plain(visible._answer_for(spec, answer, args), spec["form"],
+                         visible._call(spec, args))
+
+
+def exercise_cases(drop: str, nb, exercise: dict) -> dict:
+    spec = dict(exercise["visible"])
+    spec.setdefault("form", "raw" if spec.get("ranks") else "number")
+    references = importlib.import_module(f"autograder.references.{drop}")
+    catalogue = {m["name"]: m for m in exercise.get("mistakes", [])}
+    setup = spec.pop("setup", [])
+    wrong = {name: defined("\n".join(m["code"]), spec["call"], setup) for name, m in catalogue.items()}
+    solution = defined(solution_code(nb, exercise["answer"]), spec["call"], setup)
+    cases = []
+    for args in spec.pop("args"):
+        if spec.get("ranks"):
+            want = _value(spec, solution, args)
+        else:
+            want = visible.plain(getattr(references, spec["reference"])(*args), spec["form"], "reference")
+        mistakes = {}
+        for name, fn in wrong.items():
+            try:
+                mistakes[name] = _value(spec, fn, args)
+            except AssertionError:      # a mistake that raises here is told apart by the error
+                continue
+        cases.append({"args": args, "want": want, "mistakes": mistakes})
+    _refuse_lookalikes(drop, exercise["answer"], cases, list(wrong))
+    spec.pop("reference", None)
+    spec["cases"] = cases
+    spec["mistakes"] = {name: m["says"] for name, m in catalogue.items()}
+    return spec
+
+
+def _refuse_lookalikes(drop, answer, cases, names) -> None:
+    def values(name):
+        return [case["mistakes"].get(name, "raises") for case in cases]
+
+    for name in names:
+        if all(visible.same(v, c["want"]) for v, c in zip(values(name), cases)):
+            raise SystemExit(f"{drop} {answer}: the mistake {name!r} gives the right value on every "
+                             f"visible case; add a case that tells it apart")
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if all(visible.same(x, y) for x, y in zip(values(a), values(b))):
+                raise SystemExit(f"{drop} {answer}: the mistakes {a!r} and {b!r} give the same values "
+                                 f"on every visible case; add a case that tells them apart")
+
+
+def drop_cases(folder: Path) -> dict:
+    drop = folder.name[:6]
+    grading = json.loads((folder / "grading.json").read_text())
+    nb = nbformat.read(next(folder.glob("*.ipynb")), as_version=4)
+    return {e["answer"]: exercise_cases(drop, nb, e) for e in grading.get("exercises", [])
+            if e.get("visible")}
+
+
+def render(cases: dict) -> str:
+    return json.dumps(cases, indent=1, sort_keys=True) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("drops", nargs="*", help="dropNN prefixes (default: every drop)")
+    args = parser.parse_args(argv)
+    stale = []
+    for folder in sorted((ROOT / "source").glob("drop*")):
+        if args.drops and not folder.name.startswith(tuple(args.drops)):
+            continue
+        cases = drop_cases(folder)
+        if not cases:
+            continue
+        path = OUT / f"{folder.name[:6]}.json"
+        text = render(cases)
+        if args.check:
+            if not path.is_file() or path.read_text() != text:
+                stale.append(path.name)
+        else:
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(text)
+            print(f"{path.relative_to(ROOT)}: {len(cases)} exercises", file=sys.stderr)
+    if stale:
+        print(f"stale: {', '.join(stale)}; run python -m autograder.cases", file=sys.stderr)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

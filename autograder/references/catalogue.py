@@ -1,0 +1,100 @@
+"""Hidden tests driven by an exercise's catalogue of mistakes (its drop's grading.json).
+
+    cases = catalogue.telling("drop06", "tp_wire_bytes_answer", drop06.draw_wire_bytes_cases, rng)
+    catalogue.judge("drop06", "tp_wire_bytes_answer", tp_wire_bytes_per_block, cases)
+
+`telling` keeps, among the cases `draw(rng)` proposes at grading time, those on
+which the reference differs from every catalogued mistake, so an answer that
+makes one of them cannot pass by luck, and a memorised visible answer meets
+cases it has never seen. `judge` compares the student's answer with the
+reference on each case and, where it is wrong, names the catalogued mistake it
+equals, without showing the drawn case.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from threeaxes.grading import visible
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+@lru_cache(maxsize=None)
+def exercise(drop: str, answer: str) -> dict:
+    folder = next((ROOT / "source").glob(f"{drop}*"))
+    data = json.loads((folder / "grading.json").read_text())
+    return next(e for e in data["exercises"] if e["answer"] == answer)
+
+
+def _reference(drop: str, spec: dict):
+    return getattr(importlib.import_module(f"autograder.references.{drop}"), spec["reference"])
+
+
+def mistakes(drop: str, answer: str) -> dict:
+    """{name: (the mistaken function or value, what the student is told)}."""
+    from autograder.cases import defined
+
+    entry = exercise(drop, answer)
+    spec = entry["visible"]
+    return {m["name"]: (defined("\n".join(m["code"]), spec["call"], spec.get("setup", [])), m["says"])
+            for m in entry["mistakes"]}
+
+
+def _value(spec, fn, args):
+    try:
+        return visible.plain(fn(*args), spec["form"], spec["call"])
+    except Exception:  # noqa: BLE001 - a mistake that raises here is told apart by raising
+        return None
+
+
+def telling(drop: str, answer: str, draw, rng, n: int = 4, tries: int = 50) -> list:
+    """At least `n` cases drawn with `draw(rng)` (a list of argument tuples a call) that
+    together tell every catalogued mistake apart from the right answer, and from each
+    other where a drawn case can: a case is kept while it separates a pair not yet apart."""
+    spec = exercise(drop, answer)["visible"]
+    reference, wrong = _reference(drop, spec), mistakes(drop, answer)
+    names = ["right"] + list(wrong)
+    apart = set()
+    pairs = {(a, b) for i, a in enumerate(names) for b in names[i + 1:]}
+    kept = []
+    for _ in range(tries):
+        for args in draw(rng):
+            values = {"right": visible.plain(reference(*args), spec["form"], "reference")}
+            values.update({name: _value(spec, fn, args) for name, (fn, _) in wrong.items()})
+            new = {(a, b) for a, b in pairs - apart if not visible.same(values[a], values[b])}
+            if new or (len(kept) < n and values["right"] is not None):
+                kept.append(tuple(args))
+                apart |= new
+        if len(kept) >= n and all(("right", m) in apart for m in wrong):
+            return kept
+    missing = [m for m in wrong if ("right", m) not in apart]
+    raise RuntimeError(f"{drop} {answer}: no drawn case tells {missing} from the right answer")
+
+
+def judge(drop: str, answer: str, student, cases) -> None:
+    """AssertionError naming the mistake (or saying what to check) on the first drawn
+    case the student's function gets wrong; the case's values stay hidden."""
+    spec = exercise(drop, answer)["visible"]
+    reference, wrong = _reference(drop, spec), mistakes(drop, answer)
+    got_all = []
+    for args in cases:
+        try:
+            got_all.append(visible.plain(student(*args), spec["form"], spec["call"]))
+        except AssertionError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the student's error, without the hidden input
+            raise AssertionError(f"on a case drawn at grading, {spec['call']} raised "
+                                 f"{type(exc).__name__}: {exc}") from None
+    wants = [visible.plain(reference(*args), spec["form"], "reference") for args in cases]
+    if all(visible.same(got, want) for got, want in zip(got_all, wants)):
+        return
+    # the mistake named is one that gives the student's value on every drawn case
+    named = [says for fn, says in wrong.values()
+             if all(visible.same(_value(spec, fn, args), got) for args, got in zip(cases, got_all))]
+    if named:
+        raise AssertionError(f"on a case drawn at grading: {named[0]}")
+    raise AssertionError(f"on a case drawn at grading, {spec['call']} is not right; "
+                         f"{spec.get('otherwise', 'check it against the text above')}")

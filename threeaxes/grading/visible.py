@@ -1,0 +1,167 @@
+"""Visible checks: a student's answer against fixed cases stored as data.
+
+The package a student installs holds no reference answer. Each drop's visible
+cases, with the right value and the value each catalogued mistake gives, were
+computed once on the instructor's side (`python -m autograder.cases`, from the
+references in `autograder/references/` and the mistakes in the drop's
+`grading.json`) and stored in `threeaxes/grading/cases/dropNN.json`. A test
+cell's visible half is then one line:
+
+    visible.check("drop06", "tp_wire_bytes_answer", tp_wire_bytes_per_block)
+
+It calls the student's function on each stored case (on fresh ranks where the
+exercise runs on ranks), turns what comes back into plain values, and compares:
+the right value passes and says so; the value of a catalogued mistake names
+that mistake in the student's terms; anything else says which case differs.
+
+A stored exercise:
+
+    {"call": "tp_wire_bytes_per_block",       # how the student's function is named
+     "form": "number",                        # what it returns (FORMS below)
+     "ranks": null | {"runner": "threeaxes.grading.drop06.sp_mlp_results", "world": 2},
+     "cases": [{"args": [...], "want": ..., "mistakes": {"<name>": ...}}],
+     "mistakes": {"<name>": "what the student did, and what to do instead"},
+     "passed": "what to print when every case is right ({want} is the first case's value)"}
+
+Tensors come back from ranks as long lists of floats; they are stored as a
+`signature` (length, sum, sum of squares, a fixed weighted sum), compared to a
+relative 1e-9: two different results agreeing on all four is not a slip a
+student can make by accident.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from pathlib import Path
+
+from threeaxes.grading import as_choice, as_int, as_int_tuple, as_number
+
+CASES = Path(__file__).resolve().parent / "cases"
+REL = 1e-9
+
+
+def load(drop: str) -> dict:
+    return json.loads((CASES / f"{drop}.json").read_text())
+
+
+def check(drop: str, answer: str, student, *, show: bool = True) -> list:
+    """Run `student` (a function, or the answer's value) on the stored cases of one
+    exercise; AssertionError naming the mistake on the first case that is wrong.
+    Prints the exercise's `passed` line and returns the plain values."""
+    spec = load(drop)[answer]
+    got_all = [plain(_answer_for(spec, student, case["args"]), spec["form"], _call(spec, case["args"]))
+               for case in spec["cases"]]
+    wrong = [(case, got) for case, got in zip(spec["cases"], got_all) if not same(got, case["want"])]
+    if wrong:
+        case, got = wrong[0]
+        where = _call(spec, case["args"])
+        # a mistake is named only if it gives the answer's value on every case it was stored for
+        named = [name for name in spec["mistakes"]
+                 if all(name in c["mistakes"] and same(g, c["mistakes"][name])
+                        for c, g in zip(spec["cases"], got_all))]
+        if named:
+            raise AssertionError(f"{where} = {_short(got)}: {spec['mistakes'][named[0]]}")
+        failed = _rank_error(got)
+        if failed:
+            raise AssertionError(f"{where}: {failed}")
+        raise AssertionError(f"{where} = {_short(got)} is not right; "
+                             f"{spec.get('otherwise', 'check it against the text above')}")
+    if show and spec.get("passed"):
+        print(spec["passed"].format(want=spec["cases"][0]["want"]))
+    return got_all
+
+
+def _answer_for(spec, student, args):
+    if spec.get("ranks"):
+        from threeaxes.grading.ranks import check_on_ranks
+
+        module, _, name = spec["ranks"]["runner"].rpartition(".")
+        runner = getattr(importlib.import_module(module), name)
+        results = check_on_ranks(runner, spec["ranks"]["world"], student, *args)
+        return [signature(r) for r in results]
+    if spec.get("value"):          # the answer is a value, not a function
+        return student
+    try:
+        return student(*args)
+    except AssertionError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the student's error, reported with its input
+        raise AssertionError(f"{_call(spec, args)} raised {type(exc).__name__}: {exc}") from None
+
+
+def _rank_error(results) -> str | None:
+    """What a rank said the student's code raised, if one did (runners send it as "error")."""
+    for rank, result in enumerate(results if type(results) is list else []):
+        if type(result) is dict and result.get("error"):
+            return f"rank {rank}: {result['error']}"
+    return None
+
+
+def _call(spec, args) -> str:
+    if spec.get("value") or spec.get("ranks"):
+        return spec["call"]
+    return f"{spec['call']}({', '.join(repr(a) for a in args)})"
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+# -- plain values ------------------------------------------------------------------------
+
+def _dict(value, name, each):
+    if type(value) is not dict:
+        raise AssertionError(f"{name} should return a dict, got {type(value).__name__}")
+    return {k: each(v, f"{name}[{k!r}]") for k, v in value.items()}
+
+
+FORMS = {
+    "number": as_number,
+    "int": as_int,
+    "int_tuple": lambda v, name: list(as_int_tuple(v, name=name)),
+    "int_lists": lambda v, name: [list(as_int_tuple(x, name=f"{name}[{i}]"))
+                                  for i, x in enumerate(v if type(v) in (list, tuple) else
+                                                        as_int_tuple(v, name=name))],
+    "number_dict": lambda v, name: _dict(v, name, as_number),
+    "text": lambda v, name: as_choice(v, [v.strip().lower()] if type(v) is str else ["a string"], name),
+    "raw": lambda v, name: v,      # already plain: what ranks sent back, as signatures
+}
+
+
+def plain(value, form: str, name: str):
+    """The answer as plain JSON-like values, or an AssertionError saying what was expected."""
+    return FORMS[form](value, name)
+
+
+def same(got, want) -> bool:
+    """Equal as plain values: numbers to a relative 1e-9, containers item by item."""
+    if isinstance(want, bool) or want is None or isinstance(want, str):
+        return type(got) is type(want) and got == want
+    if isinstance(want, (int, float)):
+        return (type(got) in (int, float) and math.isfinite(got)
+                and math.isclose(got, want, rel_tol=REL, abs_tol=1e-12))
+    if isinstance(want, list) and want[:1] == ["floats"]:    # a signature: scale-aware tolerance
+        return (type(got) is list and len(got) == len(want) and got[:2] == want[:2]
+                and all(math.isclose(g, w, rel_tol=REL, abs_tol=REL * math.sqrt(max(want[3], 1e-300)) * want[1])
+                        for g, w in zip(got[2:], want[2:])))
+    if isinstance(want, (list, tuple)):
+        return (type(got) in (list, tuple) and len(got) == len(want)
+                and all(same(g, w) for g, w in zip(got, want)))
+    if isinstance(want, dict):
+        return type(got) is dict and set(got) == set(want) and all(same(got[k], want[k]) for k in want)
+    return False
+
+
+def signature(value):
+    """A rank's raw result with every long list of floats replaced by its signature."""
+    if type(value) in (list, tuple) and len(value) > 8 and all(type(v) is float for v in value):
+        n = len(value)
+        weighted = sum(v * math.cos(0.7 * i + 0.3) for i, v in enumerate(value))
+        return ["floats", n, math.fsum(value), math.fsum(v * v for v in value), weighted]
+    if type(value) in (list, tuple):
+        return [signature(v) for v in value]
+    if type(value) is dict:
+        return {str(k): signature(v) for k, v in value.items()}
+    return value
