@@ -111,12 +111,14 @@ def test_a_rank_or_dp_that_does_not_exist_is_named():
         ParallelDims(dp=0)
 
 
-def test_without_a_layout_the_error_says_how_to_make_one(monkeypatch):
+def test_without_a_layout_or_ranks_the_error_says_how_to_start_them(monkeypatch):
+    # with ranks and no layout the helpers use the default process group (test_data_parallel_world)
     monkeypatch.setattr(dims_module, "_current", [])
     inputs, targets = make_batch(CFG, 8)
     for call in (lambda: shard_batch(inputs, targets), lambda: average_gradients(ToyTransformer(CFG))):
-        with pytest.raises(RuntimeError, match=r"^no parallel layout in this process; call "
-                                               r"threeaxes\.dims\.ParallelDims\.init"):
+        with pytest.raises(RuntimeError, match=r"^no parallel layout and torch\.distributed is not "
+                                               r"running; run this inside a launched function "
+                                               r"\(threeaxes\.launch\.launch\(fn, n\)\)"):
             call()
 
 

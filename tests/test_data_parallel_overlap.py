@@ -143,6 +143,34 @@ def test_a_launch_bucket_that_breaks_the_contract_is_told_what_to_return(returns
         lm_loss(wrapped(inputs), targets).backward()
 
 
+def test_ddp_options_pass_where_they_mean_ours_else_say_what_to_use():
+    from types import SimpleNamespace
+
+    # DDP's bucket_cap_mb (MiB) is bucket_bytes: 2048 bytes = 2048 / 2**20 MiB; options
+    # whose meaning is what happens here pass
+    wrapped = DataParallel(ToyTransformer(CFG), dims=ONE_RANK, bucket_cap_mb=BUCKET_BYTES / 2**20,
+                           find_unused_parameters=True, static_graph=False, init_sync=True,
+                           device_ids=None, gradient_as_bucket_view=False)
+    assert wrapped.bucket_bytes == BUCKET_BYTES
+    assert wrapped.bucket_sizes_bytes == [8 * sum(b) for b in EXPECTED_BUCKETS]
+    for option, instead in (({"device_ids": [0]}, r"move it there before wrapping"),
+                            ({"broadcast_buffers": False}, r"copied to every rank once, when wrapping"),
+                            ({"gradient_as_bucket_view": True}, r"the buckets are copies"),
+                            ({"mixed_precision": object()}, r"cast the model yourself"),
+                            ({"init_sync": False}, r"always copied to every rank when wrapping")):
+        with pytest.raises(ValueError, match=rf"^DataParallel: {next(iter(option))}=.* \(PyTorch's\) "
+                                             rf"is not taken here: .*{instead}"):
+            DataParallel(ToyTransformer(CFG), dims=ONE_RANK, **option)
+    with pytest.raises(TypeError, match=r"DataParallel\(\) got an unexpected keyword argument 'bucket_mb'"):
+        DataParallel(ToyTransformer(CFG), dims=ONE_RANK, bucket_mb=1)
+    with pytest.raises(ValueError, match=r"^pass bucket_bytes= or bucket_cap_mb= \(DDP's, in MiB\), "
+                                         r"not both$"):
+        DataParallel(ToyTransformer(CFG), BUCKET_BYTES, dims=ONE_RANK, bucket_cap_mb=1)
+    with pytest.raises(ValueError, match=r"^DataParallel: a mesh of 2 axes; pass the one axis to run "
+                                         r"over \(dims\.mesh\['dp'\]\), or dims= the whole layout$"):
+        DataParallel(ToyTransformer(CFG), device_mesh=SimpleNamespace(ndim=2))
+
+
 def test_naive_vs_overlapped_refuses_nothing_to_time():
     from threeaxes.data_parallel.compare import naive_vs_overlapped, step_seconds
 

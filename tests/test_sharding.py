@@ -149,8 +149,54 @@ def test_with_no_layout_and_no_process_group_the_error_says_where_to_shard(monke
     for make in (lambda: ZeroOptimizer(model.parameters(), torch.optim.Adam, lr=0.1),
                  lambda: fully_shard(model.blocks[0])):
         with pytest.raises(RuntimeError, match=r"^no parallel layout and torch\.distributed is not "
-                                               r"running; shard inside a launched function"):
+                                               r"running; run this inside a launched function"):
             make()
+
+
+@pytest.mark.parametrize("make", [ZeroOptimizer, Zero2Optimizer])
+def test_zero_redundancy_optimizers_options_pass_where_they_mean_ours_else_say_what_to_use(make):
+    model = ToyTransformer(CFG)
+    # as ZeroRedundancyOptimizer's: the parameters are views of the buckets; no DDP hook
+    opt = make(model.parameters(), torch.optim.SGD, RANK0_OF_TWO, lr=0.1,
+               parameters_as_bucket_view=True, overlap_with_ddp=False)
+    assert "parameters_as_bucket_view" not in opt.optim.defaults   # not the inner optimizer's
+    name = make.__name__
+    with pytest.raises(ValueError, match=rf"^{name}: parameters_as_bucket_view=False \(PyTorch's\) "
+                                         r"is not taken here: the parameters here are always views"):
+        make(ToyTransformer(CFG).parameters(), torch.optim.SGD, RANK0_OF_TWO, lr=0.1,
+             parameters_as_bucket_view=False)
+    with pytest.raises(ValueError, match=r"overlap_with_ddp=True .* Zero2Optimizer is the stage whose "
+                                         r"gradient communication overlaps backward"):
+        make(ToyTransformer(CFG).parameters(), torch.optim.SGD, RANK0_OF_TWO, lr=0.1,
+             overlap_with_ddp=True)
+    with pytest.raises(ValueError, match=r"^pass dims= \(the course's layout\) or process_group= "
+                                         r"\(PyTorch's\), not both$"):
+        make(ToyTransformer(CFG).parameters(), torch.optim.SGD, RANK0_OF_TWO, lr=0.1,
+             process_group=object())
+
+
+def test_fully_shard_takes_ignored_params_and_fsdp2_options_that_mean_ours():
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Linear(3, 2))
+    ignored = model[1].weight
+    fully_shard(model, RANK0_OF_TWO, ignored_params={ignored}, reshard_after_forward=True,
+                mp_policy=MixedPrecisionPolicy(), offload_policy=OffloadPolicy())
+    # by hand: 6 + 3 + 2 = 11 numbers sharded, padded to 12, 6 on each of 2 ranks; the ignored
+    # weight (6 numbers) stays whole, a parameter of its module
+    assert model._sharding_unit.layout.numel == 11
+    assert {n: p.numel() for n, p in model.named_parameters()} == {"1.weight": 6, "flat_shard": 6}
+    assert model[1].weight is ignored
+    for option, instead in (({"reshard_after_forward": False}, r"always frees its whole parameters"),
+                            ({"mp_policy": MixedPrecisionPolicy(param_dtype=torch.float32)},
+                             r"cast the model yourself"),
+                            ({"offload_policy": CPUOffloadPolicy()}, r"stay on the module's device"),
+                            ({"shard_placement_fn": print}, r"no per-parameter placement")):
+        with pytest.raises(ValueError, match=rf"^fully_shard: {next(iter(option))}=.* \(PyTorch's\) "
+                                             rf"is not taken here: .*{instead}"):
+            fully_shard(torch.nn.Linear(2, 2), RANK0_OF_TWO, **option)
+    with pytest.raises(TypeError, match=r"fully_shard\(\) got an unexpected keyword argument 'meshes'"):
+        fully_shard(torch.nn.Linear(2, 2), RANK0_OF_TWO, meshes=None)
 
 
 def test_fully_shard_refuses_twice_an_empty_module_and_a_bad_prefetch():

@@ -2,7 +2,8 @@
 
 On 2 and 4 gloo ranks, float64, with no ParallelDims layout (the default
 process group is the dp axis, as in PyTorch), for AdamW and for SGD with
-momentum, on a small language model with and without a tied embedding:
+momentum, on a small language model with and without a tied embedding (four
+launches per world size run every case; each test reads its case):
 
 * parameter groups with their own learning rates, a frozen parameter inside a
   group, a group whose parameters never get a gradient, and a group added with
@@ -10,11 +11,15 @@ momentum, on a small language model with and without a tied embedding:
 * after 3 steps ZeRO-1 and ZeRO-2 equal `ZeroRedundancyOptimizer` and one
   process with the plain optimizer to 1e-12; ZeRO-3 (`fully_shard`) equals
   FSDP2's `fully_shard` and one process;
+* ZeRO-3 runs with the same kinds of groups, by unit: the root's shard and the
+  frozen scale, the norm's unit at another rate, the never-run unit, and the mix
+  unit added after the first step (FSDP2 and one process: the same modules' parameters);
 * ZeRO-1's `consolidate_state_dict(to=0)` + `state_dict()` after step 2 is
   ZeroRedundancyOptimizer's, key for key and tensor for tensor; loaded into
   fresh ranks (`load_state_dict` on every rank) it gives step 3 exactly, and
-  so does ZeroRedundancyOptimizer's dict, and ours loads into it; ZeRO-3's
-  `gathered_state` loads back with `load_gathered_state`.
+  so does ZeroRedundancyOptimizer's dict, and ours loads into it; ZeRO-2's own
+  consolidated dict resumes it exactly too; ZeRO-3's `gathered_state` loads
+  back with `load_gathered_state`, its optimizer's state with PyTorch's own.
 """
 from __future__ import annotations
 
@@ -131,8 +136,8 @@ def _step(variant, model, opt, inputs, targets):
 
 
 def _train_zero(rank, world_size, kind, tied, data):
-    """Every variant for 3 steps; ZeRO-1's and ZeroRedundancyOptimizer's consolidated
-    state and the parameters after step 2; the parameters after step 3."""
+    """Every variant for 3 steps; each one's consolidated state and the parameters after
+    step 2; the parameters after step 3."""
     out = {}
     for variant in ("zero1", "zero2", "zero_ro"):
         model = TinyLM(tied)
@@ -140,10 +145,9 @@ def _train_zero(rank, world_size, kind, tied, data):
         for step, (inputs, targets) in enumerate(data):
             if step == 2:
                 out[f"{variant}_params2"] = params_of(model)
-                if variant != "zero2":
-                    opt.consolidate_state_dict(to=0)
-                    # a copy: ZeroRedundancyOptimizer's dict holds rank 0's live CPU state tensors
-                    out[f"{variant}_state2"] = copy.deepcopy(opt.state_dict()) if rank == 0 else None
+                opt.consolidate_state_dict(to=0)
+                # a copy: ZeroRedundancyOptimizer's dict holds rank 0's live CPU state tensors
+                out[f"{variant}_state2"] = copy.deepcopy(opt.state_dict()) if rank == 0 else None
             _step(variant, model, opt, inputs, targets)
             if step == 0:
                 opt.add_param_group(added_group(model))
@@ -151,10 +155,10 @@ def _train_zero(rank, world_size, kind, tied, data):
     return out
 
 
-def _resume(rank, world_size, kind, tied, inputs, targets, params2, states):
+def _resume(rank, world_size, kind, tied, inputs, targets, states):
     """Fresh ranks: the parameters after step 2, each state dict loaded, one more step."""
     out = {}
-    for label, (variant, state) in states.items():
+    for label, (variant, params2, state) in states.items():
         model = TinyLM(tied)
         with torch.no_grad():
             for name, p in model.named_parameters():
@@ -167,9 +171,34 @@ def _resume(rank, world_size, kind, tied, inputs, targets, params2, states):
     return out
 
 
+UNITS = ("mix", "norm", "unused")   # each its own unit (unused: one that never runs), then the root
+
+
+def zero3_groups(model):
+    """By unit, the same modules' parameters whether sharded (ours: each unit's flat
+    shard; FSDP2: DTensors) or not: the root's (tied head and embedding, the frozen scale),
+    the norm's at another rate, the never-run unit's; the mix unit's come later."""
+    inner = {id(p) for name in UNITS for p in getattr(model, name).parameters()}
+    return [{"params": [p for p in model.parameters() if id(p) not in inner], "lr": LRS[0]},
+            {"params": list(model.norm.parameters()), "lr": LRS[1]},
+            {"params": list(model.unused.parameters())}]
+
+
+def added_zero3_group(model):
+    return {"params": list(model.mix.parameters()), "lr": LRS[2]}
+
+
+def _sharded(tied, shard):
+    model = TinyLM(tied)
+    for name in UNITS:
+        shard(getattr(model, name))
+    shard(model)
+    return model
+
+
 def _train_zero3(rank, world_size, kind, tied, data):
-    """ZeRO-3 and FSDP2 on the mix layer, the unused layer and the root (tied head and
-    embedding, frozen scale in the root); ZeRO-3's whole parameters and optimizer state after step 2."""
+    """ZeRO-3 and FSDP2 with zero3_groups; ZeRO-3's whole parameters and optimizer state
+    after step 2."""
     from torch.distributed.fsdp import fully_shard as fsdp2_fully_shard
 
     from threeaxes import sharding
@@ -177,11 +206,8 @@ def _train_zero3(rank, world_size, kind, tied, data):
     cls, kwargs = OPTIMIZERS[kind]
     out = {}
     for variant, shard in (("zero3", sharding.fully_shard), ("fsdp2", fsdp2_fully_shard)):
-        model = TinyLM(tied)
-        shard(model.mix)
-        shard(model.unused)   # a unit that never runs: no gradient, never stepped
-        shard(model)
-        opt = cls([p for p in model.parameters() if p.requires_grad], lr=LRS[0], **kwargs)
+        model = _sharded(tied, shard)
+        opt = cls(zero3_groups(model), **kwargs)
         for step, (inputs, targets) in enumerate(data):
             if step == 2 and variant == "zero3":
                 out["state2"] = sharding.gathered_state(model)
@@ -189,6 +215,8 @@ def _train_zero3(rank, world_size, kind, tied, data):
             opt.zero_grad()
             loss_of(model, *_my_slice(inputs, targets)).backward()
             opt.step()
+            if step == 0:
+                opt.add_param_group(added_zero3_group(model))
         if variant == "zero3":
             out[variant] = sharding.gathered_state(model)
         else:
@@ -201,12 +229,10 @@ def _resume_zero3(rank, world_size, kind, tied, inputs, targets, state2, optim2)
     from threeaxes import sharding
 
     cls, kwargs = OPTIMIZERS[kind]
-    model = TinyLM(tied)
-    sharding.fully_shard(model.mix)
-    sharding.fully_shard(model.unused)
-    sharding.fully_shard(model)
+    model = _sharded(tied, sharding.fully_shard)
     sharding.load_gathered_state(model, state2)
-    opt = cls([p for p in model.parameters() if p.requires_grad], lr=LRS[0], **kwargs)
+    opt = cls(zero3_groups(model), **kwargs)
+    opt.add_param_group(added_zero3_group(model))
     opt.load_state_dict(optim2[rank])   # each rank its own shard's state
     opt.zero_grad()
     loss_of(model, *_my_slice(inputs, targets)).backward()
@@ -257,21 +283,46 @@ def _id(case):
     return f"dp{n}-{kind}-{'tied' if tied else 'untied'}"
 
 
+def _each(rank, world_size, fn, jobs):
+    """On the ranks: `fn` for every job, so that one launch serves every case of a world size."""
+    return {key: fn(rank, world_size, *args) for key, args in jobs.items()}
+
+
+def _launch_each(n, fn, jobs):
+    per_rank = launch(_each, n, fn, jobs, timeout=120)
+    return {key: [out[key] for out in per_rank] for key in jobs}
+
+
+_LAUNCHED = {}   # world size -> every case's results: four launches per world size
+
+
+def _launched(n):
+    if n not in _LAUNCHED:
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        data, cases = batches(), [(kind, tied) for kind in OPTIMIZERS for tied in (False, True)]
+        trained = _launch_each(n, _train_zero, {c: (*c, data) for c in cases})
+        resume_jobs = {}
+        for c in cases:
+            first = trained[c][0]
+            states = {"ours": ("zero1", first["zero1_params2"], first["zero1_state2"]),
+                      "ours_from_theirs": ("zero1", first["zero1_params2"], first["zero_ro_state2"]),
+                      "theirs_from_ours": ("zero_ro", first["zero1_params2"], first["zero1_state2"]),
+                      "zero2": ("zero2", first["zero2_params2"], first["zero2_state2"])}
+            resume_jobs[c] = (*c, *data[2], states)
+        zero3 = _launch_each(n, _train_zero3, {c: (*c, data) for c in cases})
+        _LAUNCHED[n] = {
+            "trained": trained, "resumed": _launch_each(n, _resume, resume_jobs), "zero3": zero3,
+            "resumed3": _launch_each(n, _resume_zero3, {
+                c: (*c, *data[2], zero3[c][0]["state2"], [r["optim2"] for r in zero3[c]])
+                for c in cases})}
+    return _LAUNCHED[n]
+
+
 @pytest.fixture(scope="module", params=CASES, ids=_id)
 def runs(request):
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
     n, kind, tied = request.param
-    data = batches()
-    trained = launch(_train_zero, n, kind, tied, data, timeout=120)
-    states = {"ours": ("zero1", trained[0]["zero1_state2"]),
-              "ours_from_theirs": ("zero1", trained[0]["zero_ro_state2"]),
-              "theirs_from_ours": ("zero_ro", trained[0]["zero1_state2"])}
-    resumed = launch(_resume, n, kind, tied, *data[2], trained[0]["zero1_params2"], states,
-                     timeout=120)
-    zero3 = launch(_train_zero3, n, kind, tied, data, timeout=120)
-    resumed3 = launch(_resume_zero3, n, kind, tied, *data[2], zero3[0]["state2"],
-                      [r["optim2"] for r in zero3], timeout=120)
-    return {"trained": trained, "resumed": resumed, "zero3": zero3, "resumed3": resumed3,
+    data, launched = batches(), _launched(n)
+    return {**{key: launched[key][(kind, tied)] for key in ("trained", "resumed", "zero3", "resumed3")},
             "reference": _reference(kind, tied, data),
             "reference_zero3": _reference_zero3(kind, tied, data), "start": params_of(TinyLM(tied)),
             "tied": tied}
@@ -280,11 +331,13 @@ def runs(request):
 def _reference_zero3(kind, tied, data):
     cls, kwargs = OPTIMIZERS[kind]
     model = TinyLM(tied)
-    opt = cls([p for p in model.parameters() if p.requires_grad], lr=LRS[0], **kwargs)
-    for inputs, targets in data:
+    opt = cls(zero3_groups(model), **kwargs)
+    for step, (inputs, targets) in enumerate(data):
         opt.zero_grad()
         loss_of(model, inputs, targets).backward()
         opt.step()
+        if step == 0:
+            opt.add_param_group(added_zero3_group(model))
     return params_of(model)
 
 
@@ -319,17 +372,21 @@ def test_a_run_resumed_from_a_consolidated_state_dict_continues_exactly(runs):
     for rank, (out, resumed) in enumerate(zip(runs["trained"], runs["resumed"])):
         for label in ("ours", "ours_from_theirs"):
             _assert_close(resumed[label], out["zero1"], f"rank {rank}, resumed {label}")
-        for name, value in out["zero1"].items():
-            assert torch.equal(resumed["ours"][name], value), (rank, name)   # bit for bit
+        for variant, label in (("zero1", "ours"), ("zero2", "zero2")):
+            for name, value in out[variant].items():
+                assert torch.equal(resumed[label][name], value), (rank, variant, name)   # bit for bit
         _assert_close(resumed["theirs_from_ours"], out["zero_ro"], f"rank {rank}, ZeRO-RO from ours")
 
 
 @pytest.mark.slow
-def test_zero3_with_tied_and_frozen_parameters_equals_fsdp2_and_loads_back(runs):
-    reference = runs["reference_zero3"]
+def test_zero3_with_groups_tied_and_frozen_parameters_equals_fsdp2_and_loads_back(runs):
+    reference, start = runs["reference_zero3"], runs["start"]
+    assert (reference["mix.bias"] - start["mix.bias"]).abs().max() > 1e-4   # the added group trained
     for rank, out in enumerate(runs["zero3"]):
         _assert_close(out["zero3"], reference, f"rank {rank}, ZeRO-3")
         _assert_close(out["fsdp2"], reference, f"rank {rank}, FSDP2")
+        for name in ("scale", "unused.weight", "unused.bias"):   # frozen; never run
+            assert torch.equal(out["zero3"][name], start[name]), (rank, name)
         if runs["tied"]:   # gathered once, under both names
             assert torch.equal(out["zero3"]["head.weight"], out["zero3"]["embed.weight"])
         _assert_close(runs["resumed3"][rank], out["zero3"], f"rank {rank}, ZeRO-3 resumed")

@@ -5,7 +5,9 @@
 
 The group always comes from the axis (`dims.group(axis)`, the current layout
 when no `dims` is passed), so an event's axis is always the group it ran on;
-there is no default group and no fallback to the whole world.
+there is no default group and no fallback to the whole world here. (The
+data-parallel helpers and the sharding classes, given no layout and none made,
+pass `dims.dp_layout()`: the whole world as one dp axis, as PyTorch does.)
 
 Each call emits one `threeaxes.trace.Event` (op, axis, the group's global
 ranks, bytes, start, end) into the traces being recorded.

@@ -17,7 +17,11 @@ Two ways to hold a layout:
   so `dims.mesh["tp"]` also feeds `parallelize_module`), and makes it the
   run's current layout: modules given no `dims` use `current()`. The next
   `init` of another layout frees the groups of the one it replaces
-  (`release()`); `init` of the same layout again returns the current one.
+  (`release()`); `init` of the same layout again returns the current one;
+* with no layout at all, on launched ranks: `dp_layout()` is the whole world as
+  one dp axis on the default process group (`world_layout()`), the group
+  PyTorch's DDP, ZeroRedundancyOptimizer and fully_shard use when given none.
+  The data-parallel helpers and the sharding classes ask `dp_layout(dims)`.
 
 Vocabulary: an "axis" is one of dp, tp, pp; a "dim" is a tensor dimension.
 """
@@ -28,7 +32,7 @@ from dataclasses import dataclass, field
 
 AXES = ("pp", "dp", "tp")  # mesh order: tp fastest
 
-__all__ = ["AXES", "ParallelDims", "current", "release", "resolve"]
+__all__ = ["AXES", "ParallelDims", "current", "dp_layout", "release", "resolve", "world_layout"]
 
 
 def _divisors(n: int) -> str:
@@ -246,5 +250,63 @@ def resolve(dims: ParallelDims | None) -> ParallelDims:
     if dims is None:
         return current()
     if not isinstance(dims, ParallelDims):
-        raise TypeError(f"dims must be a threeaxes.dims.ParallelDims, got {type(dims).__name__}")
+        group = " (a process group: pass it as process_group=)" if \
+            type(dims).__name__ == "ProcessGroup" else ""
+        raise TypeError(f"dims must be a threeaxes.dims.ParallelDims, got {type(dims).__name__}{group}")
     return dims
+
+
+# -- with no layout: the default process group as the dp axis, as PyTorch does ---------------
+# DistributedDataParallel, ZeroRedundancyOptimizer and FSDP2's fully_shard use the default
+# group when given none; the data-parallel helpers and the sharding classes do the same when
+# given no dims and no layout is current. Only then: with a current layout its dp axis is used,
+# so a 3D run never averages or shards over the whole world by accident.
+
+def world_layout(process_group=None) -> ParallelDims:
+    """Every rank as one data-parallel axis (dp = world size), on the default process group
+    or on `process_group` when that holds every rank. Its "dp" group is that group itself
+    (a DeviceMesh wrapped around it), so no process group is made and nothing needs freeing."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("no parallel layout and torch.distributed is not running; run this "
+                           "inside a launched function (threeaxes.launch.launch(fn, n)), where "
+                           "every rank is one data-parallel axis (or make a layout there: "
+                           "ParallelDims.init(dp=..., tp=..., pp=...))")
+    group = dist.group.WORLD if process_group is None else process_group
+    device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
+    mesh = DeviceMesh.from_group(group, device, mesh_dim_names=("dp",))
+    return ParallelDims(dp=dist.get_world_size(), rank=dist.get_rank(), mesh=mesh)
+
+
+def dp_layout(dims: ParallelDims | None = None, process_group=None) -> ParallelDims:
+    """The layout whose dp axis the data-parallel helpers and the sharding classes use:
+    `dims` if given; else PyTorch's `process_group` if given (the default group, a group
+    of every rank, or the current layout's dp group); else the current layout; else
+    `world_layout()`."""
+    if dims is not None and process_group is not None:
+        raise ValueError("pass dims= (the course's layout) or process_group= (PyTorch's), not both")
+    if process_group is not None:
+        return _layout_of_group(process_group)
+    if dims is not None:
+        return resolve(dims)
+    return _current[0] if _current else world_layout()
+
+
+def _layout_of_group(group) -> ParallelDims:
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("process_group= given but torch.distributed is not running; call this "
+                           "inside a launched function (threeaxes.launch.launch(fn, n))")
+    if _current and _current[0].mesh is not None and _groups_alive(_current[0].mesh) \
+            and _current[0].group("dp") is group:
+        return _current[0]
+    ranks = dist.get_process_group_ranks(group)
+    if ranks == list(range(dist.get_world_size())):
+        return world_layout(group)
+    raise ValueError(f"process_group holds ranks {ranks}: neither every rank nor the current "
+                     f"layout's dp group. The course names groups by axis: make a layout on "
+                     f"every rank, dims = ParallelDims.init(dp=..., tp=..., pp=...), and pass "
+                     f"dims= (its dp group is dims.group('dp'))")

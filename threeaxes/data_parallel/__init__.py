@@ -8,10 +8,16 @@ slice of the batch; the ranks average their gradients.
     overlap.py   DataParallel: each bucket's all-reduce started from backward's hooks
                  (BucketHooks, which ZeRO-2 shares), as DistributedDataParallel does
     compare.py   naive against overlapped, step by step on real ranks (VARIANTS)
+    torch_options.py  DistributedDataParallel's keyword arguments: taken where they mean
+                 what happens here, refused with what to use where not (ZeRO and FSDP too)
+
+With no layout given and none made, every helper here runs over the default
+process group as one dp axis, as DistributedDataParallel does
+(`threeaxes.dims.dp_layout`).
 
 Imports go one way: step and overlap each use buckets (and not each other);
-compare uses step and overlap. Every name is importable from here too:
-``from threeaxes.data_parallel import shard_batch, DataParallel``.
+overlap uses torch_options; compare uses step and overlap. Every name is
+importable from here too: ``from threeaxes.data_parallel import shard_batch, DataParallel``.
 """
 from threeaxes.data_parallel.buckets import DEFAULT_BUCKET_BYTES, plan_buckets
 from threeaxes.data_parallel.compare import VARIANTS, naive_vs_overlapped, step_seconds

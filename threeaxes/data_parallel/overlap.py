@@ -45,7 +45,8 @@ import torch.nn as nn
 
 from threeaxes import comms
 from threeaxes.data_parallel.buckets import check_bucket_bytes, plan_buckets
-from threeaxes.dims import resolve
+from threeaxes.data_parallel.torch_options import DDP_OPTIONS, check_options, group_of_mesh
+from threeaxes.dims import dp_layout
 
 __all__ = ["BucketHooks", "DataParallel"]
 
@@ -130,11 +131,31 @@ class BucketHooks:
 
 
 class DataParallel(nn.Module):
-    """Wrap `module` for pure data parallelism over the "dp" axis of `dims`
-    (the current layout when None); see the module docstring for the rules."""
+    """Wrap `module` for pure data parallelism over the "dp" axis of `dims`; see the
+    module docstring for the rules.
+
+    As DistributedDataParallel: with no `dims` and no current layout (no
+    `ParallelDims.init`), every rank is one dp axis on the default process group;
+    `process_group=` (a group of every rank, or the current layout's dp group) and
+    a one-axis `device_mesh=` are taken, and `bucket_cap_mb=` too (DDP's size in
+    MiB, for `bucket_bytes`). DDP's other options pass where they mean what
+    happens here and are refused, saying what to do, where not
+    (`torch_options.DDP_OPTIONS`).
+
+    Where it differs from DDP on purpose, to show each step:
+    * backward only starts the buckets' all-reduces: call
+      `finish_gradient_synchronization()` after it (DDP waits inside backward);
+    * the default is one bucket per parameter (`bucket_bytes=None`), not 25 MiB;
+    * an unused parameter always counts as a zero gradient (DDP needs
+      `find_unused_parameters=True`), and afterwards its `.grad` is the dp
+      average, never None;
+    * buffers are copied from the first replica once, when wrapping, not at
+      every forward (DDP's `broadcast_buffers`).
+    """
 
     def __init__(self, module: nn.Module, bucket_bytes: int | None = None, dims=None, *,
-                 launch_bucket=None):
+                 launch_bucket=None, process_group=None, device_mesh=None, bucket_cap_mb=None,
+                 **ddp_options):
         """`launch_bucket`, like DDP's `register_comm_hook`, replaces how a full
         bucket is reduced: `launch_bucket(grads, dims) -> (flat, pending)` gets the
         bucket's gradients (in bucket order) and must start the reduction without
@@ -142,11 +163,20 @@ class DataParallel(nn.Module):
         after the other) must hold their MEAN over the dp ranks. None: sum with
         `comms.all_reduce(..., async_op=True)` now, divide by dp when finishing."""
         super().__init__()
+        check_options("DataParallel", ddp_options, DDP_OPTIONS)
+        if bucket_cap_mb is not None:
+            if bucket_bytes is not None:
+                raise ValueError("pass bucket_bytes= or bucket_cap_mb= (DDP's, in MiB), not both")
+            bucket_bytes = int(bucket_cap_mb * 2**20)   # as DDP turns it into bytes
         if bucket_bytes is not None:
             check_bucket_bytes(bucket_bytes)
+        if device_mesh is not None:
+            if process_group is not None:
+                raise ValueError("pass process_group= or device_mesh=, not both (as DDP)")
+            process_group = group_of_mesh(device_mesh, "DataParallel")
         self.module = module
         self._launch_bucket = launch_bucket
-        self.dims = resolve(dims)
+        self.dims = dp_layout(dims, process_group)
         self.bucket_bytes = bucket_bytes
         self._broadcast_from_first_replica()
 

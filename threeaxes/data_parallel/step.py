@@ -16,9 +16,11 @@ Two ways to average, same result, different number of messages:
   together), one all-reduce per buffer, then copied back. Fewer, larger messages, which is
   what `DistributedDataParallel` does (its default bucket is 25 MiB).
 
-Every function takes the run's layout as `dims` (the current layout when
-None); every collective goes through `threeaxes.comms` on the "dp" axis, so
-the trace sees it.
+Every function takes the run's layout as `dims`: None means the current
+layout, or with none made (no `ParallelDims.init`), every rank as one dp axis
+on the default process group, as PyTorch's DistributedDataParallel uses it
+(`threeaxes.dims.dp_layout`). Every collective goes through `threeaxes.comms`
+on the "dp" axis, so the trace sees it.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import torch
 
 from threeaxes import comms, trace
 from threeaxes.data_parallel.buckets import DEFAULT_BUCKET_BYTES, check_bucket_bytes, plan_buckets
-from threeaxes.dims import ParallelDims, resolve
+from threeaxes.dims import ParallelDims, dp_layout
 from threeaxes.toy import ToyTransformer, lm_loss, make_optimizer
 
 __all__ = ["shard_batch", "average_gradients", "gradient_buckets", "average_gradients_bucketed",
@@ -37,14 +39,14 @@ __all__ = ["shard_batch", "average_gradients", "gradient_buckets", "average_grad
 
 def shard_batch(inputs, targets, dims=None):
     """This rank's contiguous slice of a global batch (dim 0 is the batch), by its
-    dp coordinate in `dims` (the run's current layout when None).
+    dp coordinate in `dims` (None: the current layout, else every rank as dp).
 
     dp rank i gets examples [i * B/dp, (i+1) * B/dp). The global batch B must be
     a multiple of dp: with unequal slices the mean of local mean-losses would no
     longer be the global mean loss. Ranks that differ only in tp or pp get the
     same slice.
     """
-    dims = resolve(dims)
+    dims = dp_layout(dims)
     dp, dp_rank = dims.dp, dims.coord("dp")
     batch = inputs.shape[0]
     if targets.shape[0] != batch:
@@ -80,9 +82,10 @@ def average_gradients(model, dims=None):
 
     One all-reduce per parameter tensor, in registration order, then a
     division by dp. Call it after `loss.backward()` and before
-    `optimizer.step()`, on every rank of the layout (`dims`, or the current one).
+    `optimizer.step()`, on every rank of the layout (`dims`; None: the current
+    one, else every rank as one dp axis on the default process group).
     """
-    dims = resolve(dims)
+    dims = dp_layout(dims)
     if dims.dp == 1:
         return  # one replica: its gradient is already the mean
     for grad in _grads(model):
@@ -115,7 +118,7 @@ def average_gradients_bucketed(model, bucket_bytes: int = DEFAULT_BUCKET_BYTES, 
     buffer, all-reduce the buffer, divide by dp, copy the slices back.
     """
     check_bucket_bytes(bucket_bytes)
-    dims = resolve(dims)
+    dims = dp_layout(dims)
     if dims.dp == 1:
         return  # one replica: its gradient is already the mean
     for bucket in gradient_buckets(model, bucket_bytes):

@@ -11,14 +11,13 @@
 
 Every stage cuts flat buffers into dp equal ranges (flat.py); every
 collective goes through `threeaxes.comms` on the "dp" axis: the layout's, or
-with none, the default process group's (world.py). ZeRO-1/2's state in
+with none, the default process group's (`threeaxes.dims.dp_layout`). ZeRO-1/2's state in
 PyTorch's layout: state.py; ZeRO-3's whole parameters: fsdp_state.py.
 """
 from threeaxes.sharding.accounting import HeldBytes, held_bytes
 from threeaxes.sharding.flat import FlatLayout, check_shardable, shard_of
 from threeaxes.sharding.fsdp import GATHERED, GatheredBytes, ShardedUnit, fully_shard, units_of
 from threeaxes.sharding.fsdp_state import gathered_state, load_gathered_state
-from threeaxes.sharding.world import dp_layout, world_layout
 from threeaxes.sharding.zero1 import ShardedBucket, ZeroOptimizer
 from threeaxes.sharding.zero2 import GradientShardReducer, Zero2Optimizer
 
@@ -26,6 +25,5 @@ __all__ = [
     "FlatLayout", "check_shardable", "shard_of",
     "ZeroOptimizer", "ShardedBucket", "Zero2Optimizer", "GradientShardReducer",
     "fully_shard", "ShardedUnit", "units_of", "gathered_state", "load_gathered_state",
-    "dp_layout", "world_layout",
     "held_bytes", "HeldBytes", "GATHERED", "GatheredBytes",
 ]

@@ -32,8 +32,9 @@ import torch
 import torch.nn as nn
 
 from threeaxes import comms
+from threeaxes.data_parallel.torch_options import check_options, group_of_mesh
+from threeaxes.dims import dp_layout
 from threeaxes.sharding.flat import FlatLayout, check_shardable
-from threeaxes.sharding.world import dp_layout
 
 __all__ = ["fully_shard", "units_of", "ShardedUnit", "GatheredBytes", "GATHERED"]
 
@@ -100,7 +101,7 @@ class _TieToShard(torch.autograd.Function):
 class ShardedUnit:
     """One `fully_shard`ed module: its flat shard, gather and free, and its hooks."""
 
-    def __init__(self, module: nn.Module, dims, prefetch: bool):
+    def __init__(self, module: nn.Module, dims, prefetch: bool, ignored=frozenset()):
         self.module, self.dims, self.prefetch = module, dims, prefetch
         n, index = dims.size("dp"), dims.coord("dp")
         self.nested = units_of(module)
@@ -112,8 +113,8 @@ class ShardedUnit:
         self.places, params = [], []
         for prefix, sub in module.named_modules():
             for name, p in list(sub._parameters.items()):
-                if p is None or id(p) in inner or not p.requires_grad:
-                    continue   # a frozen parameter stays whole, a parameter of its module
+                if p is None or id(p) in inner or not p.requires_grad or id(p) in ignored:
+                    continue   # a frozen or ignored parameter stays whole, a parameter of its module
                 full_name = f"{prefix}.{name}" if prefix else name
                 if id(p) in taken and taken[id(p)][0]() is p:
                     raise ValueError(f"parameter {full_name} is tied to {taken[id(p)][1]}, which a "
@@ -255,26 +256,54 @@ def _tensors(output):
     return []
 
 
-def fully_shard(module: nn.Module, dims=None, prefetch: bool = False) -> nn.Module:
+def fully_shard(module: nn.Module, dims=None, prefetch: bool = False, *, mesh=None,
+                ignored_params=None, **fsdp2_options) -> nn.Module:
     """Shard `module`'s parameters (those not in a nested unit) over the dp ranks; in place.
 
     Apply it to each block first, then to the root. Returns the module; its
     `parameters()` are now the flat shards (and any frozen parameters), to give
     to any optimizer. With no `dims` and no current layout it shards over the
-    default process group, as FSDP2's `fully_shard` does with no mesh.
+    default process group, as FSDP2's `fully_shard` does with no mesh; FSDP2's
+    one-axis `mesh=` is taken too (dims.mesh["dp"], or a mesh of every rank).
 
     As FSDP2: a tied parameter (an embedding shared with the output layer) is
     sharded and gathered once, and must sit in one unit (apply fully_shard to
-    a module holding every place it is registered). Where it differs on
+    a module holding every place it is registered); `ignored_params` stay
+    whole, unsharded, their gradients not averaged. Where it differs on
     purpose: a frozen parameter (`requires_grad=False`) is not sharded but
     stays whole on every rank, as in plain data parallelism (FSDP2 shards it
-    too); and a unit's trainable parameters are one flat buffer (FSDP1's flat
-    parameter, so one dtype per unit) where FSDP2 shards each parameter.
+    too); a unit's trainable parameters are one flat buffer (FSDP1's flat
+    parameter, so one dtype per unit) where FSDP2 shards each parameter; every
+    unit, the root too, frees its whole parameters after forward (FSDP2 keeps
+    the root's); prefetching is `prefetch=True`, the next unit in the first
+    forward's order. FSDP2's other options pass where they mean what happens
+    here and are refused, saying what to do, where not (`_fsdp2_options`).
     """
     if hasattr(module, "_sharding_unit"):
         raise ValueError(f"{type(module).__name__} is already sharded; call fully_shard once "
                          f"per module (blocks first, then the root)")
     if not isinstance(prefetch, bool):
         raise TypeError(f"prefetch={prefetch!r}; pass True or False")
-    ShardedUnit(module, dp_layout(dims), prefetch)
+    if fsdp2_options:
+        check_options("fully_shard", fsdp2_options, _fsdp2_options())
+    dims = dp_layout(dims, group_of_mesh(mesh, "fully_shard"))
+    ShardedUnit(module, dims, prefetch, {id(p) for p in ignored_params or ()})
     return module
+
+
+def _fsdp2_options() -> dict:
+    """FSDP2's options (PyTorch 2.13) -> (values that behave as here, what to do instead).
+    Built when asked: importing torch.distributed.fsdp costs time a notebook need not spend."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, OffloadPolicy
+
+    return {
+        "reshard_after_forward": ((None, True), "a unit here always frees its whole parameters "
+                                                "after forward and gathers them again for backward "
+                                                "(ZeRO-3); to keep them whole use Zero2Optimizer"),
+        "shard_placement_fn": ((None,), "a unit's parameters are one flat buffer cut into equal "
+                                        "ranges, with no per-parameter placement; leave it out"),
+        "mp_policy": ((MixedPrecisionPolicy(),), "the shards keep the module's dtype: cast the "
+                                                 "model yourself (model.to(dtype))"),
+        "offload_policy": ((OffloadPolicy(),), "the shards stay on the module's device; leave it out"),
+        "dp_mesh_dims": ((None,), "pass mesh= a one-axis mesh, or dims= the layout"),
+    }

@@ -6,6 +6,13 @@
 `gathered_state` holds every parameter under every name it is registered by
 (a tied parameter under each, as `module.state_dict()` has it), frozen ones
 included, so it loads into the unsharded model with `load_state_dict` too.
+
+PyTorch's way for FSDP2 is `torch.distributed.checkpoint.state_dict`:
+`get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))` and
+`set_model_state_dict`. Here the two are plain functions over the units, so a
+reader sees the all-gather (saving) and the cut into ranges (loading); the
+optimizer's state stays per rank (each rank's `optimizer.state_dict()` of its
+shards), to be loaded on the same dp size.
 """
 from __future__ import annotations
 

@@ -6,11 +6,11 @@
     opt.step()                 # step my shard, all-gather the updated shards
 
 The signature is `torch.distributed.optim.ZeroRedundancyOptimizer`'s
-(params, optimizer_class, **defaults), with the layout `dims` instead of a
-process group (none: the current layout, else the default process group).
-It shards differently: ZeroRedundancyOptimizer gives each rank whole
-parameters (so its shards are uneven and a rank may hold nothing);
-here each parameter group is cut into buckets of about `bucket_bytes`, and
+(params, optimizer_class, **defaults), with the layout `dims` in the place of
+its process group (none: the current layout, else the default process group;
+`process_group=` is taken too). It shards differently: ZeroRedundancyOptimizer
+gives each rank whole parameters (so its shards are uneven and a rank may hold
+nothing); here each parameter group is cut into buckets of about `bucket_bytes`, and
 each bucket is one flat buffer cut into dp equal ranges (`flat.FlatLayout`,
 padded to a multiple of dp), so every rank holds exactly 1/dp of the
 optimizer state, as ZeRO's P_os does (Rajbhandari et al. 2020, Section 5.1).
@@ -25,9 +25,10 @@ import torch
 
 from threeaxes import comms
 from threeaxes.data_parallel.buckets import DEFAULT_BUCKET_BYTES, plan_buckets
+from threeaxes.data_parallel.torch_options import check_options
+from threeaxes.dims import dp_layout
 from threeaxes.sharding.flat import FlatLayout, check_shardable, shard_of
 from threeaxes.sharding.state import consolidate, load
-from threeaxes.sharding.world import dp_layout
 
 __all__ = ["ZeroOptimizer", "ShardedBucket"]
 
@@ -58,6 +59,18 @@ class ShardedBucket:
         return shard_of(self.layout, grads, self.index)
 
 
+# ZeroRedundancyOptimizer's options (PyTorch 2.13) -> (values that behave as here, what instead)
+ZERO_OPTIONS = {
+    "parameters_as_bucket_view": ((True,), "the parameters here are always views of the flat "
+                                           "buckets (the all-gather writes straight into them), "
+                                           "as with True; leave it out"),
+    "overlap_with_ddp": ((False,), "the step is not run from DDP's communication hook; "
+                                   "Zero2Optimizer is the stage whose gradient communication "
+                                   "overlaps backward (no DataParallel wrapper needed): use it "
+                                   "and leave this out"),
+}
+
+
 def _check_optimizer_class(optimizer_class):
     if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
         raise TypeError(f"optimizer_class={optimizer_class!r} is not a torch.optim.Optimizer "
@@ -74,14 +87,17 @@ class ZeroOptimizer(torch.optim.Optimizer):
     frozen parameters (`requires_grad=False`: kept out of the buckets, never
     stepped, no state) and `add_param_group` later (every rank, same order).
     With no `dims` and no current layout it shards over the default process
-    group, as ZeroRedundancyOptimizer does (`world.dp_layout`).
+    group, as ZeroRedundancyOptimizer does (`threeaxes.dims.dp_layout`);
+    `process_group=` takes a group of every rank or the current layout's dp
+    group, as ZeroRedundancyOptimizer's does.
 
     Call `step()` on every dp rank after the gradients have been averaged
     (e.g. `data_parallel.average_gradients`). Hyperparameters changed in
     `param_groups` (an LR scheduler) reach the inner optimizer at each step.
     `consolidate_state_dict(to=r)` on every rank, then `state_dict()` on rank
-    r, gives PyTorch's layout (state.py); `load_state_dict` on every rank
-    takes it back, from here or from ZeroRedundancyOptimizer.
+    r (r a rank of the dp group, as ZeroRedundancyOptimizer's `to` is a rank of
+    its group), gives PyTorch's layout (state.py); `load_state_dict` on every
+    rank takes it back, from here or from ZeroRedundancyOptimizer.
 
     Where it differs from ZeroRedundancyOptimizer on purpose:
     * it cuts flat buckets into equal ranges instead of giving each rank whole
@@ -97,13 +113,21 @@ class ZeroOptimizer(torch.optim.Optimizer):
       exactly as in PyTorch;
     * a parameter frozen when it is added stays out of the shards: unfreezing
       it later raises at `step()` (make a new optimizer with it trainable);
-      ZeroRedundancyOptimizer rebuilds its buckets.
+      ZeroRedundancyOptimizer rebuilds its buckets;
+    * the parameters are always views of the flat buckets (its
+      `parameters_as_bucket_view=True`; False is refused, saying so), and
+      `overlap_with_ddp=True` is refused: Zero2Optimizer is the overlapped
+      stage here (ZERO_OPTIONS); `bucket_bytes` is ours (its buckets hold
+      whole parameters per rank).
     """
 
     def __init__(self, params, optimizer_class, dims=None, *,
-                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, **defaults):
+                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, process_group=None, **defaults):
         _check_optimizer_class(optimizer_class)
-        self.dims = dp_layout(dims)
+        # ZeroRedundancyOptimizer's own options are not the inner optimizer's: take them out
+        check_options(type(self).__name__, {k: defaults.pop(k) for k in list(defaults)
+                                            if k in ZERO_OPTIONS}, ZERO_OPTIONS)
+        self.dims = dp_layout(dims, process_group)
         self.bucket_bytes = bucket_bytes
         self.buckets: list[ShardedBucket] = []
         self.frozen: list[torch.Tensor] = []

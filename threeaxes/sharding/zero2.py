@@ -64,12 +64,14 @@ class Zero2Optimizer(ZeroOptimizer):
     """ZeRO-2: `ZeroOptimizer` whose gradients come sharded from backward's hooks.
 
     Do not all-reduce the gradients yourself: backward reduce-scatters them.
-    `zero_grad()` drops the gradient shards as well. What it accepts, its state
-    dict and where it differs from PyTorch are `ZeroOptimizer`'s, and one more:
-    backward's hooks reduce every bucket on every rank, so a bucket nothing used
-    gets a zero gradient and is stepped (as `DataParallel` averages it), where
-    ZeRO-1 and PyTorch skip it. Call `add_param_group` between steps (after
-    `step()`, before the next backward).
+    `zero_grad()` drops the gradient shards as well. PyTorch has no ZeRO-2
+    optimizer of its own: its numbers are ZeroRedundancyOptimizer's after DDP
+    (tests/test_sharding_pytorch.py). What it accepts (`process_group=` too), its
+    state dict and where it differs from ZeroRedundancyOptimizer are
+    `ZeroOptimizer`'s, and one more: backward's hooks reduce every bucket on
+    every rank, so a bucket nothing used gets a zero gradient and is stepped (as
+    `DataParallel` averages it), where ZeRO-1 and PyTorch skip it. Call
+    `add_param_group` between steps (after `step()`, before the next backward).
     """
 
     def __init__(self, params, optimizer_class, dims=None, **kwargs):
