@@ -9,11 +9,18 @@
 
 `--demo` first copies the sample submissions in autograder/samples/ into
 submitted/, so the whole path can be tried on a fresh clone. `--jobs N` (the
-Makefile's JOBS) grades N submissions at once; a progress line counts them.
+Makefile's JOBS) grades N submissions at once; a progress line counts them,
+with the rate and the time left.
+
+Grading resumes: each submission graded is noted in `.graded/<student>/<assignment>`
+with a digest of the files it was graded from, so a run stopped at any point
+(Ctrl-C, a killed process, a reboot) and started again grades only what is not
+graded yet, or was submitted again since; `--force` grades everything again.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -27,6 +34,7 @@ from queue import Empty, Queue
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = Path(__file__).resolve().parent / "samples"
+GRADED = ".graded"   # in the course root: one note per graded submission
 
 
 def nbgrader(course_root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -65,22 +73,44 @@ def submissions(course_root: Path) -> list[tuple[str, str]]:
                    for p in (course_root / "submitted").glob("*/*/*.ipynb")})
 
 
+def _digest(course_root: Path, assignment: str, student: str) -> str:
+    """What a submission was graded from: its files' names and bytes."""
+    folder = Path(course_root) / "submitted" / student / assignment
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def _note(course_root: Path, assignment: str, student: str) -> Path:
+    return Path(course_root) / GRADED / student / assignment
+
+
+def pending(course_root: Path, todo: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The submissions of `todo` not graded yet, or changed since they were."""
+    return [(a, s) for a, s in todo if not _note(course_root, a, s).is_file()
+            or _note(course_root, a, s).read_text() != _digest(course_root, a, s)]
+
+
 def autograde(course_root: Path, todo: list[tuple[str, str]], jobs: int, *extra: str,
               progress=sys.stderr) -> dict[tuple[str, str], float]:
     """nbgrader's autograde for each (assignment, student), by `jobs` worker processes
     at once (autograder/grade_worker.py; each submission in its own sandboxed kernel,
     all sharing the gradebook, whose db_url waits for its lock). `extra`: nbgrader
-    settings such as "--Execute.timeout=30". Returns seconds per submission; raises
-    SystemExit naming each submission nbgrader could not grade."""
+    settings such as "--Execute.timeout=30". Notes each submission graded (`pending`
+    then leaves it out). Returns seconds per submission; raises SystemExit naming each
+    submission nbgrader could not grade, or saying how far a stopped run got."""
     queue = Queue()
     for item in todo:
         queue.put(item)
     seconds, failed, lock, start = {}, [], threading.Lock(), time.perf_counter()
+    workers = []
 
     def work():
         worker = subprocess.Popen([sys.executable, "-m", "autograder.grade_worker", str(course_root), *extra],
                                   cwd=course_root, env=_nbgrader_env(), text=True, stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        workers.append(worker)
         try:
             while True:
                 try:
@@ -88,35 +118,75 @@ def autograde(course_root: Path, todo: list[tuple[str, str]], jobs: int, *extra:
                 except Empty:
                     return
                 began = time.perf_counter()
+                digest = _digest(course_root, *item)
                 worker.stdin.write(json.dumps(item) + "\n")
                 worker.stdin.flush()
                 line = worker.stdout.readline()
                 result = json.loads(line) if line else {"success": False, "error": "the worker died"}
                 with lock:
                     seconds[item] = time.perf_counter() - began
-                    if not result["success"]:
+                    if result["success"]:
+                        note = _note(course_root, *item)
+                        note.parent.mkdir(parents=True, exist_ok=True)
+                        note.write_text(digest)
+                    else:
                         failed.append(f"{item[1]}/{item[0]}: {result['error']}")
-                    _progress(progress, len(seconds), len(todo), time.perf_counter() - start, item)
+                    _progress(progress, len(seconds), len(todo), time.perf_counter() - start, item,
+                              ok=result["success"])
+        except (BrokenPipeError, ValueError):   # stopped: the worker was ended under us
+            return
         finally:
-            worker.stdin.close()
+            try:
+                worker.stdin.close()
+            except (BrokenPipeError, OSError):
+                pass
             worker.wait()
 
-    threads = [threading.Thread(target=work) for _ in range(max(1, min(jobs, len(todo))))]
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(max(1, min(jobs, len(todo))))]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:
+        _stop(queue, workers)
+        raise SystemExit(f"stopped: {len(seconds) - len(failed)} of {len(todo)} graded and kept; "
+                         "run it again to grade the rest"
+                         + "".join(f"\n  not graded: {f.split(': ')[0]}" for f in failed)) from None
     if failed:
         raise SystemExit("nbgrader could not grade:\n" + "\n".join(failed))
     return seconds
 
 
-def _progress(stream, done: int, total: int, elapsed: float, item) -> None:
+def _stop(queue: Queue, workers) -> None:
+    """Ctrl-C: take no more submissions; interrupt each worker, so that the submission it
+    grades stops its sandboxed kernel on the way out, then end what is left of it."""
+    import signal
+
+    from autograder import sandbox
+
+    while not queue.empty():
+        queue.get_nowait()
+    for worker in workers:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGINT)
+    for worker in workers:
+        try:
+            worker.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            pass
+        sandbox.kill_tree(worker)
+
+
+def _progress(stream, done: int, total: int, elapsed: float, item, ok: bool = True) -> None:
     if stream is None:
         return
     width = 30
     bar = "#" * round(width * done / total) + "." * (width - round(width * done / total))
-    line = f"[{bar}] {done}/{total} graded, {elapsed:.0f} s ({item[1]}/{item[0]})"
+    rate = done / elapsed * 60 if elapsed > 0 else 0.0
+    left = (total - done) / rate * 60 if rate else 0.0
+    line = (f"[{bar}] {done}/{total} done, {rate:.1f}/min, {_clock(left)} left "
+            f"({item[1]}/{item[0]}{'' if ok else ': not graded'})")
     if stream.isatty():
         stream.write("\r" + line.ljust(100) + ("\n" if done == total else ""))
     else:
@@ -124,14 +194,24 @@ def _progress(stream, done: int, total: int, elapsed: float, item) -> None:
     stream.flush()
 
 
-def grade_all(course_root: Path, jobs: int = 2) -> list[str]:
+def _clock(seconds: float) -> str:
+    minutes, seconds = divmod(round(seconds), 60)
+    return f"{minutes}:{seconds:02d}"
+
+
+def grade_all(course_root: Path, jobs: int = 2, force: bool = False, progress=sys.stderr) -> list[str]:
     todo = submissions(course_root)
     if not todo:
         raise SystemExit("submitted/ holds no notebooks. Collect them first "
                          "(submitted/<student>/<assignment>/<assignment>.ipynb), or run `make grade-demo`.")
     names = sorted({assignment for assignment, _ in todo})
     register_assignments(course_root, names)
-    autograde(course_root, todo, jobs)
+    left = todo if force else pending(course_root, todo)
+    if progress is not None and len(left) < len(todo):
+        progress.write(f"{len(todo) - len(left)} of {len(todo)} submissions already graded (unchanged "
+                       f"since); grading the other {len(left)} (--force grades all)\n")
+    if left:
+        autograde(course_root, left, jobs, progress=progress)
     for name in names:
         nbgrader(course_root, "generate_feedback", name, "--force")
     nbgrader(course_root, "export", "--to=grades.csv")
@@ -149,10 +229,11 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--demo", action="store_true", help="grade the sample submissions")
     parser.add_argument("--jobs", type=int, default=2, help="submissions graded at once")
+    parser.add_argument("--force", action="store_true", help="grade again what is already graded")
     args = parser.parse_args(argv)
     if args.demo:
         copy_samples(ROOT)
-    names = grade_all(ROOT, args.jobs)
+    names = grade_all(ROOT, args.jobs, force=args.force)
     print(f"graded {', '.join(names)}: scores in grades.csv, feedback in feedback/")
     print((ROOT / "grades.csv").read_text())
 

@@ -28,6 +28,7 @@ TIMEOUT = {"ename": "TimeoutError", "evalue": "the cell ran past the grading tim
 
 def main(argv=None) -> None:
     settings = json.loads((argv or sys.argv[1:])[0])
+    sandbox.die_with_parent()
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)

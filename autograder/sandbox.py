@@ -117,6 +117,14 @@ def _enter_namespaces(settings: dict) -> None:
     _write("/proc/self/gid_map", f"{gid} 0 1")
 
 
+def die_with_parent() -> None:
+    """End this process when the one that started it ends, however it ends (a grading
+    worker killed, or stopped by Ctrl-C): no kernel host outlives its grader."""
+    _call("prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() == 1:    # the parent was already gone before the line above
+        os._exit(1)
+
+
 def _become_pid_one() -> None:
     """Fork into the new PID namespace; the parent waits and passes on the exit
     status. The child dies with its parent, and every process of the

@@ -32,6 +32,26 @@ def test_grade_all_autogrades_writes_feedback_and_exports_csv(tmp_path, monkeypa
         assert "BEGIN HIDDEN TESTS" not in page
         assert not revealed_hidden_tests(page, source), "the feedback shows a hidden test"
     assert not list((course / "feedback").rglob(GRADING_FILE)), "the grading data reached the students"
+    # started again, it grades only what is new: nothing; then bob's resubmission, and a
+    # submission whose note a stopped run never wrote
+    todo = grade.submissions(course)
+    assert grade.pending(course, todo) == []
+    bob = course / "submitted" / "bob" / names[0] / f"{names[0]}.ipynb"
+    bob.write_text(bob.read_text() + "\n")      # submitted again
+    (course / grade.GRADED / "alice" / names[0]).unlink()
+    assert grade.pending(course, todo) == [(names[0], "alice"), (names[0], "bob")]
+
+
+def test_progress_says_the_count_the_rate_and_the_time_left():
+    import io
+
+    out = io.StringIO()
+    grade._progress(out, 10, 40, 120.0, ("drop01", "alice"))
+    line = out.getvalue()
+    # 10 in 2 minutes: 5.0 a minute; 30 left at that rate take 6 minutes
+    assert "10/40 done, 5.0/min, 6:00 left (alice/drop01)" in line
+    grade._progress(out, 11, 40, 120.0, ("drop01", "bob"), ok=False)
+    assert out.getvalue().endswith("(bob/drop01: not graded)\n")
 
 
 def test_grade_all_says_what_to_do_when_nothing_was_submitted(tmp_path):
