@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 # pytest workers: 2 matches the 2-core machines the course is tested on
 JOBS   ?= 2
 
-.PHONY: lab lab-instructor reset test test-fast release grade grade-demo student-repo bench clean-grading help
+.PHONY: lab lab-instructor reset test test-fast release grade grade-demo report student-repo bench clean-grading help
 
 help:
 	@echo "make lab        your copy of the course in work/ (new drops added, nothing overwritten),"
@@ -20,6 +20,7 @@ help:
 	@echo "make release    regenerate release/ from source/ with nbgrader"
 	@echo "make grade      autograde submitted/ (JOBS at once, each sandboxed), write feedback/ and grades.csv"
 	@echo "make grade-demo copy the sample submissions into submitted/, then grade"
+	@echo "make report     after grading: the class's mistakes per exercise (report/index.html)"
 	@echo "make student-repo DEST=<folder>  the course without source/ (solutions, hidden tests), for students"
 	@echo "make bench      print the benchmark figures"
 
@@ -62,6 +63,10 @@ grade: $(STAMP)
 
 grade-demo: $(STAMP)
 	$(BIN)/python -m autograder.grade --demo --jobs $(JOBS)
+
+# after make grade: the class's mistakes per drop and exercise (report/index.html, CSV, PNG)
+report: $(STAMP)
+	$(BIN)/python -m autograder.report
 
 # for instructors who grade for credit: publish this, not the repository
 DEST ?= ../three-axes-student

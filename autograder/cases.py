@@ -11,7 +11,8 @@ Each exercise of a drop's `grading.json` with a "visible" entry gets its cases:
                 "ranks": null | {"runner": "threeaxes.grading.drop06.sp_mlp_results", "world": 2},
                 "value": false,                            # true: the answer is a value, not a function
                 "setup": ["toy = ToyConfig()", ...],       # notebook lines the answer cell needs first
-                "passed": "...", "otherwise": "..."}
+                "passed": "...", "otherwise": "...",         # {want}/{got}: first case's values
+                "sealed": ...}   # default: true when the answer is one fixed value (stored as digests)
 
 and the exercise's catalogue of mistakes ("mistakes": [{"name", "says", "code"}],
 each the answer cell as a student who made it would write it). The right value
@@ -80,24 +81,33 @@ def exercise_cases(drop: str, nb, exercise: dict) -> dict:
             except AssertionError:      # a mistake that raises here is told apart by the error
                 continue
         cases.append({"args": args, "want": want, "mistakes": mistakes})
-    _refuse_lookalikes(drop, exercise["answer"], cases, list(wrong))
+    if spec.setdefault("sealed", bool(spec.get("value")) or (not spec.get("ranks") and
+                                                             all(not c["args"] for c in cases))):
+        # one fixed answer: stored as digests only (threeaxes.grading.visible.sealed)
+        for case in cases:
+            case["want"] = visible.sealed(case["want"])
+            case["mistakes"] = {k: visible.sealed(v) for k, v in case["mistakes"].items()}
+        if "{want" in spec.get("passed", ""):
+            raise SystemExit(f"{drop} {exercise['answer']}: a sealed answer's 'passed' line may show "
+                             "{got}, the student's value, not {want}")
+    _refuse_lookalikes(drop, exercise["answer"], cases, list(wrong), spec.get("rel", visible.REL))
     spec.pop("reference", None)
     spec["cases"] = cases
     spec["mistakes"] = {name: m["says"] for name, m in catalogue.items()}
     return spec
 
 
-def _refuse_lookalikes(drop, answer, cases, names) -> None:
+def _refuse_lookalikes(drop, answer, cases, names, rel=visible.REL) -> None:
     def values(name):
         return [case["mistakes"].get(name, "raises") for case in cases]
 
     for name in names:
-        if all(visible.same(v, c["want"]) for v, c in zip(values(name), cases)):
+        if all(visible.same(v, c["want"], rel) for v, c in zip(values(name), cases)):
             raise SystemExit(f"{drop} {answer}: the mistake {name!r} gives the right value on every "
                              f"visible case; add a case that tells it apart")
     for i, a in enumerate(names):
         for b in names[i + 1:]:
-            if all(visible.same(x, y) for x, y in zip(values(a), values(b))):
+            if all(visible.same(x, y, rel) for x, y in zip(values(a), values(b))):
                 raise SystemExit(f"{drop} {answer}: the mistakes {a!r} and {b!r} give the same values "
                                  f"on every visible case; add a case that tells them apart")
 

@@ -26,7 +26,9 @@ INSTRUCTOR_ONLY = ("source/", "autograder/samples/", "submitted/", "tests/", ".c
                    "autograder/judge.py", "autograder/judge_check.py", "autograder/kernel_host.py",
                    "autograder/kernel_session.py", "autograder/sandbox.py", "autograder/feedback.py",
                    "autograder/release.py", "autograder/student_repo.py",
-                   "autograder/references/", "autograder/cases.py", "autograder/borrowed.py")
+                   "autograder/references/", "autograder/cases.py", "autograder/borrowed.py",
+                   "autograder/grade_worker.py", "autograder/report.py", "autograder/config_cases.py",
+                   "autograder/exchange.py")
 
 
 def student_files(root: Path = ROOT) -> list[str]:

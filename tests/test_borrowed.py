@@ -57,7 +57,8 @@ def test_every_drop_has_an_attack_that_calls_the_package(drop):
         assert any(name in m["feedback"] for name in forbidden), m["name"]
 
 
-ATTACKED_DROPS = ("drop01", "drop02", "drop05", "drop06", "drop07", "drop09", "drop11", "drop12", "drop13", "drop14")
+ATTACKED_DROPS = ("drop01", "drop02", "drop03", "drop04", "drop05", "drop06", "drop07", "drop09", "drop10", "drop11",
+                  "drop12", "drop13", "drop14")
 
 
 @pytest.fixture(scope="module")

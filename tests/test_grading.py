@@ -126,3 +126,41 @@ def test_no_submission_wrote_into_the_course(course):
     planted = sorted(p.relative_to(course.root).as_posix() for p in course.root.rglob("planted-by-attack"))
     assert not planted, f"a submission wrote into the course: {planted}"
 
+
+
+@pytest.mark.slow
+def test_the_report_counts_each_planted_mistake_under_its_name(course, tmp_path):
+    """`make report` on the graded class: every planted mistake that is in its exercise's
+    catalogue is counted under that name for the student who made it, every call the
+    exercise forbids as borrowed, every blank answer as blank, and the solved notebook
+    as no mistake at all."""
+    from autograder import report
+
+    rows = report.graded(course.root)
+    named = {(r["drop"], r["exercise"], r["student"]): r["mistake"] for r in rows}
+    expected = {}
+    for drop in DROPS:
+        catalogue = {e["answer"]: e.get("mistakes", []) for e in report.exercises(course.root, drop.name)}
+        for answer in catalogue:
+            expected[(drop.name, answer, FULL)] = None
+            expected[(drop.name, answer, ZERO)] = "blank"
+        for student in drop.students()[2:]:
+            for m in drop.mistakes_of(student):
+                same = [c["name"] for c in catalogue.get(m.answer, [])
+                        if c["name"] == m.name or "\n".join(c["code"]) == m.code]
+                if same:
+                    expected[(drop.name, m.answer, student)] = same[0]
+                elif m.name.startswith("calls_"):
+                    expected[(drop.name, m.answer, student)] = named.get((drop.name, m.answer, student))
+                    assert (expected[(drop.name, m.answer, student)] or "").startswith("borrowed: "), m.name
+    assert len([v for v in expected.values() if v and v != "blank"]) >= min(10, 2 * len(DROPS)), "too few named"
+    assert {k: named.get(k) for k in expected} == expected
+    out = report.write(rows, tmp_path / "report")
+    counted = {(r["drop"], r["exercise"], r["mistake"]): int(r["count"])
+               for r in csv.DictReader((out / "mistakes.csv").open())}
+    for (drop, exercise, _), mistake in expected.items():
+        if mistake:
+            assert counted[(drop, exercise, mistake)] == sum(
+                1 for (d, e, _), m in expected.items() if (d, e, m) == (drop, exercise, mistake))
+    assert {p.name for p in out.glob("*.png")} == {f"{d.name}.png" for d in DROPS}
+    assert "Where the class did worst" in (out / "index.html").read_text()

@@ -4,8 +4,8 @@ Korthikanti et al. 2022 Table 2 (eq. 2) for the activations of one layer."""
 import pytest
 
 from threeaxes.cost import get_cluster, get_model, plan
-from threeaxes.grading import drop10
-from threeaxes.grading.sizing import judge_scenario
+from autograder.references import drop10
+from autograder.references.sizing import judge_scenario
 
 MODEL = get_model("13B")
 DP, TP, LAYERS, H, HEADS = 8, 4, 40, 5120, 40
@@ -50,6 +50,8 @@ def _args(scenario):
 def test_the_hand_formula_passes_everywhere_the_hidden_test_looks(s, b):
     got = by_hand(s, b)
     assert drop10.gb_mistake(got, s, b) is None
+    # the visible check's stored cases come from the same sum without the extras
+    assert drop10.formula_gb(s, b) == pytest.approx(got, rel=1e-12)
     # the only difference is Korthikanti Section 4.3's embedding/output extras, under 0.5%
     assert 0 < drop10.expected_gb(s, b) - got < 0.005 * got
 
@@ -113,14 +115,6 @@ def test_plain_gb_refuses_impostors():
             return True
     with pytest.raises(AssertionError, match="should be a number"):
         drop10.plain_gb(AlwaysEqual(1.0))
-
-
-def test_keeping_the_crashed_configuration_is_named_and_a_real_change_is_not():
-    assert "crashed" in drop10.config_mistake(dict(drop10.CRASHED))
-    assert "crashed" in drop10.config_mistake(dict(drop10.CRASHED, recompute="none",
-                                                   sequence_parallel=False))
-    assert drop10.config_mistake(dict(drop10.CRASHED, recompute="selective")) is None
-    assert drop10.config_mistake(dict(drop10.CRASHED, micro_batch=1)) is None
 
 
 def test_the_graded_mistakes_score_as_grading_json_says():

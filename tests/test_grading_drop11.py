@@ -6,7 +6,7 @@ import random
 import pytest
 
 from threeaxes.cost import GB, a100_cluster, plan
-from threeaxes.grading import drop11
+from autograder.references import drop11
 
 VISIBLE = (96, 12288, 2048, 1, 128, 8, 8)   # GPT-3 175B, mbs 1, m = 512 / 4, tp 8, pp 8
 
@@ -62,10 +62,36 @@ def test_only_tp_moves_off_nvlink_and_not_at_all_on_8_gpu_nodes():
     # tp = 4, dp = 2 filled an 8-GPU node (dp stride 4, span 8); on 2-GPU nodes both leave it
     assert drop11.moved_axes(a100_cluster(16), a100_cluster(128, gpus_per_node=2),
                              (2, 4, 16), (4, 4, 16)) == ["tp", "dp"]
-    assert drop11.axis_mistake("tp", drop11.OLD_CLUSTER, drop11.NEW_CLUSTER, old, new) is None
-    for axis in ("dp", "pp"):
-        message = drop11.axis_mistake(axis, drop11.OLD_CLUSTER, drop11.NEW_CLUSTER, old, new)
-        assert "already crossed nodes on the old cluster" in message
+    assert drop11.moved_axis(old, new, 8, 4) == "tp" and drop11.moved_axis(old, new, 8, 8) == "none"
+
+
+def by_hand_axis(old, new, old_gpn, new_gpn):
+    """Ranks tp fastest (stride 1), then dp (stride tp), then pp (stride tp * dp); a group
+    stays in a node when alone or when stride * size fits the node and divides it."""
+    def inside(dims, gpn):
+        dp, tp, pp = dims
+        return {"tp": tp == 1 or (tp <= gpn and gpn % tp == 0),
+                "dp": dp == 1 or (tp * dp <= gpn and gpn % (tp * dp) == 0),
+                "pp": pp == 1 or (tp * dp * pp <= gpn and gpn % (tp * dp * pp) == 0)}
+    b, a = inside(old, old_gpn), inside(new, new_gpn)
+    return next((axis for axis in ("tp", "dp", "pp") if b[axis] and not a[axis]), "none")
+
+
+def test_the_drawn_axis_cases_follow_the_hand_rule_and_tell_every_slip_apart():
+    for seed in range(40):
+        cases = drop11.draw_axis_cases(random.Random(seed))
+        want = [by_hand_axis(*c) for c in cases]
+        assert [drop11.moved_axis(*c) for c in cases] == want and len(set(want)) >= 3
+        assert drop11.axis_mistake(want, cases) is None
+        for name, (slip, says) in drop11.AXIS_SLIPS.items():
+            got = [slip(*c) for c in cases]
+            assert got != want, name
+            assert says in drop11.axis_mistake(got, cases), name
+
+
+def test_an_unrecognised_wrong_axis_still_says_what_is_asked():
+    cases = [((2, 8, 8), (4, 8, 8), 8, 4)] * 3
+    assert "work out each group's stride and size" in drop11.axis_mistake(["dp", "tp", "tp"], cases)
 
 
 @pytest.mark.parametrize("factor, words", [
@@ -94,6 +120,7 @@ def test_impostors_are_refused():
         drop11.plain_bytes(Anything(1.0), "bytes")
     with pytest.raises(AssertionError, match="is not one of"):
         drop11.plain_axis("TP all-reduce")
+    assert drop11.plain_axis(" TP ") == "tp" and drop11.plain_axis("None") == "none"
 
 
 def test_the_new_cluster_shares_one_nic_per_node_and_the_cluster_still_gains():

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from threeaxes.cost import plan, search
-from threeaxes.grading import drop12
-from threeaxes.grading.sizing import grade_configuration, judge_scenario
+from autograder.references import drop12
+from autograder.references.sizing import grade_configuration, judge_scenario
 from threeaxes.pipeline import simulate
 from threeaxes.pipeline.schedules import make_plan
 from threeaxes.pipeline.torch_plans import torch_plan
@@ -91,6 +91,27 @@ def test_an_interleaved_plan_that_cannot_run_must_be_refused():
     # following PyTorch's rule misses every case the hidden test draws with draw_relaxed_only_case
     for p, m, v in [(8, 13, 2), *DRAWN_RELAXED]:
         assert "asks about Megatron's" in drop12.raises_for_bad_interleave(pytorchs_rule, p, m, v)
+
+    def bare(p, m, v=1):                    # grading.json's bare_value_error
+        if v > 1 and m % p:
+            raise ValueError
+        return (p - 1) / (v * m + p - 1)
+
+    assert "bare ValueError" in drop12.raises_for_bad_interleave(bare, 8, 13, 2)
+
+
+def test_the_visible_form_of_an_answer_is_its_number_or_its_refusal():
+    def right(p, m, v=1):
+        if v > 1 and m % p:
+            raise ValueError("m must be a multiple of p")
+        return (p - 1) / (v * m + p - 1)
+
+    for p, m, v in [(8, 13, 1), (4, 8, 2), (8, 13, 2), (4, 9, 2)]:
+        assert drop12.value_or_refusal(right, p, m, v) == drop12.bubble_outcome(p, m, v)
+    assert drop12.bubble_outcome(8, 13, 2) == "raises ValueError"
+    assert drop12.bubble_outcome(8, 13, 1) == pytest.approx(7 / 20)
+    with pytest.raises(AssertionError, match=r"bubble\(8, 13, 1\) raised ZeroDivisionError"):
+        drop12.value_or_refusal(lambda p, m, v: 1 / 0, 8, 13, 1)
 
 
 @pytest.mark.parametrize("change, phrase", [

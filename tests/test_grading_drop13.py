@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from grading_harness import load_drop
 
+from autograder.references import drop13
+from autograder.references.sizing import judge_scenario
 from threeaxes.cost import GB, get_cluster, get_model, plan, violations
-from threeaxes.grading import drop13
-from threeaxes.grading.sizing import judge_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 DROP = load_drop(ROOT / "source/drop13-size-30b-on-32")   # its grading.json, read and checked once
@@ -149,3 +149,17 @@ def test_the_configuration_explorer_on_the_scenario_ranks_like_the_search():
     explorer.set(pick=3)                                  # move the "show row" slider
     assert explorer.data.chosen.label == ranked[2].label
     assert f"{ranked[2].memory.total / GB:.1f} GB per GPU" in explorer.message.value
+
+
+@pytest.mark.parametrize("model_spec, cluster_spec, got, words", [
+    # 40 heads, 2 key/value heads, 43 layers (pp 1 or 43) on 344 GPUs: tp=4 would need 4 key/value heads
+    (dict(name="m", n_layers=43, d_model=5120, n_heads=40, n_kv_heads=2), ["a100-80gb", 344], 4,
+     "key/value heads"),
+    # 80 layers of 56 heads on 128 GPUs: tp * pp = 10 (tp 2, pp 5) fits but 10 does not divide 128
+    (dict(name="m", n_layers=80, d_model=7168, n_heads=56, n_kv_heads=8), ["a100-80gb", 128], 10,
+     "must divide the cluster's GPUs"),
+])
+def test_the_hidden_test_names_a_rule_left_out(model_spec, cluster_spec, got, words):
+    model, cluster = drop13.model_from(model_spec), drop13.cluster_from(cluster_spec)
+    assert drop13.model_parallel_floor(model, cluster) != got
+    assert words in drop13.floor_mistake(got, model, cluster)

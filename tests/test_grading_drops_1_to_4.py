@@ -1,12 +1,12 @@
-"""The named mistakes of drops 1-4's visible checks: each common wrong answer,
+"""The named mistakes of drops 1-4's references (autograder/references): each common wrong answer,
 worked out by hand, gets the message that names it; the right answer gets None.
 Also: the config explorer's table fills its SP column in every row."""
 import re
 
 import pytest
 
+from autograder.references import drop01, drop02, drop03, drop04
 from threeaxes.cost import Model, a100_cluster, search
-from threeaxes.grading import drop01, drop02, drop03, drop04
 from threeaxes.display import plan_table_html
 
 # ---------------------------------------------------------------- drop 1 ----

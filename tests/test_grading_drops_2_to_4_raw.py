@@ -9,7 +9,9 @@ import cloudpickle
 import pytest
 import torch
 
-from threeaxes.grading import check_on_ranks, drop02, drop03, drop04
+from autograder.references import drop02, drop03, drop04
+from threeaxes.grading import check_on_ranks
+from threeaxes.grading.drop03 import plain_tensor
 from threeaxes.toy import ToyTransformer, lm_loss, make_batch, train_steps
 
 FORGED = {"ok": True, "message": "looks fine", "max_abs_diff": 0.0}
@@ -26,7 +28,11 @@ def _grads(rows, batch):
 
 
 def _dp_results(grads_of_rank, n=3):
-    return [{"rank": r, "error": None, "grads": grads_of_rank(r)} for r in range(n)]
+    """What the ranks send back: each gradient flattened to floats, and its shape."""
+    def plain(grads):
+        return {"grads": {k: None if v is None else v.reshape(-1).tolist() for k, v in grads.items()},
+                "shapes": {k: None if v is None else list(v.shape) for k, v in grads.items()}}
+    return [{"rank": r, "error": None, **plain(grads_of_rank(r))} for r in range(n)]
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +65,7 @@ def test_dp_verdict_names_each_mistake(dp3, wrong, phrase):
 
 def test_dp_verdict_refuses_a_forged_approval_and_reports_an_error(dp3):
     assert "instead of its gradients" in drop02.average_gradients_mistake([FORGED] * 3, 3, 2, 11)
-    raised = [{"rank": r, "error": "KeyError: 'dp'", "grads": {}} for r in range(3)]
+    raised = [{"rank": r, "error": "KeyError: 'dp'", "grads": {}, "shapes": {}} for r in range(3)]
     assert "raised KeyError: 'dp'" in drop02.average_gradients_mistake(raised, 3, 2, 11)
     assert "one result from each of 3 ranks" in drop02.average_gradients_mistake(FORGED, 3, 2, 11)
 
@@ -74,8 +80,8 @@ def _column_results(make):
     gen = torch.Generator().manual_seed(SEED)                 # exercise_tensors, written out
     x = torch.randn(TOKENS, D_IN, dtype=torch.float64, generator=gen)
     w = torch.randn(D_IN, D_OUT, dtype=torch.float64, generator=gen)
-    return [{"rank": r, "error": None, "returned": "tuple", "outputs": list(make(x, w, r)),
-             "collectives": [("all_gather", "tp", TOKENS * D_OUT * 8)]} for r in range(TP)]
+    return [{"rank": r, "error": None, "returned": "tuple", "outputs": [plain_tensor(v) for v in make(x, w, r)],
+             "collectives": [["all_gather", "tp", TOKENS * D_OUT * 8]]} for r in range(TP)]
 
 
 def _by_columns(x, w, r):
@@ -98,7 +104,7 @@ def _by_rows(x, w, r):
     (lambda x, w, r: _by_columns(x, w, (r + 1) % TP), "holds the columns of rank"),
     (lambda x, w, r: (*_by_columns(x, w, r)[:2], (x @ w).T), "side by side"),
     (lambda x, w, r: _by_columns(x, w, r)[:2], "return three tensors"),
-    (lambda x, w, r: (*_by_columns(x, w, r)[:2], "y"), "y should be a torch.Tensor, got y"),
+    (lambda x, w, r: (*_by_columns(x, w, r)[:2], "y"), "y should be a torch.Tensor, got str"),
 ])
 def test_column_verdict_names_each_mistake(make, phrase):
     assert phrase in drop03.column_split_mistake(_column_results(make), TP, TOKENS, D_IN, D_OUT, SEED)
@@ -132,8 +138,13 @@ def _stage_results(stages, params):
             return name.startswith(("tok_embed", "pos_embed")) if s == 0 else (
                 s == len(stages) - 1 and name.startswith(("ln_f", "head")))
         results.append({"rank": s, "error": None, "stages": stages,
-                        "params": {k: v for k, v in params.items() if mine(k)}})
+                        "params": {k: _plain(v) for k, v in params.items() if mine(k)}})
     return results
+
+
+def _plain(tensor):
+    """A parameter as a rank sends it back: its shape and its values, flattened."""
+    return {"shape": list(tensor.shape), "values": tensor.reshape(-1).tolist()}
 
 
 def test_stage_verdict_passes_one_process_split_by_stage():
@@ -148,7 +159,7 @@ def test_stage_verdict_names_each_mistake():
     moved = _stage_results([[0, 1], [2, 3]], {**params, "head.weight": params["head.weight"] + 1e-9})
     assert "head.weight after one training step differs" in drop04.stage_split_mistake(moved, 2, 4, 2, 3)
     twice = _stage_results([[0, 1], [2, 3]], params)
-    twice[1]["params"]["tok_embed.weight"] = params["tok_embed.weight"]
+    twice[1]["params"]["tok_embed.weight"] = _plain(params["tok_embed.weight"])
     assert "exactly one rank" in drop04.stage_split_mistake(twice, 2, 4, 2, 3)
     assert "instead of its parameters" in drop04.stage_split_mistake([FORGED] * 2, 2, 4, 2, 3)
 

@@ -1,8 +1,9 @@
-"""Reference answers and named mistakes for drop 1 (three kinds of parallel).
+"""References for drop 1 (three kinds of parallel): the instructor's side.
 
-Three exercises, each with a `*_mistake` function that returns None when the
-answer is right and otherwise a message naming the mistake in the student's
-terms:
+The visible checks' stored cases take their right values from the `expected_*`
+functions here (`python -m autograder.cases drop01`). Three exercises, each also
+with a `*_mistake` function that returns None when the answer is right and
+otherwise a message naming the mistake in the student's terms:
 
 * `training_bytes(n_params, precision)`: bytes of weights, gradients and Adam
   state (`training_bytes_mistake`).
@@ -20,7 +21,7 @@ from threeaxes.grading import as_number
 
 __all__ = ["expected_training_bytes", "training_bytes_mistake",
            "expected_largest_model_billion", "largest_model_mistake", "AXIS_SPLITS",
-           "AXIS_CROSSES", "axis_roles_mistake"]
+           "AXIS_CROSSES", "expected_axis_tables", "axis_roles_mistake"]
 
 
 def expected_training_bytes(n_params: int, precision: str) -> dict:
@@ -106,6 +107,11 @@ def largest_model_mistake(got) -> str | None:
 AXIS_SPLITS = {"data": "batch", "tensor": "layer weights", "pipeline": "layers"}
 AXIS_CROSSES = {"data": "gradients", "tensor": "partial layer outputs",
                 "pipeline": "activations between stages"}
+
+def expected_axis_tables() -> dict:
+    """Both tables as the visible check reads them (its `axis_tables`)."""
+    return {"what_is_split": dict(AXIS_SPLITS), "what_crosses": dict(AXIS_CROSSES)}
+
 
 _SPLIT_HINTS = {
     "data": "every data-parallel rank held all the parameters (look at 'parameters held per "

@@ -1,130 +1,24 @@
-"""Reference checks for drop 13 (choose (dp, tp, pp) for a 30B model on 32 GPUs).
+"""Drop 13 on the student's side: the scenario (choose (dp, tp, pp) for a 30B model on
+32 GPUs), the notebook's alternatives, and how the visible check builds its cases.
 
 The scenario: LLaMA's 33B model ("30B") on four DGX A100-style nodes of 8
 A100 80GB GPUs, a global batch of 512 sequences of its 2,048-token context.
-`SCENARIO` is what `threeaxes.grading.sizing.grade_configuration` judges a
-student's configuration against (feasibility, then closeness to the search's
-best, computed at grading time).
-
-The exercise graded by value:
-
-* `model_parallel_floor(model, cluster)`: the smallest model-parallel degree
-  tp * pp whose share of the model states (mixed-precision Adam, 16 bytes per
-  parameter, no ZeRO) fits in one GPU, among the splits the rules allow: tp
-  divides the heads and the key/value heads and stays inside a node, pp divides
-  the layers, tp * pp divides the GPUs. `floor_mistake` names the usual slips
-  (the optimizer forgotten, the master copy forgotten, a degree no rule allows,
-  tp across nodes, GiB for GB). The hidden test asks it, beside the scenario's
-  own pair, about pairs it draws at grading time (`draw_floor_case`).
 
 `best_for_shape(scenario, dp, tp, pp)` is the fastest fitting configuration of
-one (dp, tp, pp) shape (the notebook's alternatives; drop 14 uses it too).
+one (dp, tp, pp) shape, from the library's `search` (the notebook's
+alternatives; drop 14 uses it too). `model_from` and `cluster_from` build a
+model and a cluster from the plain specs the visible check stores. The
+references the hidden tests use are on the instructor's side
+(`autograder/references/drop13.py`).
 """
 from __future__ import annotations
 
-import math
-
-from threeaxes.cost import (CLUSTERS, MODELS, GiB, custom_model, divisors, get_cluster,
-                            get_model, model_state_bytes, search, valid_tp)
-from threeaxes.grading import as_int
+from threeaxes.cost import custom_model, get_cluster, get_model, search
 from threeaxes.grading import sizing
 
-__all__ = ["SCENARIO", "draw_floor_case", "model_parallel_floor", "plain_floor", "floor_mistake",
-           "best_for_shape"]
+__all__ = ["SCENARIO", "best_for_shape", "model_from", "cluster_from"]
 
 SCENARIO = sizing.scenario(get_model("30B"), get_cluster("a100-80gb", n_nodes=4), 512)
-
-# head counts a drawn custom model may have (of 128 dimensions each): some divide 8, some not
-DRAWN_HEADS = (12, 20, 24, 25, 32, 40, 48, 52, 56, 64, 96)
-
-
-def draw_floor_case(rng) -> tuple:
-    """A (model, cluster, how) for the hidden test, drawn from `rng` (a `random.Random`) at
-    grading time: a preset model or a custom one (any layer count, heads that 8 may not
-    divide, grouped key/value heads or not) on 4 to 256 A100s or H100s, redrawn until its
-    model states overflow one GPU and fit the cluster. `how` is the code that builds the
-    pair again."""
-    while True:
-        if rng.random() < 0.4:
-            name = rng.choice(sorted(MODELS))
-            model, how = get_model(name), f"get_model({name!r})"
-        else:
-            n_heads = rng.choice(DRAWN_HEADS)
-            kv_heads = rng.choice([None] + [k for k in (1, 2, 4, 8) if n_heads % k == 0])
-            n_layers, d_model = rng.randint(8, 96), 128 * n_heads
-            model = custom_model("a drawn model", n_layers, d_model, n_heads, n_kv_heads=kv_heads)
-            how = (f"custom_model('a drawn model', n_layers={n_layers}, d_model={d_model}, "
-                   f"n_heads={n_heads}, n_kv_heads={kv_heads})")
-        kind, n_gpus = rng.choice(sorted(CLUSTERS)), rng.choice((4, 8, 16, 32, 64, 128, 256))
-        cluster = get_cluster(kind, n_gpus=n_gpus)
-        if model_state_bytes(model.n_params).total <= cluster.hbm_bytes:
-            continue            # fits one GPU: the floor is 1 whatever one counts
-        try:
-            model_parallel_floor(model, cluster)
-        except ValueError:      # too big for this cluster even split over every GPU
-            continue
-        return model, cluster, f"{how} on get_cluster({kind!r}, n_gpus={n_gpus})"
-
-
-def _splits(model, cluster, allow_tp_across_nodes=False):
-    """Every (tp, pp) the rules allow: tp from `valid_tp`, pp dividing the layers and GPUs / tp."""
-    for tp in valid_tp(model, cluster, allow_tp_across_nodes):
-        for pp in divisors(cluster.n_gpus // tp):
-            if model.n_layers % pp == 0:
-                yield tp, pp
-
-
-def model_parallel_floor(model, cluster) -> int:
-    """The reference: smallest allowed tp * pp whose model-state share fits one GPU."""
-    fitting = [tp * pp for tp, pp in _splits(model, cluster)
-               if model_state_bytes(model.n_params, tp=tp, pp=pp).total <= cluster.hbm_bytes]
-    if not fitting:
-        raise ValueError(f"{model.name}'s model states do not fit on {cluster} even split "
-                         "over every GPU; add nodes")
-    return min(fitting)
-
-
-def _floor_with(model, cluster, bytes_per_param, capacity=None, allow_tp_across_nodes=False):
-    capacity = cluster.hbm_bytes if capacity is None else capacity
-    fitting = [tp * pp for tp, pp in _splits(model, cluster, allow_tp_across_nodes)
-               if bytes_per_param * model.n_params / (tp * pp) <= capacity]
-    return min(fitting) if fitting else None
-
-
-def plain_floor(answer, name="model_parallel_floor(...)") -> int:
-    return as_int(answer, name)
-
-
-def floor_mistake(got: int, model, cluster) -> str | None:
-    """None when `got` is right; otherwise a message naming the mistake."""
-    want = model_parallel_floor(model, cluster)
-    if got == want:
-        return None
-    where = f"for {model.name} on {cluster.n_gpus} GPUs of {cluster.hbm_bytes / 1e9:.0f} GB"
-    if got == _floor_with(model, cluster, 4):
-        return (f"{where} you got {got}: that counts 4 bytes per parameter (fp16 weights and "
-                "gradients); you forgot the optimizer state, 12 more bytes per parameter "
-                "(fp32 master copy and Adam's two moments): 16 in all")
-    if got == _floor_with(model, cluster, 2):
-        return (f"{where} you got {got}: that holds only the fp16 weights; training also keeps "
-                "gradients (2 bytes) and the optimizer state (12 bytes) per parameter")
-    if got == _floor_with(model, cluster, 12):
-        return (f"{where} you got {got}: that counts 12 bytes per parameter; remember the fp32 "
-                "master copy (4 bytes) beside Adam's two fp32 moments: 2 + 2 + 12 = 16")
-    raw = math.ceil(model_state_bytes(model.n_params).total / cluster.hbm_bytes)
-    if got == raw:
-        return (f"{where} you got {got} = ceil(16N / GPU memory), but no allowed split has that "
-                "many pieces: tp must divide the heads (and key/value heads) and stay inside a "
-                "node, pp must divide the layers, tp * pp must divide the GPUs; take the "
-                "smallest allowed product that fits")
-    if got == _floor_with(model, cluster, 16, allow_tp_across_nodes=True):
-        return (f"{where} you got {got}: that split puts tp across nodes; keep tp inside one "
-                f"node of {cluster.gpus_per_node} GPUs")
-    if got == _floor_with(model, cluster, 16, capacity=cluster.hbm_bytes * GiB / 1e9):
-        return (f"{where} you got {got}: GPU memory is cluster.hbm_bytes bytes (80 GB = 80e9), "
-                "compare bytes with bytes")
-    return (f"{where} you got {got}, which is not the smallest allowed tp * pp whose share of "
-            "16 bytes per parameter fits one GPU")
 
 
 def best_for_shape(scenario: dict, dp: int, tp: int, pp: int):
@@ -134,3 +28,14 @@ def best_for_shape(scenario: dict, dp: int, tp: int, pp: int):
                                **scenario.get("assumptions", {}))
              if (r.dp, r.tp, r.pp) == (dp, tp, pp)]
     return found[0] if found else None
+
+
+def model_from(spec):
+    """A preset's name ("30B"), or the keyword arguments of `custom_model` as a dict."""
+    return get_model(spec) if isinstance(spec, str) else custom_model(**spec)
+
+
+def cluster_from(spec):
+    """[kind, n_gpus], e.g. ["a100-80gb", 32]."""
+    kind, n_gpus = spec
+    return get_cluster(kind, n_gpus=n_gpus)

@@ -3,13 +3,13 @@ what each exercise's answer may not call (threeaxes.grading.own_work).
 """
 EXERCISES = {
     'drop01': {
-        'training_bytes_answer': {'forbid': ['threeaxes.grading.drop01.expected_training_bytes', 'threeaxes.grading.drop01.training_bytes_mistake', 'threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param'], 'why': 'counts the bytes per parameter that this exercise asks you to count', 'may': 'plain Python arithmetic'},
-        'largest_model_answer': {'forbid': ['threeaxes.grading.drop01.expected_largest_model_billion', 'threeaxes.grading.drop01.largest_model_mistake', 'threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param'], 'why': 'counts the bytes per parameter that this exercise asks you to count', 'may': 'plain Python arithmetic'},
-        'axis_roles_answer': {'forbid': ['threeaxes.grading.drop01.axis_roles_mistake'], 'why': "is the grader's check of this answer", 'may': 'the strings listed in the cell'},
+        'training_bytes_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param'], 'why': 'counts the bytes per parameter that this exercise asks you to count', 'may': 'plain Python arithmetic'},
+        'largest_model_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param', 'threeaxes.grading.visible.load'], 'why': "counts the bytes per parameter that this exercise asks you to count (or reads the answer from the visible check's stored cases)", 'may': 'plain Python arithmetic'},
+        'axis_roles_answer': {'forbid': ['threeaxes.grading.visible.load'], 'why': "reads the answer from the visible check's stored cases", 'may': 'the strings listed in the cell'},
     },
     'drop02': {
-        'average_gradients_answer': {'forbid': ['threeaxes.grading.drop02.reference_gradients', 'threeaxes.grading.drop02.average_gradients_mistake'], 'why': 'computes the averaged gradients this exercise asks your function to produce', 'may': 'comms.all_reduce and dims'},
-        'dp_bytes_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param', 'threeaxes.cost.bytes_sent_per_gpu', 'threeaxes.grading.drop02.state_bytes_mistake', 'threeaxes.grading.drop02.ring_bytes_mistake'], 'why': 'computes the bytes this exercise asks you to count', 'may': 'the toy model to count its parameters'},
+        'average_gradients_answer': {'forbid': ['threeaxes.data_parallel.average_gradients', 'threeaxes.data_parallel.average_gradients_bucketed'], 'why': 'computes the averaged gradients this exercise asks your function to produce', 'may': 'comms.all_reduce and dims'},
+        'dp_bytes_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param', 'threeaxes.cost.bytes_sent_per_gpu', 'threeaxes.grading.visible.load'], 'why': "computes the bytes this exercise asks you to count (or reads them from the visible check's stored cases)", 'may': 'the toy model to count its parameters'},
     },
     'drop03': {
         'column_split_answer': {'forbid': ['threeaxes.grading.drop03.column_split_mistake', 'threeaxes.grading.drop03._rank_mistake'], 'why': "is the grader's check of this answer", 'may': 'tensor slicing and comms.all_gather'},
@@ -21,17 +21,17 @@ EXERCISES = {
         'stage0_held_answer': {'forbid': ['threeaxes.cost.in_flight_micro_batches', 'threeaxes.grading.drop04.expected_stage0_held', 'threeaxes.grading.drop04.stage0_held_mistake'], 'why': 'counts the micro-batches in flight that this exercise asks you to count', 'may': 'plain Python'},
     },
     'drop05': {
-        'all_reduce_sizes_answer': {'forbid': ['threeaxes.data_parallel.plan_buckets', 'threeaxes.grading.drop05.expected_all_reduce_bytes', 'threeaxes.grading.drop05._bucket_bytes', 'threeaxes.grading.drop05.bucket_mistake'], 'why': 'plans the buckets, which is what this exercise asks you to write', 'may': 'plain Python'},
-        'first_reduced_answer': {'forbid': ['threeaxes.data_parallel.plan_buckets', 'threeaxes.grading.drop05.first_bucket_layer', 'threeaxes.grading.drop05.layer_of'], 'why': 'reads the answer off the bucket plan', 'may': 'the trace and the tables printed above'},
-        'launch_bucket_answer': {'forbid': ['threeaxes.grading.drop05.reference_gradients', 'threeaxes.grading.drop05.judge_launch_bucket'], 'why': "is the grader's reference for this answer", 'may': 'torch and comms.all_reduce'},
+        'all_reduce_sizes_answer': {'forbid': ['threeaxes.data_parallel.plan_buckets'], 'why': 'plans the buckets, which is what this exercise asks you to write', 'may': 'plain Python'},
+        'first_reduced_answer': {'forbid': ['threeaxes.data_parallel.plan_buckets'], 'why': 'reads the answer off the bucket plan', 'may': 'the trace and the tables printed above'},
+        'launch_bucket_answer': {'forbid': ['threeaxes.data_parallel.average_gradients'], 'why': 'averages the gradients over the dp ranks, the work this hook is asked to do', 'may': 'torch and comms.all_reduce'},
     },
     'drop06': {
-        'tp_wire_bytes_answer': {'forbid': ['threeaxes.cost.bytes_sent_per_gpu', 'threeaxes.grading.drop06.expected_wire_bytes', 'threeaxes.grading.drop06.wire_bytes_mistake'], 'why': 'computes the bytes on the wire that this exercise asks you to count', 'may': 'plain Python arithmetic'},
-        'sp_mlp_answer': {'forbid': ['threeaxes.grading.drop06.judge_sp_mlp'], 'why': "is the grader's check of this answer", 'may': 'torch and the sequence-parallel regions imported in the cell'},
+        'tp_wire_bytes_answer': {'forbid': ['threeaxes.cost.bytes_sent_per_gpu'], 'why': 'computes the bytes on the wire that this exercise asks you to count', 'may': 'plain Python arithmetic'},
+        'sp_mlp_answer': {'forbid': ['threeaxes.tensor_parallel.sequence.SequenceParallelMLP.forward', 'threeaxes.tensor_parallel.sequence.SequenceParallelRowLinear.forward'], 'why': 'computes the sequence-parallel MLP this exercise asks you to write', 'may': 'torch and the sequence-parallel regions imported in the cell'},
     },
     'drop07': {
-        'predict_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead', 'threeaxes.cost.in_flight_micro_batches', 'threeaxes.grading.drop07.expected_prediction', 'threeaxes.grading.drop07.prediction_mistake', 'threeaxes.grading.drop07.check_predict'], 'why': 'computes the bubble and the in-flight count this exercise asks you to predict', 'may': 'plain Python arithmetic'},
-        'smallest_m_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead', 'threeaxes.grading.drop07.expected_smallest_m', 'threeaxes.grading.drop07.smallest_m_mistake', 'threeaxes.grading.drop07.check_smallest_m'], 'why': 'computes the bubble this exercise asks you to work with', 'may': 'plain Python arithmetic'},
+        'predict_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead', 'threeaxes.cost.in_flight_micro_batches'], 'why': 'computes the bubble and the in-flight count this exercise asks you to predict', 'may': 'plain Python arithmetic'},
+        'smallest_m_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead'], 'why': 'computes the bubble this exercise asks you to work with', 'may': 'plain Python arithmetic'},
     },
     'drop08': {
         'layout_groups_answer': {'forbid': ['threeaxes.grading.drop08.expected_layout_groups', 'threeaxes.grading.drop08._enumerate'], 'why': "is the grader's reference for this answer", 'may': 'plain Python'},
@@ -42,8 +42,8 @@ EXERCISES = {
         'shard_gather_answer': {'forbid': ['threeaxes.grading.drop09.shard_mistake', 'threeaxes.grading.drop09.gather_mistake'], 'why': "is the grader's check of this answer", 'may': 'torch and comms.all_gather'},
     },
     'drop10': {
-        'gb_per_gpu_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.activation_bytes', 'threeaxes.cost.stage_memory', 'threeaxes.cost.plan', 'threeaxes.cost.search', 'threeaxes.grading.drop10.expected_gb', 'threeaxes.grading.drop10._terms', 'threeaxes.grading.drop10.gb_mistake'], 'why': 'computes the memory this exercise asks you to add up', 'may': "the model's fields and plain arithmetic"},
-        'fix_config_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge', 'threeaxes.grading.sizing.grade_configuration', 'threeaxes.grading.sizing.judge_scenario', 'threeaxes.grading.drop10.config_mistake'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
+        'gb_per_gpu_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.activation_bytes', 'threeaxes.cost.stage_memory', 'threeaxes.cost.plan', 'threeaxes.cost.search'], 'why': 'computes the memory this exercise asks you to add up', 'may': "the model's fields and plain arithmetic"},
+        'fix_config_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
     },
     'drop11': {
         'moved_axis_answer': {'forbid': ['threeaxes.grading.drop11.moved_axes', 'threeaxes.grading.drop11.axis_mistake'], 'why': "is the grader's reference for this answer", 'may': 'the layouts and cluster tables printed above'},

@@ -1,0 +1,106 @@
+"""The configuration exercises' visible data, computed on the instructor's side.
+
+    python -m autograder.config_cases            # writes threeaxes/grading/cases/dropNN.config.json
+    python -m autograder.config_cases --check    # exit 1 if a stored file is not what this computes
+
+An exercise of a drop's `grading.json` with a "visible_config" entry:
+
+    "visible_config": {"name": "fix_config",
+                       "scenario": "threeaxes.grading.drop10.SCENARIO",
+                       "margin": 0.1, "micro_batch": null, "bubble_target": null,
+                       "setup": ["from threeaxes.cost import get_model", ...],
+                       "passed": "..."}
+
+and its catalogue, "mistakes": [{"name", "rule", "when", "says", "code"}], each
+the answer cell as a student who made it would write it. Stored for the
+student's side (`threeaxes.grading.visible_config`): the fastest fitting
+layout's step time, found by the search (not the layout), the margin, and the
+catalogue without its code. Refused: a solution the check does not pass, or
+a mistake it does not name (a layout may break two rules at once, tp=16 both
+the node and the heads: the check names each).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import sys
+from pathlib import Path
+
+import nbformat
+
+from autograder.cases import defined, solution_code
+from autograder.references.sizing import best_in_scenario
+from threeaxes.grading import visible_config
+from threeaxes.grading.sizing import plain_config
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "threeaxes" / "grading" / "cases"
+
+
+def exercise_data(drop: str, nb, exercise: dict) -> dict:
+    spec = dict(exercise["visible_config"])
+    setup = spec.pop("setup", [])
+    best = best_in_scenario(visible_config._scenario(spec["scenario"]))
+    data = {"name": spec["name"], "scenario": spec["scenario"], "margin": spec.get("margin", 0.10),
+            "micro_batch": spec.get("micro_batch"), "bubble_target": spec.get("bubble_target"),
+            "best_step_s": best.time.total, "passed": spec["passed"],
+            "mistakes": [{k: m[k] for k in ("name", "rule", "when", "says") if k in m}
+                         for m in exercise["mistakes"]]}
+    where = f"{drop} {exercise['answer']}"
+    with contextlib.redirect_stdout(io.StringIO()):     # what the answer cell prints
+        solution = plain_config(defined(solution_code(nb, exercise["answer"]), spec["name"], setup),
+                                spec["name"])
+    found = visible_config.diagnose(data, solution)
+    if found:
+        raise SystemExit(f"{where}: the solution {solution} is not passed: {found}")
+    for m in exercise["mistakes"]:
+        config = plain_config(defined("\n".join(m["code"]), spec["name"], setup), spec["name"])
+        named = [name for _, name, _ in visible_config.diagnose(data, config)]
+        if m["name"] not in named:
+            raise SystemExit(f"{where}: the mistake {m['name']} ({config}) is named {named}; "
+                             f"fix its code, its rule or its 'when'")
+    return data
+
+
+def drop_data(folder: Path) -> dict:
+    drop = folder.name[:6]
+    grading = json.loads((folder / "grading.json").read_text())
+    nb = nbformat.read(next(folder.glob("*.ipynb")), as_version=4)
+    return {e["answer"]: exercise_data(drop, nb, e) for e in grading.get("exercises", [])
+            if e.get("visible_config")}
+
+
+def render(data: dict) -> str:
+    return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("drops", nargs="*", help="dropNN prefixes (default: every drop)")
+    args = parser.parse_args(argv)
+    stale = []
+    for folder in sorted((ROOT / "source").glob("drop*")):
+        if args.drops and not folder.name.startswith(tuple(args.drops)):
+            continue
+        data = drop_data(folder)
+        if not data:
+            continue
+        path = OUT / f"{folder.name[:6]}.config.json"
+        text = render(data)
+        if args.check:
+            if not path.is_file() or path.read_text() != text:
+                stale.append(path.name)
+        else:
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(text)
+            print(f"{path.relative_to(ROOT)}: {len(data)} exercises", file=sys.stderr)
+    if stale:
+        print(f"stale: {', '.join(stale)}; run python -m autograder.config_cases", file=sys.stderr)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

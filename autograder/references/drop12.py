@@ -1,0 +1,144 @@
+"""References for drop 12 (a 35% pipeline bubble, and the micro-batch count is stuck).
+
+The scenario: GPT-3 175B on sixteen DGX A100-style nodes (128 A100 80GB
+GPUs), trained with Megatron-LM, a global batch of 52 sequences of its
+2,048-token context (a small recipe: GPT-3 itself used about 3.2M tokens a
+step, Brown et al. 2020, Table 2.1), one sequence per micro-batch. The team
+runs `CURRENT`: dp=4, tp=4, pp=8 with ZeRO-1, selective recomputation and
+sequence parallelism, so each replica
+gets 52 / 4 = 13 micro-batches and 1F1B idles (8 - 1)/(13 + 8 - 1) = 35% of
+every step. The batch is fixed by the training recipe and a micro-batch of one
+sequence cannot shrink, so m = 52 / dp moves only with dp.
+
+`SCENARIO` (the package's `threeaxes.grading.drop12`, with `CURRENT`,
+`MICRO_BATCH`, `BUBBLE_TARGET`) is what `autograder.references.sizing.grade_configuration`
+judges a student's configuration against (feasibility, then closeness to the search's
+best, computed at grading time). `target_mistake` adds this drop's two rules:
+the micro-batch stays one sequence and the bubble falls under `BUBBLE_TARGET`.
+
+The exercise graded by value:
+
+* `bubble(p, m, v)`: the share of a step each GPU idles under Megatron-LM's
+  1F1B (v = 1) or its interleaved 1F1B with v chunks per GPU, ValueError where
+  Megatron's interleaved schedule refuses to run (m not a multiple of p;
+  Narayanan et al. 2021, Section 2.2.2). PyTorch's ScheduleInterleaved1F1B
+  relaxes that rule (the drop shows it), but the exercise asks about the
+  team's framework, so following PyTorch's rule there is a named mistake. `bubble_mistake` names the
+  usual slips: Megatron's overhead (p - 1)/m instead of a share of the step,
+  v forgotten, the busy share instead of the idle one. The hidden test asks about
+  (p, m, v) it draws at grading time (`draw_bubble_case`, `draw_bad_interleave_case`,
+  `draw_relaxed_only_case`).
+"""
+from __future__ import annotations
+
+import math
+
+from threeaxes.cost import bubble_fraction, plan
+from threeaxes.grading import as_number
+from threeaxes.grading.drop12 import (BUBBLE_TARGET, CURRENT, MICRO_BATCH, REFUSED,  # noqa: F401
+                                      SCENARIO, value_or_refusal)
+
+__all__ = ["SCENARIO", "CURRENT", "MICRO_BATCH", "BUBBLE_TARGET", "draw_bubble_case",
+           "draw_bad_interleave_case", "draw_relaxed_only_case", "reference_bubble", "bubble_outcome",
+           "plain_bubble", "bubble_mistake", "raises_for_bad_interleave", "target_mistake"]
+
+
+def draw_bubble_case(rng, interleaved: bool) -> tuple:
+    """A (p, m, v) that 1F1B can run, drawn from `rng` (a `random.Random`) at grading
+    time: plain (v = 1), or interleaved with 2 to 4 chunks per GPU and m a multiple of p."""
+    p = rng.randint(2, 16)
+    v = rng.randint(2, 4) if interleaved else 1
+    m = rng.randint(1, 64) if v == 1 else p * rng.randint(1, 6)
+    return p, m, v
+
+
+def draw_bad_interleave_case(rng) -> tuple:
+    """A (p, m, v) with v > 1 and m not a multiple of p: Megatron's interleaved schedule cannot run."""
+    p, v = rng.randint(2, 16), rng.randint(2, 4)
+    return p, p * rng.randint(0, 5) + rng.randint(1, p - 1), v
+
+
+def draw_relaxed_only_case(rng) -> tuple:
+    """A (p, m, v) that Megatron's interleaved schedule refuses and PyTorch's
+    `ScheduleInterleaved1F1B` runs: v > 1, m not a multiple of p, and m a
+    multiple of its max(1, m // p) rounds (PyTorch's rule)."""
+    while True:
+        p, v, m = rng.randint(2, 16), rng.randint(2, 4), rng.randint(1, 64)
+        if m % p and m % max(1, m // p) == 0:
+            return p, m, v
+
+
+def reference_bubble(p: int, m: int, v: int = 1) -> float:
+    """The cost model's idle share of the step (ValueError when it cannot run)."""
+    return bubble_fraction(p, m, schedule="1f1b", virtual_stages=v)
+
+
+def bubble_outcome(p: int, m: int, v: int = 1):
+    """The visible check's right value: the idle share, or `REFUSED` where Megatron's
+    interleaved schedule cannot run (what `value_or_refusal` makes of a right answer)."""
+    return REFUSED if v > 1 and m % p else reference_bubble(p, m, v)
+
+
+def plain_bubble(answer, name="bubble(...)") -> float:
+    return as_number(answer, name)
+
+
+def _near(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def bubble_mistake(got: float, p: int, m: int, v: int = 1) -> str | None:
+    """None when `got` is the idle share of the step; otherwise a message naming the mistake."""
+    want = reference_bubble(p, m, v)
+    if _near(got, want):
+        return None
+    where = f"bubble({p}, {m}, {v}) = {got:.4g}"
+    if _near(got, (p - 1) / (v * m)):
+        return (f"{where}: that is (p - 1)/(v m), Megatron's bubble overhead: idle time divided "
+                "by the useful time. Asked is the share of the whole step, idle time divided by "
+                "useful plus idle time")
+    if v > 1 and _near(got, (p - 1) / (m + p - 1)):
+        return (f"{where}: you left out v. With v chunks per GPU each hop of the fill and drain "
+                "lasts 1/v as long, so the idle time is (p - 1)/v of a micro-batch's work")
+    if _near(got, 1 - want):
+        return f"{where}: that is the share of the step each GPU is busy, not idle"
+    if _near(got, 100 * want):
+        return f"{where}: give a fraction between 0 and 1, not a percentage"
+    return f"{where}, expected {want:.4g}: idle time over the step's wall time"
+
+
+def raises_for_bad_interleave(student_bubble, p: int, m: int, v: int) -> str | None:
+    """None when the student's function refuses an interleaved plan Megatron cannot run."""
+    try:
+        got = student_bubble(p, m, v)
+    except ValueError as error:
+        if str(error).strip():
+            return None
+        return (f"bubble({p}, {m}, {v}) raised a bare ValueError; say why in its message: "
+                f"Megatron's interleaved schedule needs m to be a multiple of p")
+    return (f"bubble({p}, {m}, {v}) returned {got!r}, but Megatron's interleaved schedule, the "
+            f"team's, cannot run there: it sends micro-batches round the pipeline in groups of "
+            f"p={p}, so it needs m to be a multiple of p and {m} is not (PyTorch's schedule relaxes "
+            f"that rule; the exercise asks about Megatron's). Raise ValueError saying so")
+
+
+def target_mistake(answer: dict, scenario: dict = SCENARIO, target: float = BUBBLE_TARGET,
+                   micro_batch: int = MICRO_BATCH) -> str | None:
+    """None when the plain configuration keeps the micro-batch, fits and meets the
+    bubble target; otherwise what is wrong, in the scenario's terms. A configuration
+    that breaks a rule raises ValueError from `plan`, naming every broken rule."""
+    result = plan(scenario["model"], scenario["cluster"], scenario["global_batch"],
+                  scenario.get("seq_len"), **answer, **scenario.get("assumptions", {}))
+    if result.micro_batch != micro_batch:
+        return (f"your micro-batch holds {result.micro_batch} sequences; the scenario keeps it at "
+                f"{micro_batch} (micro_batch={micro_batch}), so m = global batch / dp = "
+                f"{scenario['global_batch']} / {result.dp} = "
+                f"{scenario['global_batch'] // result.dp}")
+    if not result.fits:
+        return (f"{result.label} needs {result.memory.total / 1e9:.1f} GB per GPU and a GPU "
+                f"holds {result.capacity / 1e9:.1f} GB: a layout that does not fit meets no target")
+    if not result.bubble_fraction < target:
+        return (f"{result.label}: p={result.pp}, m={result.micro_batches}, "
+                f"v={result.virtual_stages} idles {result.bubble_fraction:.1%} of the step, not "
+                f"under the {target:.0%} target")
+    return None

@@ -1,0 +1,60 @@
+"""Sizing scenarios and configurations as plain values, on the student's side.
+
+`scenario(...)` is the dict each of drops 10 to 14 keeps as its `SCENARIO`:
+model, cluster, global batch, sequence length, the planner's assumptions and
+what limits the search only. `plain_config(answer)` turns a student's
+configuration into a dict of plain values, or fails saying what is expected.
+
+What judges a configuration against the best a search finds
+(`judge_scenario`, `grade_configuration`) is on the instructor's side, in
+`autograder/references/sizing.py`; the visible check of a configuration is
+`threeaxes.grading.visible_config`.
+"""
+from __future__ import annotations
+
+from threeaxes.grading import as_choice, as_int
+
+__all__ = ["scenario", "plain_config", "INT_KEYS", "RECOMPUTE_CHOICES"]
+
+INT_KEYS = ("dp", "tp", "pp", "micro_batch", "micro_batches", "zero_stage", "virtual_stages")
+RECOMPUTE_CHOICES = ("none", "selective", "full")
+
+
+def scenario(model, cluster, global_batch: int, seq_len: int | None = None, *,
+             assumptions: dict | None = None, search_options: dict | None = None) -> dict:
+    """A sizing scenario, as a dict the notebooks can unpack: the planner's
+    `assumptions` (e.g. {"usable_memory_fraction": 0.9}) go to plan and search
+    alike, `search_options` (e.g. {"micro_batch_sizes": (1,)}) to the search only."""
+    return {"model": model, "cluster": cluster, "global_batch": global_batch, "seq_len": seq_len,
+            "assumptions": dict(assumptions or {}), "search_options": search_options}
+
+
+def plain_config(answer, name: str = "my_config") -> dict:
+    """The answer as a dict of plain values, or an AssertionError that says what to fix."""
+    from threeaxes.cost import CONFIG_KEYS
+
+    if type(answer) is not dict:
+        raise AssertionError(f"{name} should be a dict such as {{'dp': 4, 'tp': 8, 'pp': 1, "
+                             f"'micro_batch': 1, 'zero_stage': 1, 'recompute': 'none'}}; "
+                             f"got {type(answer).__name__}")
+    unknown = sorted(k for k in answer if k not in CONFIG_KEYS)
+    if unknown:
+        raise AssertionError(f"{name} has keys {unknown}; use only {list(CONFIG_KEYS)}")
+    missing = [k for k in ("dp", "tp", "pp") if k not in answer]
+    if missing or ("micro_batch" not in answer and "micro_batches" not in answer):
+        raise AssertionError(f"{name} needs dp, tp, pp and micro_batch (or micro_batches); "
+                             f"missing {missing or ['micro_batch']}")
+    plain = {}
+    for key, value in answer.items():
+        if key in INT_KEYS:
+            plain[key] = as_int(value, f"{name}[{key!r}]")
+        elif key == "recompute":
+            plain[key] = as_choice(value, RECOMPUTE_CHOICES, f"{name}['recompute']")
+        else:   # sequence_parallel
+            if type(value) is not bool:
+                raise AssertionError(f"{name}['sequence_parallel'] should be True or False")
+            plain[key] = value
+    for key in ("dp", "tp", "pp", "micro_batch", "micro_batches", "virtual_stages"):
+        if key in plain and plain[key] < 1:
+            raise AssertionError(f"{name}[{key!r}]={plain[key]} should be a whole number >= 1")
+    return plain

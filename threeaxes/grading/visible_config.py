@@ -1,0 +1,132 @@
+"""The visible check of a configuration exercise (drops 10 to 14: `fix_config`,
+`new_layout`, `my_config`).
+
+There is no single right configuration: any layout that follows the rules,
+fits in memory and runs near the fastest one scores in full. So this check
+evaluates the student's own dict with the library's public `plan` (which
+students may call too) in the drop's scenario, and compares it with data
+computed once on the instructor's side by the search
+(`python -m autograder.config_cases`, stored in
+`threeaxes/grading/cases/dropNN.config.json`): the fastest fitting layout's
+step time, and the margin within which a layout earns full marks. The best
+layout itself is not stored. The hidden test judges again with the search.
+
+A stored exercise:
+
+    {"name": "fix_config",                          # the variable the answer binds
+     "scenario": "threeaxes.grading.drop10.SCENARIO",
+     "best_step_s": 4.3, "margin": 0.1,
+     "micro_batch": null | 1,                       # a micro-batch size the scenario fixes
+     "bubble_target": null | 0.25,                  # an idle share the layout must stay under
+     "mistakes": [{"name", "rule", "when", "says"}],
+     "passed": "..."}
+
+Each catalogued mistake breaks one rule: one of `threeaxes.cost.violations`'
+("gpus", "tp_heads", "tp_kv_heads", "tp_node", "pp_layers", "zero_pp",
+"batch_dp", "micro_batch", "interleave"), or "memory" (does not fit), or
+"micro_batch_fixed", "bubble" (the scenario's own targets), or "slow" (fits,
+more than the margin slower than the best). `when` (optional) narrows it to
+configurations holding those values, e.g. the very layout that crashed. A
+broken rule fails the check naming each mistake it matches; "slow",
+"bubble" and "micro_batch_fixed" only print (a slow layout loses part of the
+points, not all, and the scenario's own targets are another test cell's:
+that cell passes them in `fail_on`).
+"""
+from __future__ import annotations
+
+import importlib
+import json
+
+from threeaxes.grading.sizing import plain_config
+from threeaxes.grading.visible import CASES
+
+__all__ = ["load", "evaluate", "diagnose", "check", "DEFAULTS", "PRINTED_ONLY"]
+
+# the values `plan` assumes for what a configuration leaves out
+DEFAULTS = {"zero_stage": 0, "recompute": "none", "virtual_stages": 1, "sequence_parallel": False}
+PRINTED_ONLY = ("slow", "bubble", "micro_batch_fixed")   # cost part of the points, or another cell's
+
+
+def load(drop: str) -> dict:
+    return json.loads((CASES / f"{drop}.config.json").read_text())
+
+
+def _scenario(path: str) -> dict:
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def evaluate(spec: dict, config: dict):
+    """(broken rules as [(rule, library message)], plan's result or None) for a plain config."""
+    from threeaxes.cost import GB, plan, violations
+
+    s = _scenario(spec["scenario"])
+    flags = {k: s["assumptions"].get(k, False) for k in ("allow_tp_across_nodes", "allow_sharded_pp")}
+    rules = {k: v for k, v in config.items() if k != "sequence_parallel"}
+    broken = [(v.rule, v.message) for v in violations(s["model"], s["cluster"], s["global_batch"],
+                                                      **rules, **flags, suggest_flags=False)]
+    if broken:
+        return broken, None
+    r = plan(s["model"], s["cluster"], s["global_batch"], s.get("seq_len"), **config, **s["assumptions"])
+    if spec.get("micro_batch") and r.micro_batch != spec["micro_batch"]:
+        broken.append(("micro_batch_fixed", f"micro-batches of {r.micro_batch} sequences, where the "
+                                            f"scenario keeps {spec['micro_batch']}"))
+    if not r.fits:
+        broken.append(("memory", f"needs {r.memory.total / GB:.1f} GB per GPU (parameters "
+                                 f"{r.memory.params / GB:.1f}, gradients {r.memory.grads / GB:.1f}, "
+                                 f"optimizer {r.memory.optimizer / GB:.1f}, activations "
+                                 f"{r.memory.activations / GB:.1f}); a GPU holds {r.capacity / GB:.1f} GB"))
+        return broken, r
+    if spec.get("bubble_target") is not None and not r.bubble_fraction < spec["bubble_target"]:
+        broken.append(("bubble", f"p={r.pp}, m={r.micro_batches}, v={r.virtual_stages} idles "
+                                 f"{r.bubble_fraction:.1%} of the step, not under "
+                                 f"{spec['bubble_target']:.0%}"))
+    slowdown = r.time.total / spec["best_step_s"]
+    if slowdown > 1 + spec["margin"]:
+        broken.append(("slow", f"predicted step {r.time.total:.2f} s, {slowdown:.2f}x the fastest "
+                               f"layout the search found"))
+    return broken, r
+
+
+def _matches(mistake: dict, config: dict) -> bool:
+    full = {**DEFAULTS, **config}
+    return all(full.get(k) == v for k, v in (mistake.get("when") or {}).items())
+
+
+def diagnose(spec: dict, config: dict) -> list:
+    """[(rule, mistake name or None, what to tell the student)] for every rule the plain
+    config breaks; the most specific catalogued mistake of each rule is named."""
+    broken, _ = evaluate(spec, config)
+    found = []
+    for rule, message in broken:
+        fitting = sorted((m for m in spec["mistakes"] if m["rule"] == rule and _matches(m, config)),
+                         key=lambda m: -len(m.get("when") or {}))
+        if fitting:
+            found.append((rule, fitting[0]["name"], f"{fitting[0]['says']} ({message})"))
+        else:
+            found.append((rule, None, message))
+    return found
+
+
+def check(drop: str, answer: str, config, fail_on=()) -> None:
+    """Fail naming each rule the configuration breaks; print what plan says of it, and
+    whether it is slower than full marks allow (the points are the hidden test's to give).
+    `fail_on`: rules of PRINTED_ONLY that this test cell's points hang on (drop 12's
+    bubble target and micro-batch), which then fail too."""
+    from threeaxes.cost import GB
+
+    spec = load(drop)[answer]
+    name = spec["name"]
+    config = plain_config(config, name)
+    found = diagnose(spec, config)
+    failing = [said for rule, _, said in found if rule not in PRINTED_ONLY or rule in fail_on]
+    if failing:
+        raise AssertionError(f"{name} = {config}:\n" + "\n".join(f"- {said}" for said in failing))
+    _, r = evaluate(spec, config)      # it follows the rules and fits: plan has its figures
+    print(f"{name}: {r.label}: {r.memory.total / GB:.1f} GB per GPU of {r.capacity / GB:.1f}, "
+          f"step {r.time.total:.2f} s, {r.time.total / spec['best_step_s']:.2f}x the fastest "
+          f"layout the search found")
+    for rule, _, said in found:
+        print(f"{name}: {said}")
+    if not found:
+        print(spec["passed"])
