@@ -28,7 +28,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.grade import autograde, register_assignments
+from autograder.grade import autograde, pending, register_assignments
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "nbgrader_config.py"
@@ -259,11 +259,13 @@ def grade(course: Course, drops: list[str], jobs: int = 2, *extra: str, progress
         raise SystemExit(f"submitted/ holds nothing of {', '.join(drops)}: "
                          f"collect first (python -m autograder.exchange collect {' '.join(drops)})")
     report = Graded(problems=problems)
-    if good:
+    todo = pending(course.root, good)   # what an earlier, stopped run left (autograder/grade.py)
+    if todo:
         try:
-            autograde(course.root, good, jobs, *extra, progress=progress)
+            autograde(course.root, todo, jobs, *extra, progress=progress)
         except SystemExit as failed:   # grade.autograde names each one nbgrader could not grade
             report.problems.append(str(failed))
+    if good:
         api = _api(course)
         for drop in sorted({d for d, _ in good}):
             _ok(api.generate_feedback(drop, force=True), f"generate_feedback {drop}")
