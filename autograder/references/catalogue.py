@@ -65,11 +65,15 @@ def telling(drop: str, answer: str, draw, rng, n: int = 4, tries: int = 50) -> l
             values = {"right": visible.plain(reference(*args), spec["form"], "reference")}
             values.update({name: _value(spec, fn, args) for name, (fn, _) in wrong.items()})
             new = {(a, b) for a, b in pairs - apart if not visible.same(values[a], values[b])}
-            if new or (len(kept) < n and values["right"] is not None):
+            if new or len(kept) < n:
                 kept.append(tuple(args))
                 apart |= new
-        if len(kept) >= n and all(("right", m) in apart for m in wrong):
+        if len(kept) >= n and apart == pairs:
             return kept
+    # some pairs of mistakes may never part on drawn cases: then every mistake must at least
+    # part from the right answer
+    if len(kept) >= n and all(("right", m) in apart for m in wrong):
+        return kept
     missing = [m for m in wrong if ("right", m) not in apart]
     raise RuntimeError(f"{drop} {answer}: no drawn case tells {missing} from the right answer")
 

@@ -142,3 +142,9 @@ def axis_roles_mistake(split: dict, crosses: dict) -> str | None:
         if crosses.get(axis) != AXIS_CROSSES[axis]:
             return f"what_crosses[{axis!r}] = {crosses.get(axis)!r}: {_CROSS_HINTS[axis]}"
     return None
+
+
+def draw_training_cases(rng) -> list[tuple]:
+    """Parameter counts drawn at grading (one, a small model, a large one), each precision."""
+    return [(n, precision) for n in (rng.randint(2, 10**6), rng.randint(10**9, 10**11))
+            for precision in ("fp32", "mixed")]

@@ -190,3 +190,14 @@ def stage0_held_mistake(got: int, schedule: str, p: int, m: int) -> str | None:
                 f"before its first backward comes back: p = {p}")
     return (f"{call}; count the forwards of stage 0 before its first backward in "
             f"one_f_one_b({p}, {m}) (never more than m)")
+
+
+def draw_bubble_cases(rng) -> list[tuple[int, int]]:
+    """(p, m) drawn at grading, a deep pipeline with few micro-batches among them."""
+    return [(rng.randint(2, 8), rng.randint(1, 32)) for _ in range(5)] + [(rng.randint(5, 8), rng.randint(1, 3))]
+
+
+def draw_stage0_cases(rng) -> list[tuple[str, int, int]]:
+    """(schedule, p, m) drawn at grading: both schedules, m below and above p."""
+    p = rng.randint(2, 8)
+    return [(s, p, m) for s in ("gpipe", "1f1b") for m in (rng.randint(1, p), rng.randint(p + 1, 4 * p))]

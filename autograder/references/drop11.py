@@ -186,3 +186,8 @@ def draw_bytes_case(rng) -> tuple:
     d_model = 128 * rng.randint(4, 96)
     return (n_layers, d_model, rng.choice((512, 1024, 2048, 4096, 8192)), rng.randint(1, 4),
             rng.randint(1, 64), rng.choice((2, 4, 8)), pp)
+
+
+def draw_bytes_cases(rng, n: int = 3) -> list[tuple]:
+    """`n` cases of `draw_bytes_case`, for catalogue.telling, the last with 4-byte values."""
+    return [draw_bytes_case(rng) for _ in range(n - 1)] + [draw_bytes_case(rng) + (4,)]

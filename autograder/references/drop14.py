@@ -79,3 +79,8 @@ def state_mistake(got, n_params, dp, tp, pp, zero_stage) -> str | None:
     if _close(got * GiB, want * GB) or _close(got, want * GB):
         return f"{where}; return GB of 1e9 bytes (not GiB, not bytes)"
     return f"{where}; expected 16 bytes per parameter split over tp * pp, then ZeRO over dp"
+
+
+def draw_state_cases(rng) -> list[tuple]:
+    """One case of `draw_state_case` for each ZeRO stage, for catalogue.telling."""
+    return [draw_state_case(rng, zero_stage=stage) for stage in range(4)]
