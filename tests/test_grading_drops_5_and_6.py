@@ -18,7 +18,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from threeaxes.grading import check_on_ranks, drop05, drop06
+from autograder.references import drop05, drop06
+from threeaxes.grading import check_on_ranks
 
 SEEDS = range(60)
 
@@ -132,13 +133,13 @@ def test_drop06_every_drawn_case_has_the_hand_answer_and_catches_forward_only():
 def _sp_raw(t, seq_len=8, batch=2, seed=0, d_model=32, bias_times=1):
     """Per-rank results built in one process: each rank's output slice and gradients;
     a whole tensor's gradient all on rank 0 (the judge sums them over the ranks)."""
-    block, x, _, y = drop06._reference(drop06._sp_mlp_config(seq_len, d_model), batch, seed)
+    block, x, _, y = drop06.one_process_mlp(drop06.sp_mlp_config(seq_len, d_model), batch, seed)
     params = dict(block.named_parameters())
     y = y + (bias_times - 1) * params["mlp.fc2.bias"].detach()
     results = []
     for rank in range(t):
         grads = {"x": x.grad.chunk(t, 1)[rank]}
-        for key, (name, dim) in drop06._CUTS.items():
+        for key, (name, dim) in drop06.CUTS.items():
             g = params[name].grad
             grads[key] = (g if rank == 0 else torch.zeros_like(g)) if dim is None else g.chunk(t, dim)[rank]
         out = y.chunk(t, 1)[rank]

@@ -66,9 +66,9 @@ def test_check_on_ranks_only_takes_reference_checks_from_the_grading_package():
 def test_check_on_ranks_runs_the_check_imported_fresh_not_a_forgery():
     from threeaxes.grading import drop02
 
-    def forged(rank, world_size, student_fn):          # claims to be the reference check
+    def forged(rank, world_size, student_fn):          # claims to be the rank runner
         return {"ok": True, "message": "forged"}
-    forged.__module__, forged.__name__ = drop02.__name__, "check_average_gradients"
+    forged.__module__, forged.__name__ = drop02.__name__, "gradients_after_average"
 
     def no_division(grads_model, world_size):          # a wrong student answer: sums, never divides
         import torch.distributed as dist
@@ -76,7 +76,8 @@ def test_check_on_ranks_runs_the_check_imported_fresh_not_a_forgery():
             dist.all_reduce(p.grad)
 
     results = check_on_ranks(forged, 2, no_division)
-    assert [r["ok"] for r in results] == [False, False]
+    # the real runner ran: raw gradients came back, not the forged approval
+    assert [sorted(r) for r in results] == [["error", "grads", "rank", "shapes"]] * 2
 
 
 def test_a_student_function_still_works_after_a_hidden_test_reimports_threeaxes():
@@ -100,8 +101,12 @@ def test_a_student_function_still_works_after_a_hidden_test_reimports_threeaxes(
             del sys.modules[name]
         from threeaxes.grading import check_on_ranks as fresh_check_on_ranks
         from threeaxes.grading import drop09
-        results = fresh_check_on_ranks(drop09.check_shard_gather, 2, namespace["shard"], namespace["gather"])
+        results = fresh_check_on_ranks(drop09.shard_gather_raw, 2, namespace["shard"], namespace["gather"],
+                                       [[1.0, 2.0, 3.0]])
     finally:
         sys.modules.clear()
         sys.modules.update(saved)
-    assert [r["ok"] for r in results] == [True, True], results
+    # each rank cut its shard, and one all-gather over dp put the three numbers back
+    assert [r[0]["error"] for r in results] == [None, None], results
+    assert [r[0]["shard"] for r in results] == [((2,), [1.0, 2.0]), ((2,), [3.0, 0.0])], results
+    assert [r[0]["gathered"] for r in results] == [((3,), [1.0, 2.0, 3.0])] * 2, results

@@ -265,7 +265,7 @@ def test_measured_beside_predicted_draws_two_timelines(measured):
 def test_drop07_drawn_targets_sit_on_no_boundary():
     import random
 
-    from threeaxes.grading import drop07
+    from autograder.references import drop07
 
     assert drop07.on_a_boundary(4, 0.1)            # m = 27: 3/30 is exactly 10%
     for seed in range(60):
@@ -284,7 +284,7 @@ def test_drop07_drawn_targets_sit_on_no_boundary():
 def test_drop07_drawn_schedules_have_the_papers_answer_and_catch_ignored_interleaving():
     import random
 
-    from threeaxes.grading import drop07
+    from autograder.references import drop07
 
     def by_hand(schedule, p, m, v):
         # Narayanan et al. 2021, 2.2.1-2.2.2: bubble (p-1)/(v m + p - 1); stage 0 holds m (GPipe),
@@ -306,7 +306,7 @@ def test_drop07_drawn_schedules_have_the_papers_answer_and_catch_ignored_interle
 
 
 def test_drop07_references_name_the_usual_mistakes():
-    from threeaxes.grading import drop07
+    from autograder.references import drop07
 
     # p = 4, target 10%: (p-1)/(m+p-1) < 0.1 needs m > 27 (m = 27 gives exactly 10%); (p-1)/m needs m > 30
     assert drop07.expected_smallest_m(4, 0.1) == 28
@@ -325,7 +325,7 @@ def test_drop07_references_name_the_usual_mistakes():
 
 
 def test_drop07_answers_become_plain_values_first():
-    from threeaxes.grading import drop07
+    from autograder.references import drop07
 
     class AlwaysEqual(float):
         def __eq__(self, other):

@@ -1,6 +1,7 @@
 """The calculators, driven programmatically: set values, check the data they
 plot against the formulas, and move every control at random (hypothesis)."""
 import html
+import sys
 
 import matplotlib
 
@@ -256,3 +257,20 @@ def test_memory_explorer_attention_box_adds_the_score_term():
     e.controls["flash_attention"].value = False
     stored = e.data.bars[0][1].activations
     assert stored - flash == pytest.approx(80 * 5 * 64 * 4096 * 4096 * 1 / 8)
+
+
+def test_in_colab_importing_the_widgets_turns_on_colabs_widget_manager(monkeypatch):
+    import types
+
+    from threeaxes.widgets import colab
+
+    assert colab.enable_colab_widgets() is False          # not Colab: nothing done
+    calls = []
+    output = types.SimpleNamespace(enable_custom_widget_manager=lambda: calls.append(1))
+    google = types.ModuleType("google")
+    google_colab = types.ModuleType("google.colab")
+    google_colab.output = output
+    google.colab = google_colab
+    monkeypatch.setitem(sys.modules, "google", google)
+    monkeypatch.setitem(sys.modules, "google.colab", google_colab)
+    assert colab.enable_colab_widgets() is True and calls == [1]

@@ -1,4 +1,4 @@
-"""Reference checks for drop 5 (one step under pure data parallelism, traced).
+"""References for drop 5 (one step under pure data parallelism, traced).
 
 Three exercises:
 
@@ -7,10 +7,11 @@ Three exercises:
   plan with `plan_buckets` on the parameters in the reverse of registration
   order; `bucket_mistake` names the usual mistakes.
 * `first_reduced`: the layer whose gradient opens the first all-reduce
-  (`first_bucket_layer` reads it off the bucket plan).
+  (`first_bucket_layer` reads it off the bucket plan; `first_reduced_layer`
+  for the notebook's toy).
 * `launch_bucket(grads, dims)`: start one bucket's reduction.
-  `launch_bucket_results` runs it inside `DataParallel` on fresh ranks and
-  sends back the raw gradients; `judge_launch_bucket` compares them, in the
+  `launch_bucket_results` (`threeaxes.grading.drop05`, the student's side) runs
+  it inside `DataParallel` on fresh ranks and sends back the raw gradients; `judge_launch_bucket` compares them, in the
   grader, with `reference_gradients` computed in one process (the mean of the
   ranks' gradients, which is what DistributedDataParallel leaves in `.grad`).
 
@@ -20,10 +21,12 @@ returned could be forged; they return raw numbers and the grader decides.
 from __future__ import annotations
 
 from threeaxes.grading import as_int, same_as_reference
+from threeaxes.grading.drop05 import (LAUNCH_BUCKET_CONFIG, launch_bucket_results,  # noqa: F401
+                                      launch_bucket_setup)
 
 __all__ = ["plain_sizes", "expected_all_reduce_bytes", "bucket_mistake", "draw_bucket_cases",
-           "first_bucket_layer", "layer_of", "LAUNCH_BUCKET_CONFIG", "launch_bucket_results",
-           "reference_gradients", "judge_launch_bucket"]
+           "first_bucket_layer", "first_reduced_layer", "layer_of", "LAUNCH_BUCKET_CONFIG",
+           "launch_bucket_results", "reference_gradients", "judge_launch_bucket"]
 
 
 def plain_sizes(answer, name="all_reduce_sizes(...)") -> list[int]:
@@ -101,69 +104,14 @@ def first_bucket_layer(model) -> str:
     return layer_of(last, layers_of(model))
 
 
+def first_reduced_layer() -> str:
+    """Exercise 2's answer: the layer that opens the first bucket of the notebook's toy."""
+    from threeaxes.toy import ToyConfig, ToyTransformer
+
+    return first_bucket_layer(ToyTransformer(ToyConfig()))
+
+
 # -- exercise 3: the hook that sends a bucket ------------------------------------------------
-
-# The toy the launch_bucket check trains unless told otherwise (small: its gradients come back
-# to the grader as numbers). dtype is always float64, so "equal" means equal to rounding.
-LAUNCH_BUCKET_CONFIG = {"vocab_size": 16, "d_model": 8, "n_heads": 2, "n_layers": 2, "seq_len": 8}
-
-
-def _launch_bucket_setup(config, per_rank, seed, world_size):
-    """The model config and the global batch of the launch_bucket check."""
-    import torch
-
-    from threeaxes.toy import ToyConfig, make_batch
-
-    cfg = ToyConfig(**{**LAUNCH_BUCKET_CONFIG, **(config or {})}, dtype=torch.float64)
-    return cfg, make_batch(cfg, per_rank * world_size, seed=seed)
-
-
-def launch_bucket_results(rank, world_size, launch_bucket, bucket_bytes, config=None, per_rank=2,
-                          seed=5) -> dict:
-    """On fresh ranks: one backward through `DataParallel(..., launch_bucket=...)`; the raw results.
-
-    Returns plain values only, for `judge_launch_bucket` to compare with a reference
-    the grader computes itself: {"error": None or what the student's code raised,
-    "pending": the type name of each `pending` launch_bucket returned, "all_reduces":
-    how many all-reduces over dp went through threeaxes.comms, "grads": {parameter
-    name: its gradient after finish_gradient_synchronization(), flattened to floats}}.
-    """
-    from threeaxes import comms, trace
-    from threeaxes.data_parallel import DataParallel, shard_batch
-    from threeaxes.dims import ParallelDims
-    from threeaxes.toy import ToyTransformer, lm_loss
-
-    dims = ParallelDims.init(dp=world_size)
-    cfg, batch = _launch_bucket_setup(config, per_rank, seed, world_size)
-    inputs, targets = shard_batch(*batch, dims)
-    pending_types = []
-
-    def watched(grads, dims):
-        result = launch_bucket(grads, dims)
-        pending = result[1] if type(result) is tuple and len(result) == 2 else None
-        pending_types.append(type(pending).__name__)
-        if pending is not None and not isinstance(pending, comms.Pending):
-            raise AssertionError(
-                f"launch_bucket returned a {type(pending).__name__} as pending, not the Pending "
-                f"of comms.all_reduce(flat, 'dp', dims=dims, async_op=True): without async_op=True "
-                f"the all-reduce finishes inside the hook and backward waits for the network")
-        return result
-
-    model = ToyTransformer(cfg, seed=0)
-    wrapped = DataParallel(model, bucket_bytes, dims, launch_bucket=watched)
-    out = {"error": None, "pending": pending_types, "all_reduces": 0, "grads": {}}
-    try:
-        with trace.record() as recorded:
-            lm_loss(wrapped(inputs), targets).backward()
-            wrapped.finish_gradient_synchronization()
-    except Exception as err:  # the student's code raised: report it, in the student's terms
-        out["error"] = f"rank {rank}: {type(err).__name__}: {err}"
-        return out
-    out["all_reduces"] = recorded.count("all_reduce", "dp")
-    out["grads"] = {n: None if p.grad is None else p.grad.reshape(-1).tolist()
-                    for n, p in model.named_parameters()}
-    return out
-
 
 def reference_gradients(world_size, config=None, per_rank=2, seed=5):
     """In one process: the dp-averaged gradients every rank should end with (the
@@ -171,7 +119,7 @@ def reference_gradients(world_size, config=None, per_rank=2, seed=5):
     rank's own gradient before averaging. Both {name: float64 tensor}."""
     from threeaxes.toy import ToyTransformer, lm_loss
 
-    cfg, (inputs, targets) = _launch_bucket_setup(config, per_rank, seed, world_size)
+    cfg, (inputs, targets) = launch_bucket_setup(config, per_rank, seed, world_size)
 
     def grads(rows):
         model = ToyTransformer(cfg, seed=0)

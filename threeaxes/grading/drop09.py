@@ -1,200 +1,52 @@
-"""Reference checks for drop 9 (bytes per GPU under DP, ZeRO-1, ZeRO-2, ZeRO-3).
+"""Drop 9 on the student's side: the runners of the shard-and-gather exercise.
 
-Two exercises:
+Both run a student's functions on fresh ranks and send back raw values, never a
+verdict, since ranks started from a student's notebook run there:
 
-* `bytes_per_gpu(n_params, regime, dp)`: the bytes of parameters, gradients
-  and optimizer states one GPU holds under mixed-precision Adam. Judged by
-  value against `threeaxes.cost.model_state_bytes` (ZeRO's Section 3.1 and
-  Figure 1); `bytes_mistake` names the usual slips (no fp32 master copy,
-  parameters sharded already under ZeRO-1, a term left unsharded, GB instead
-  of bytes).
-* `shard_flat(flat, dp_rank, dp)` and `gather_flat(shard, numel, dims)`: cut a
-  flat parameter into dp equal shards (padded with zeros to a multiple of dp)
-  and put it back together with one all-gather over dp. `check_shard_gather`
-  runs them on fresh ranks against a reference written here, and reads the
-  trace to see that the gather was one all-gather over the dp axis: a verdict
-  made where the student's functions run, for visible feedback only. The
-  hidden test judges in the grader: `shard_mistake` calls `shard_flat` for
-  every rank against the reference cut here, `shard_gather_raw` sends back
-  from the ranks only raw values (shards, gathered vectors, collectives) and
-  `gather_mistake` compares them with the vectors the grader drew
-  (`draw_flat_vectors`).
+* `gather_flat_results`: each rank's stored shard through the student's
+  `gather_flat`: what came back and the collectives it made (the visible check
+  compares them with stored cases, `threeaxes.grading.visible`);
+* `shard_gather_raw`: the student's `shard_flat` then `gather_flat` on vectors
+  the grader drew (the hidden test judges them, `autograder/references/drop09.py`).
 """
 from __future__ import annotations
 
-from threeaxes.cost.memory import STATE_TERMS, ZERO_REGIMES
-from threeaxes.grading import ask_student, as_number
-
-__all__ = ["expected_bytes", "plain_bytes", "ask_bytes", "bytes_mistake", "draw_bytes_cases",
-           "check_shard_gather",
-           "draw_flat_vectors", "shard_mistake", "shard_gather_raw", "gather_mistake"]
+__all__ = ["plain_vector", "gather_flat_results", "shard_gather_raw"]
 
 
-
-def expected_bytes(n_params, regime, dp) -> dict:
-    """The reference, through the cost model: {"params", "grads", "optimizer"} in bytes."""
-    from threeaxes.cost import model_state_bytes
-
-    states = model_state_bytes(n_params, dp=dp, zero_stage=ZERO_REGIMES[regime], precision="mixed")
-    return {term: float(getattr(states, term)) for term in STATE_TERMS}
-
-
-def plain_bytes(answer, name="bytes_per_gpu(...)") -> dict:
-    """The answer as a dict of three plain floats, or an AssertionError saying why not."""
-    if type(answer) is not dict or set(answer) != set(STATE_TERMS):
-        raise AssertionError(f"{name} should return a dict with exactly the keys {list(STATE_TERMS)}")
-    return {term: as_number(answer[term], f"{name}[{term!r}]") for term in STATE_TERMS}
-
-
-def ask_bytes(bytes_per_gpu, n_params, regime, dp) -> dict:
-    """The answer for one case as plain floats; any error names the call."""
-    call = f"bytes_per_gpu({n_params!r}, {regime!r}, {dp})"
-    return plain_bytes(ask_student(bytes_per_gpu, call, n_params, regime, dp), call)
-
-
-def _close(a, b):
-    return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1.0)
-
-
-def bytes_mistake(got: dict, n_params, regime, dp) -> str | None:
-    """None when `got` is right; otherwise a message naming the mistake."""
-    want = expected_bytes(n_params, regime, dp)
-    if all(_close(got[t], want[t]) for t in STATE_TERMS):
-        return None
-    where = f"for {n_params:,} parameters under {regime} with dp={dp}"
-    stage = ZERO_REGIMES[regime]
-    if all(_close(got[t] * 1e9, want[t]) or _close(got[t] * 2**30, want[t]) for t in STATE_TERMS):
-        return f"{where} your numbers look like GB or GiB; return bytes"
-    if _close(got["optimizer"] * 12 / 8, want["optimizer"]):
-        per = "8 per parameter, divided over dp" if stage else "8 per parameter"
-        return (f"{where} the optimizer holds {got['optimizer']:,.0f} bytes, {per}: remember the "
-                f"fp32 master copy (4 bytes) beside Adam's two fp32 moments (4 + 4)")
-    if stage < 3 and _close(got["params"] * dp, want["params"]) and dp > 1:
-        return (f"{where} you sharded the parameters; only ZeRO-3 shards them, ZeRO-{stage or 'DP'} keeps "
-                f"the whole 2-byte copy on every GPU")
-    if stage < 2 and _close(got["grads"] * dp, want["grads"]) and dp > 1:
-        return (f"{where} you sharded the gradients; they are sharded from ZeRO-2 on, so here "
-                f"every GPU holds all of them")
-    for term, first_stage in (("optimizer", 1), ("grads", 2), ("params", 3)):
-        if stage >= first_stage and _close(got[term], want[term] * dp) and dp > 1:
-            return f"{where} the {term} should be sharded over the dp={dp} GPUs: divide by dp"
-    wrong = [t for t in STATE_TERMS if not _close(got[t], want[t])]
-    return f"{where} {', '.join(wrong)} not right: expected {want}, got {got}"
-
-
-def draw_bytes_cases(rng) -> list[tuple]:
-    """Random (n_params, regime, dp) cases: a small model, one in the billions and one given
-    as a float (7e9-style), each under every regime over two dp sizes above 1."""
-    sizes = [rng.randint(1, 10**6), rng.randint(10**9, 2 * 10**11), rng.randint(1, 500) * 1e9]
-    dps = [rng.randint(2, 8), rng.randint(9, 512)]
-    return [(n, regime, dp) for n in sizes for regime in ZERO_REGIMES for dp in dps]
-
-
-# -- shard and gather a flat parameter, on ranks ---------------------------------------
-
-def _reference_shard(flat, dp_rank, dp):
-    import torch
-
-    per_rank = -(-flat.numel() // dp)   # ceil: pad the tail with zeros up to dp equal shards
-    padded = torch.zeros(per_rank * dp, dtype=flat.dtype)
-    padded[:flat.numel()] = flat
-    return padded[dp_rank * per_rank:(dp_rank + 1) * per_rank].clone()
-
-
-def check_shard_gather(rank, world_size, shard_flat, gather_flat, sizes=(12, 10, 3)) -> dict:
-    """On fresh ranks (dp = world_size): shard flat tensors of several sizes, gather them back."""
-    import torch
-
-    from threeaxes import trace
-    from threeaxes.dims import ParallelDims
-
-    dims = ParallelDims.init(dp=world_size)
-    dp, me = dims.size("dp"), dims.coord("dp")
-    for numel in sizes:
-        flat = torch.arange(1.0, numel + 1, dtype=torch.float64)
-        where = f"rank {rank}, a flat parameter of {numel} numbers over dp={dp}"
-        want = _reference_shard(flat, me, dp)
-        try:
-            shard = shard_flat(flat.clone(), me, dp)
-        except Exception as exc:  # noqa: BLE001 - the student's error becomes the message
-            return {"ok": False, "message": f"{where}: shard_flat raised {type(exc).__name__}: {exc}"}
-        if not isinstance(shard, torch.Tensor) or shard.dim() != 1:
-            return {"ok": False, "message": f"{where}: shard_flat should return a 1-d tensor"}
-        if shard.numel() != want.numel():
-            hint = (" pad the flat tensor with zeros to a multiple of dp first, so every shard has "
-                    f"the same size, ceil({numel}/{dp}) = {want.numel()}")
-            return {"ok": False, "message": f"{where}: your shard holds {shard.numel()} numbers;{hint}"}
-        if not torch.equal(shard.to(want.dtype), want):
-            k = want.numel()
-            return {"ok": False, "message": f"{where}: your shard is {shard.tolist()}, expected "
-                                            f"{want.tolist()}: dp rank r keeps entries [r*{k}, (r+1)*{k}) "
-                                            f"of the zero-padded tensor"}
-        with trace.record() as recorded:
-            try:
-                full = gather_flat(shard, numel, dims)
-            except Exception as exc:  # noqa: BLE001
-                return {"ok": False, "message": f"{where}: gather_flat raised {type(exc).__name__}: {exc}"}
-        is_tensor = isinstance(full, torch.Tensor)
-        if not is_tensor or full.shape != flat.shape or not torch.equal(full.to(flat.dtype), flat):
-            got = list(full.shape) if is_tensor else type(full).__name__
-            hint = " drop the padding at the end" if is_tensor and full.numel() > numel else ""
-            return {"ok": False, "message": f"{where}: gather_flat gave {got}, not the {numel} numbers "
-                                            f"back in order;{hint}"}
-        gathers = recorded.comms("all_gather", "dp")
-        if len(recorded.comms()) != 1 or len(gathers) != 1:
-            made = [e.op for e in recorded.comms()]
-            return {"ok": False, "message": f"{where}: gather_flat made {made or 'no collectives'}; "
-                                            f"use exactly one comms.all_gather over the 'dp' axis"}
-    return {"ok": True, "message": f"rank {rank}: every shard and every gather right"}
-
-
-# -- the hidden test: raw values from the ranks, judged in the grader ----------------------
-
-def draw_flat_vectors(rng) -> tuple[int, list[list[float]]]:
-    """A dp size from 2 to 4 and three flat vectors of random numbers (exact in float32, so a
-    float32 buffer is no mistake here): a length that is not a multiple of dp, one that is,
-    and one shorter than dp (some shards are all padding)."""
-    dp = rng.randint(2, 4)
-    sizes = [dp * rng.randint(1, 6) + rng.randint(1, dp - 1), dp * rng.randint(1, 6), rng.randint(1, dp - 1)]
-    return dp, [[rng.randint(-800, 800) / 8 for _ in range(n)] for n in sizes]
-
-
-def _where(values, dp) -> str:
-    shown = f" {values}" if len(values) <= 12 else ""
-    return f"a flat parameter of {len(values)} numbers{shown} over dp={dp}"
-
-
-def shard_mistake(shard_flat, dp, vectors) -> str | None:
-    """Call `shard_flat` for every dp rank and vector (no communication: one process) and
-    compare with the zero-padded reference cut here; None when all are right."""
-    import torch
-
-    for values in vectors:
-        flat = torch.tensor(values, dtype=torch.float64)
-        for dp_rank in range(dp):
-            want = _reference_shard(flat, dp_rank, dp)
-            where = f"shard_flat(<{_where(values, dp)}>, {dp_rank}, {dp})"
-            shard = ask_student(shard_flat, where, flat.clone(), dp_rank, dp)
-            if not isinstance(shard, torch.Tensor) or shard.dim() != 1:
-                return f"{where} should return a 1-d tensor, got {type(shard).__name__}"
-            if shard.numel() != want.numel():
-                return (f"{where} holds {shard.numel()} numbers; pad the flat tensor with zeros to a "
-                        f"multiple of dp first, so every shard has ceil({flat.numel()}/{dp}) = "
-                        f"{want.numel()}")
-            if not torch.equal(shard.to(want.dtype), want):
-                k = want.numel()
-                return (f"{where} is {shard.tolist()}, expected {want.tolist()}: dp rank r keeps "
-                        f"entries [r*{k}, (r+1)*{k}) of the zero-padded tensor")
-    return None
-
-
-def _plain_vector(value):
+def plain_vector(value):
     """A tensor as (shape, values in float64); anything else as its type's name."""
     import torch
 
     if isinstance(value, torch.Tensor):
         return tuple(value.shape), value.detach().to(torch.float64).flatten().tolist()
     return type(value).__name__
+
+
+def gather_flat_results(rank, world_size, gather_flat, cases) -> tuple:
+    """On fresh ranks (dp = world_size), for each case {"numel", "shards": one list of
+    numbers per dp rank}: what gather_flat(this rank's shard, numel, dims) gave back, the
+    collectives it made as (op, axis), or the error it raised. Raw values only."""
+    import torch
+
+    from threeaxes import trace
+    from threeaxes.dims import ParallelDims
+
+    dims = ParallelDims.init(dp=world_size)
+    out = []
+    for case in cases:
+        shard = torch.tensor(case["shards"][dims.coord("dp")], dtype=torch.float64)
+        entry = {"gathered": None, "collectives": None, "error": None}
+        with trace.record() as recorded:
+            try:
+                entry["gathered"] = plain_vector(gather_flat(shard, case["numel"], dims))
+            except Exception as exc:  # noqa: BLE001 - the student's error is sent back as text
+                entry["error"] = f"gather_flat raised {type(exc).__name__}: {exc}"
+        entry["collectives"] = tuple((e.op, e.axis) for e in recorded.comms())
+        out.append(entry)
+        if entry["error"]:
+            break     # a rank that failed may have left the others waiting in a collective
+    return tuple(out)
 
 
 def shard_gather_raw(rank, world_size, shard_flat, gather_flat, vectors) -> tuple:
@@ -213,7 +65,7 @@ def shard_gather_raw(rank, world_size, shard_flat, gather_flat, vectors) -> tupl
         entry = {"shard": None, "gathered": None, "collectives": None, "error": None}
         try:
             shard = shard_flat(flat.clone(), dims.coord("dp"), world_size)
-            entry["shard"] = _plain_vector(shard)
+            entry["shard"] = plain_vector(shard)
         except Exception as exc:  # noqa: BLE001 - the student's error is sent back as text
             entry["error"] = f"shard_flat raised {type(exc).__name__}: {exc}"
         # communication: every rank says whether its shard is ready, so that no rank waits in
@@ -222,47 +74,9 @@ def shard_gather_raw(rank, world_size, shard_flat, gather_flat, vectors) -> tupl
         if ready.item() == world_size:
             with trace.record() as recorded:
                 try:
-                    entry["gathered"] = _plain_vector(gather_flat(shard, flat.numel(), dims))
+                    entry["gathered"] = plain_vector(gather_flat(shard, flat.numel(), dims))
                 except Exception as exc:  # noqa: BLE001
                     entry["error"] = f"gather_flat raised {type(exc).__name__}: {exc}"
             entry["collectives"] = tuple((e.op, e.axis) for e in recorded.comms())
         out.append(entry)
     return tuple(out)
-
-
-def gather_mistake(raw, dp, vectors) -> str | None:
-    """Judge what `shard_gather_raw` sent back from dp ranks against the drawn vectors and the
-    reference shards; None when every rank shows the right shard, the whole vector back
-    without padding, and exactly one all-gather over dp."""
-    import torch
-
-    keys = {"shard", "gathered", "collectives", "error"}
-    if (type(raw) is not list or len(raw) != dp
-            or any(type(r) is not tuple or len(r) != len(vectors) for r in raw)
-            or any(type(e) is not dict or set(e) != keys for r in raw for e in r)):
-        shown = repr(raw)[:200]
-        return (f"the {dp} ranks sent back {shown}, not the shards and gathered vectors of your "
-                f"functions: was check_on_ranks or threeaxes changed in the notebook?")
-    for rank, entries in enumerate(raw):
-        for values, entry in zip(vectors, entries):
-            where = f"rank {rank}, {_where(values, dp)}"
-            if entry["error"]:
-                return f"{where}: {entry['error']}"
-            want = _reference_shard(torch.tensor(values, dtype=torch.float64), rank, dp)
-            if entry["shard"] != (tuple(want.shape), want.tolist()):
-                return f"{where}: the shard on the rank was {entry['shard']}, expected {want.tolist()}"
-            got = entry["gathered"]
-            if got is None:
-                return f"{where}: another rank's shard_flat failed, so nothing was gathered"
-            if got != ((len(values),), [float(v) for v in values]):
-                hint = ""
-                if type(got) is tuple and len(got[1]) > len(values) and got[1][:len(values)] == values:
-                    hint = " drop the padding at the end (return the first numel numbers)"
-                shown = f"a tensor of shape {got[0]}" if type(got) is tuple else got
-                return (f"{where}: gather_flat gave {shown}, not the {len(values)} numbers back in "
-                        f"order;{hint}")
-            if entry["collectives"] != (("all_gather", "dp"),):
-                made = [op for op, _ in entry["collectives"]] or "no collectives"
-                return (f"{where}: gather_flat made {made}; use exactly one comms.all_gather over "
-                        f"the 'dp' axis")
-    return None

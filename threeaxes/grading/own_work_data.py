@@ -12,13 +12,13 @@ EXERCISES = {
         'dp_bytes_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param', 'threeaxes.cost.bytes_sent_per_gpu', 'threeaxes.grading.visible.load'], 'why': "computes the bytes this exercise asks you to count (or reads them from the visible check's stored cases)", 'may': 'the toy model to count its parameters'},
     },
     'drop03': {
-        'column_split_answer': {'forbid': ['threeaxes.grading.drop03.column_split_mistake', 'threeaxes.grading.drop03._rank_mistake'], 'why': "is the grader's check of this answer", 'may': 'tensor slicing and comms.all_gather'},
-        'tp_block_allreduces_answer': {'forbid': ['threeaxes.grading.drop03.tp_counts_mistake', 'threeaxes.grading.drop03.tp_bytes_mistake'], 'why': "is the grader's check of this answer", 'may': 'the trace printed above and plain arithmetic'},
+        'column_split_answer': {'forbid': ['threeaxes.tensor_parallel.gather_from_tp_region'], 'why': 'puts the column slices of y together, which this exercise asks you to do with comms.all_gather', 'may': 'tensor slicing and comms.all_gather'},
+        'tp_block_allreduces_answer': {'forbid': ['threeaxes.grading.drop03.tp_block_collectives'], 'why': 'measures the all-reduces of one tensor-parallel block that this exercise asks you to count', 'may': 'the trace printed above and plain arithmetic'},
     },
     'drop04': {
-        'stage_layers_answer': {'forbid': ['threeaxes.pipeline.stages.split_stages', 'threeaxes.grading.drop04.expected_stage_layers', 'threeaxes.grading.drop04.stage_layers_mistake'], 'why': 'splits the layers into stages, which is what this exercise asks you to write', 'may': 'plain Python'},
-        'bubble_fraction_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead', 'threeaxes.grading.drop04.expected_bubble_fraction', 'threeaxes.grading.drop04.bubble_mistake'], 'why': 'is the bubble formula this exercise asks you to write', 'may': 'plain Python arithmetic'},
-        'stage0_held_answer': {'forbid': ['threeaxes.cost.in_flight_micro_batches', 'threeaxes.grading.drop04.expected_stage0_held', 'threeaxes.grading.drop04.stage0_held_mistake'], 'why': 'counts the micro-batches in flight that this exercise asks you to count', 'may': 'plain Python'},
+        'stage_layers_answer': {'forbid': ['threeaxes.pipeline.stages.split_stages'], 'why': 'splits the layers into stages, which is what this exercise asks you to write', 'may': 'plain Python'},
+        'bubble_fraction_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead'], 'why': 'is the bubble formula this exercise asks you to write', 'may': 'plain Python arithmetic'},
+        'stage0_held_answer': {'forbid': ['threeaxes.cost.in_flight_micro_batches'], 'why': 'counts the micro-batches in flight that this exercise asks you to count', 'may': 'plain Python'},
     },
     'drop05': {
         'all_reduce_sizes_answer': {'forbid': ['threeaxes.data_parallel.plan_buckets'], 'why': 'plans the buckets, which is what this exercise asks you to write', 'may': 'plain Python'},
@@ -34,32 +34,32 @@ EXERCISES = {
         'smallest_m_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead'], 'why': 'computes the bubble this exercise asks you to work with', 'may': 'plain Python arithmetic'},
     },
     'drop08': {
-        'layout_groups_answer': {'forbid': ['threeaxes.grading.drop08.expected_layout_groups', 'threeaxes.grading.drop08._enumerate'], 'why': "is the grader's reference for this answer", 'may': 'plain Python'},
-        'collectives_per_step_answer': {'forbid': ['threeaxes.grading.drop08.count_mistake', 'threeaxes.grading.drop08.counts_mistake'], 'why': "is the grader's check of this answer", 'may': 'the traces shown above and plain arithmetic'},
+        'layout_groups_answer': {'forbid': ['threeaxes.dims.ParallelDims.all_groups', 'threeaxes.cost.group_strides', 'threeaxes.grading.drop08.mesh_layout_groups', 'threeaxes.grading.visible.load'], 'why': "lists the groups of a layout (or reads them from the DeviceMesh, or from the visible check's stored answers), which is what this exercise asks you to work out", 'may': 'plain Python'},
+        'collectives_per_step_answer': {'forbid': ['threeaxes.grading.drop08.traced_counts', 'threeaxes.grading.visible.load'], 'why': "measures the counts on real ranks (or reads them from the visible check's stored answers), which is what this exercise asks you to predict", 'may': 'the traces shown above and plain arithmetic'},
     },
     'drop09': {
-        'bytes_per_gpu_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param', 'threeaxes.cost.rank_state_bytes', 'threeaxes.grading.drop09.expected_bytes', 'threeaxes.grading.drop09.bytes_mistake'], 'why': 'does the ZeRO accounting this exercise asks you to do', 'may': 'plain Python arithmetic'},
-        'shard_gather_answer': {'forbid': ['threeaxes.grading.drop09.shard_mistake', 'threeaxes.grading.drop09.gather_mistake'], 'why': "is the grader's check of this answer", 'may': 'torch and comms.all_gather'},
+        'bytes_per_gpu_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param', 'threeaxes.cost.rank_state_bytes', 'threeaxes.grading.visible.load'], 'why': "does the ZeRO accounting this exercise asks you to do (or reads the visible check's stored answers)", 'may': 'plain Python arithmetic'},
+        'shard_gather_answer': {'forbid': ['threeaxes.grading.visible.load'], 'why': "reads the visible check's stored answers", 'may': 'torch and comms.all_gather'},
     },
     'drop10': {
         'gb_per_gpu_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.activation_bytes', 'threeaxes.cost.stage_memory', 'threeaxes.cost.plan', 'threeaxes.cost.search'], 'why': 'computes the memory this exercise asks you to add up', 'may': "the model's fields and plain arithmetic"},
         'fix_config_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
     },
     'drop11': {
-        'moved_axis_answer': {'forbid': ['threeaxes.grading.drop11.moved_axes', 'threeaxes.grading.drop11.axis_mistake'], 'why': "is the grader's reference for this answer", 'may': 'the layouts and cluster tables printed above'},
-        'tp_bytes_answer': {'forbid': ['threeaxes.grading.drop11.tp_wire_bytes', 'threeaxes.grading.drop11.tp_bytes_mistake'], 'why': "is the grader's reference for this answer", 'may': 'bytes_sent_per_gpu for one all-reduce, and plain arithmetic'},
-        'new_layout_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge', 'threeaxes.grading.sizing.grade_configuration', 'threeaxes.grading.sizing.judge_scenario'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
+        'moved_axis_answer': {'forbid': ['threeaxes.cost.group_inside_node', 'threeaxes.cost.network.group_strides', 'threeaxes.cost.group_link'], 'why': 'works out which group stays in a node, the rule this exercise asks you to write', 'may': 'plain Python and the rule in the text'},
+        'tp_bytes_answer': {'forbid': ['threeaxes.cost.plan', 'threeaxes.cost.search'], 'why': 'prices the tensor-parallel all-reduces from the bytes this exercise asks you to count', 'may': 'bytes_sent_per_gpu for one all-reduce, and plain arithmetic'},
+        'new_layout_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
     },
     'drop12': {
-        'bubble_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead', 'threeaxes.grading.drop12.reference_bubble', 'threeaxes.grading.drop12.bubble_mistake'], 'why': 'is the bubble formula this exercise asks you to write', 'may': 'plain Python arithmetic'},
-        'my_config_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge', 'threeaxes.grading.sizing.grade_configuration', 'threeaxes.grading.sizing.judge_scenario', 'threeaxes.grading.drop12.target_mistake'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
+        'bubble_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead'], 'why': 'is the bubble formula this exercise asks you to write', 'may': 'plain Python arithmetic'},
+        'my_config_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
     },
     'drop13': {
-        'model_parallel_floor_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.search', 'threeaxes.grading.drop13.model_parallel_floor', 'threeaxes.grading.drop13._floor_with', 'threeaxes.grading.drop13._splits', 'threeaxes.grading.drop13.floor_mistake'], 'why': 'computes the floor, or the model-state bytes behind it, that this exercise asks you to work out', 'may': "the model's and the cluster's fields and plain Python"},
-        'my_config_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge', 'threeaxes.grading.sizing.grade_configuration', 'threeaxes.grading.sizing.judge_scenario', 'threeaxes.grading.drop13.best_for_shape'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
+        'model_parallel_floor_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.search'], 'why': 'computes the floor, or the model-state bytes behind it, that this exercise asks you to work out', 'may': "the model's and the cluster's fields and plain Python"},
+        'my_config_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge', 'threeaxes.grading.drop13.best_for_shape'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
     },
     'drop14': {
-        'state_gb_per_gpu_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param', 'threeaxes.cost.rank_state_bytes', 'threeaxes.grading.drop14.expected_state_gb', 'threeaxes.grading.drop14._gb', 'threeaxes.grading.drop14.state_mistake'], 'why': 'does the model-state accounting this exercise asks you to do', 'may': 'plain Python arithmetic'},
-        'my_config_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge', 'threeaxes.grading.sizing.grade_configuration', 'threeaxes.grading.sizing.judge_scenario'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
+        'state_gb_per_gpu_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param', 'threeaxes.cost.rank_state_bytes'], 'why': 'does the model-state accounting this exercise asks you to do', 'may': 'plain Python arithmetic'},
+        'my_config_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge', 'threeaxes.grading.drop13.best_for_shape'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
     },
 }

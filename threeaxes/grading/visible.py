@@ -36,7 +36,7 @@ import json
 import math
 from pathlib import Path
 
-from threeaxes.grading import as_choice, as_int, as_int_tuple, as_number
+from threeaxes.grading import as_int, as_int_tuple, as_number
 
 CASES = Path(__file__).resolve().parent / "cases"
 REL = 1e-9
@@ -133,6 +133,12 @@ def _short(value) -> str:
 
 # -- plain values ------------------------------------------------------------------------
 
+def _text(value, name):
+    if type(value) is not str:
+        raise AssertionError(f"{name} should be a string, got {type(value).__name__}")
+    return value.strip().lower()
+
+
 def _dict(value, name, each):
     if type(value) is not dict:
         raise AssertionError(f"{name} should return a dict, got {type(value).__name__}")
@@ -147,7 +153,7 @@ FORMS = {
                                   for i, x in enumerate(v if type(v) in (list, tuple) else
                                                         as_int_tuple(v, name=name))],
     "number_dict": lambda v, name: _dict(v, name, as_number),
-    "text": lambda v, name: as_choice(v, [v.strip().lower()] if type(v) is str else ["a string"], name),
+    "text": lambda v, name: _text(v, name),
     "raw": lambda v, name: v,      # already plain: what ranks sent back, as signatures
 }
 

@@ -24,7 +24,10 @@ from .decision_tree import DecisionTreeExplorer, print_cheatsheet
 from .fix import FixExplorer
 from .flashcards import FlashcardDeck, print_flashcards
 from .links import LinkExplorer
+from .colab import enable_colab_widgets
 from .memory import MemoryData, MemoryExplorer
+
+enable_colab_widgets()   # in Colab only: its widget manager draws ipywidgets 8
 
 __all__ = ["BubbleExplorer", "MemoryExplorer", "ConfigExplorer", "BubbleData",
            "MemoryData", "ConfigData", "DecisionTreeExplorer", "print_cheatsheet",

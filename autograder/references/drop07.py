@@ -1,4 +1,4 @@
-"""Reference checks for drop 7 (a pipeline measured: bubble and activation memory).
+"""References for drop 7 (a pipeline measured: bubble and activation memory).
 
 Two exercises, judged by value; every reference is computed by the cost model
 (`threeaxes.cost.bubble`, `threeaxes.cost.activations`) and cross-checked with

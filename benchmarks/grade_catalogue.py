@@ -1,0 +1,81 @@
+"""Every catalogued mistake through the real grading path, in one batch.
+
+    python benchmarks/grade_catalogue.py [--drops drop05,drop06] [--jobs 2]
+
+For each drop, student `k` submits the solved release with the k-th catalogued
+mistake of every exercise written into its answer cell (exercises are graded by
+their own test cells, so one notebook carries one mistake per exercise), and
+student `solved` the solutions. All of it is graded in one `autograde` batch
+(sandboxed kernels, test cells judged in the grader). Prints, per exercise, each
+mistake's points against the solution's, and whether the feedback names it; exits
+1 if a mistake scores as much as the solution or the solution loses a point.
+
+The suite proves the naming in-process (tests/test_visible_cases.py,
+test_visible_config.py, test_catalogue.py) and grades the planted sample mistakes
+end to end (tests/test_grading.py); this grades the whole catalogue, which takes
+minutes, so it is a benchmark.
+"""
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from autograder import report  # noqa: E402
+from autograder.grade import autograde, submissions  # noqa: E402
+from grading_harness import Course, drops, set_answer  # noqa: E402
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--drops", default="", help="comma-separated name prefixes (default: every drop)")
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args(argv)
+    chosen = [d.name for d in drops() if not args.drops or d.name.startswith(tuple(args.drops.split(",")))]
+    os.environ["THREEAXES_PRESTART"] = "0"
+    with tempfile.TemporaryDirectory() as tmp:
+        course = Course(Path(tmp), chosen)
+        course.release()
+        planted = {}   # (drop, student) -> {answer: mistake name}
+        for name in chosen:
+            solved = course.solved_release(name)
+            course.submit("solved", name, solved)
+            exercises = [e for e in report.exercises(course.root, name) if e.get("mistakes")]
+            for k in range(max((len(e["mistakes"]) for e in exercises), default=0)):
+                nb, marks = solved, {}
+                for e in exercises:
+                    if k < len(e["mistakes"]):
+                        nb = set_answer(nb, e["answer"], "\n".join(e["mistakes"][k]["code"]))
+                        marks[e["answer"]] = e["mistakes"][k]["name"]
+                course.submit(f"m{k + 1:02d}", name, nb)
+                planted[(name, f"m{k + 1:02d}")] = marks
+        todo = submissions(course.root)
+        start = time.perf_counter()
+        autograde(course.root, todo, args.jobs, "--Execute.timeout=60", progress=None)
+        took = time.perf_counter() - start
+        rows = {(r["drop"], r["exercise"], r["student"]): r for r in report.graded(course.root)}
+        bad, caught, named = [], 0, 0
+        for (drop, student), marks in sorted(planted.items()):
+            for answer, mistake in marks.items():
+                got, best = rows[(drop, answer, student)], rows[(drop, answer, "solved")]
+                lower = got["score"] < best["score"] == best["max"]
+                caught += lower
+                named += got["mistake"] == mistake
+                print(f"{drop[:6]} {answer:28s} {mistake:36s} {got['score']:g}/{best['score']:g}"
+                      f"{'' if lower else '  NOT BELOW THE SOLUTION'}"
+                      f"{'' if got['mistake'] == mistake else f'  (named {got[chr(109) + chr(105) + chr(115) + chr(116) + chr(97) + chr(107) + chr(101)]})'}")
+                if not lower:
+                    bad.append((drop, answer, mistake))
+        total = sum(len(m) for m in planted.values())
+        print(f"{total} catalogued mistakes in {len(todo)} submissions graded in {took:.0f} s "
+              f"({60 * len(todo) / took:.1f}/min): {caught} scored below the solution, {named} named "
+              f"in the feedback as catalogued")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
