@@ -124,8 +124,10 @@ def render(cases: dict) -> str:
     return json.dumps(cases, indent=1, sort_keys=True) + "\n"
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def generate(argv, description: str, collect, suffix: str, command: str) -> int:
+    """The command line of a generator of stored data: `collect(folder)` gives a drop's
+    data ({} for none), written to OUT/dropNN<suffix>; `--check` only compares."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--check", action="store_true")
     parser.add_argument("drops", nargs="*", help="dropNN prefixes (default: every drop)")
     args = parser.parse_args(argv)
@@ -133,21 +135,25 @@ def main(argv=None) -> int:
     for folder in sorted((ROOT / "source").glob("drop*")):
         if args.drops and not folder.name.startswith(tuple(args.drops)):
             continue
-        cases = drop_cases(folder)
-        if not cases:
+        data = collect(folder)
+        if not data:
             continue
-        path = OUT / f"{folder.name[:6]}.json"
-        text = render(cases)
+        path = OUT / f"{folder.name[:6]}{suffix}"
+        text = render(data)
         if args.check:
             if not path.is_file() or path.read_text() != text:
                 stale.append(path.name)
         else:
             path.parent.mkdir(exist_ok=True)
             path.write_text(text)
-            print(f"{path.relative_to(ROOT)}: {len(cases)} exercises", file=sys.stderr)
+            print(f"{path.relative_to(ROOT)}: {len(data)} exercises", file=sys.stderr)
     if stale:
-        print(f"stale: {', '.join(stale)}; run python -m autograder.cases", file=sys.stderr)
+        print(f"stale: {', '.join(stale)}; run {command}", file=sys.stderr)
     return 1 if stale else 0
+
+
+def main(argv=None) -> int:
+    return generate(argv, __doc__.splitlines()[0], drop_cases, ".json", "python -m autograder.cases")
 
 
 if __name__ == "__main__":

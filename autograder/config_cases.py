@@ -21,7 +21,6 @@ the node and the heads: the check names each).
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
@@ -30,14 +29,10 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.cases import defined, solution_code
+from autograder.cases import defined, generate, solution_code
 from autograder.references.sizing import best_in_scenario
 from threeaxes.grading import visible_config
 from threeaxes.grading.sizing import plain_config
-
-ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "threeaxes" / "grading" / "cases"
-
 
 def exercise_data(drop: str, nb, exercise: dict) -> dict:
     spec = dict(exercise["visible_config"])
@@ -72,34 +67,8 @@ def drop_data(folder: Path) -> dict:
             if e.get("visible_config")}
 
 
-def render(data: dict) -> str:
-    return json.dumps(data, indent=1, sort_keys=True) + "\n"
-
-
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true")
-    parser.add_argument("drops", nargs="*", help="dropNN prefixes (default: every drop)")
-    args = parser.parse_args(argv)
-    stale = []
-    for folder in sorted((ROOT / "source").glob("drop*")):
-        if args.drops and not folder.name.startswith(tuple(args.drops)):
-            continue
-        data = drop_data(folder)
-        if not data:
-            continue
-        path = OUT / f"{folder.name[:6]}.config.json"
-        text = render(data)
-        if args.check:
-            if not path.is_file() or path.read_text() != text:
-                stale.append(path.name)
-        else:
-            path.parent.mkdir(exist_ok=True)
-            path.write_text(text)
-            print(f"{path.relative_to(ROOT)}: {len(data)} exercises", file=sys.stderr)
-    if stale:
-        print(f"stale: {', '.join(stale)}; run python -m autograder.config_cases", file=sys.stderr)
-    return 1 if stale else 0
+    return generate(argv, __doc__.splitlines()[0], drop_data, ".config.json", "python -m autograder.config_cases")
 
 
 if __name__ == "__main__":

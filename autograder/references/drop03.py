@@ -23,21 +23,9 @@ from __future__ import annotations
 
 import torch
 
-from threeaxes.grading import same_as_reference
+from threeaxes.grading import same_as_reference, tensor_of
 from threeaxes.grading.drop03 import (column_split_outputs, exercise_tensors,  # noqa: F401
                                       tp_block_collectives)
-
-
-def _tensor(value):
-    """A returned value as the rank sent it (`plain_tensor`) back into a float64 tensor,
-    or None where it was not a tensor (or is malformed)."""
-    if (type(value) is not dict or type(value.get("shape")) is not list or type(value.get("values")) is not list
-            or any(type(v) is not float for v in value["values"])):
-        return None
-    try:
-        return torch.tensor(value["values"], dtype=torch.float64).reshape(value["shape"])
-    except (RuntimeError, TypeError, ValueError):
-        return None
 
 
 def _max_diff(a, b):
@@ -75,7 +63,7 @@ def _rank_mistake(result, r, tp, x, w) -> str | None:
     outputs = result["outputs"]
     if type(outputs) is not list or len(outputs) != 3:
         return f"return three tensors (w_shard, y_local, y); got {result['returned']}"
-    tensors = [_tensor(value) for value in outputs]
+    tensors = [tensor_of(value) for value in outputs]
     for name, value, tensor in zip(("w_shard", "y_local", "y"), outputs, tensors):
         if tensor is None:
             return f"{name} should be a torch.Tensor, got {value if type(value) is str else 'something else'}"

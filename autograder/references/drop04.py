@@ -26,7 +26,7 @@ from fractions import Fraction
 
 import torch
 
-from threeaxes.grading import same_as_reference
+from threeaxes.grading import same_as_reference, tensor_of
 from threeaxes.grading.drop04 import (BATCH, MICROBATCHES, N_LAYERS, SEED, check_config,  # noqa: F401
                                       covers, plain_stage_layers, stage_split_params)
 from threeaxes.toy import ToyTransformer, make_batch, train_steps
@@ -56,18 +56,6 @@ def expected_stage0_held(schedule: str, pp: int, m: int) -> int:
     """Microbatch activations stage 0 holds at its peak: all m under GPipe; under
     1F1B its p-1 warmup forwards and one more, never more than m."""
     return m if schedule == "gpipe" else min(pp, m)
-
-
-def _tensor(value):
-    """A parameter as the rank sent it ({"shape", "values"}) back into a float64 tensor,
-    or None where it is malformed."""
-    if (type(value) is not dict or type(value.get("shape")) is not list or type(value.get("values")) is not list
-            or any(type(v) is not float for v in value["values"])):
-        return None
-    try:
-        return torch.tensor(value["values"], dtype=torch.float64).reshape(value["shape"])
-    except (RuntimeError, TypeError, ValueError):
-        return None
 
 
 def stage_split_mistake(results, pp, n_layers=N_LAYERS, m=MICROBATCHES, seed=SEED) -> str | None:
@@ -108,7 +96,7 @@ def stage_split_mistake(results, pp, n_layers=N_LAYERS, m=MICROBATCHES, seed=SEE
     for rank, r in enumerate(results):
         for name, value in r["params"].items():
             want = reference[name]
-            if not same_as_reference(_tensor(value), want):
+            if not same_as_reference(tensor_of(value), want):
                 return (f"rank {rank} (layers {stages[rank]}): {name} after one training step "
                         f"differs from one process's")
     return None

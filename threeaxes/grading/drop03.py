@@ -17,8 +17,9 @@ import torch
 
 from threeaxes import trace
 from threeaxes.dims import ParallelDims
+from threeaxes.grading import plain_tensor
 
-__all__ = ["exercise_tensors", "plain_tensor", "column_split_outputs", "tp_block_collectives"]
+__all__ = ["exercise_tensors", "column_split_outputs", "tp_block_collectives"]
 
 
 def exercise_tensors(tokens: int, d_in: int, d_out: int, seed: int = 0):
@@ -28,14 +29,6 @@ def exercise_tensors(tokens: int, d_in: int, d_out: int, seed: int = 0):
     x = torch.randn(tokens, d_in, dtype=torch.float64, generator=gen)
     w = torch.randn(d_in, d_out, dtype=torch.float64, generator=gen)
     return x, w
-
-
-def plain_tensor(value):
-    """A returned tensor as plain values: {"shape", "values" (flattened floats)};
-    anything else as its type name."""
-    if not isinstance(value, torch.Tensor):
-        return type(value).__name__
-    return {"shape": list(value.shape), "values": value.detach().to(torch.float64).reshape(-1).tolist()}
 
 
 def column_split_outputs(rank, world_size, student_fn, tokens=3, d_in=4, d_out=6, seed=0):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from threeaxes.grading import as_int
+from threeaxes.grading import as_int, plain_tensor
 from threeaxes.toy import ToyConfig, make_batch
 
 BATCH, MICROBATCHES, N_LAYERS, SEED = 8, 4, 4, 7
@@ -71,7 +71,5 @@ def stage_split_params(rank, world_size, student_fn, n_layers=N_LAYERS, m=MICROB
                               schedule="1f1b", m=m, stage_layers=stages)
     except ValueError as exc:  # boundaries out of order: every rank raises the same
         return {**result, "error": f"rank {rank}: {exc}"}
-    params = {name: {"shape": list(value.shape),
-                     "values": value.detach().to(torch.float64).reshape(-1).tolist()}
-              for name, value in ours["params"].items()}
+    params = {name: plain_tensor(value) for name, value in ours["params"].items()}
     return {**result, "params": params}
