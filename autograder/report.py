@@ -39,17 +39,25 @@ def exercises(course_root: Path, assignment: str) -> list[dict]:
     return json.loads(path.read_text()).get("exercises", []) if path.is_file() else []
 
 
-def name_of(error: dict | None, exercise: dict) -> str | None:
-    """The mistake a test cell's error names, in the report's terms; None when it passed."""
-    if error is None:
+def name_of(said: dict | None, exercise: dict, blank: bool = False) -> str | None:
+    """The mistake a test cell named, in the report's terms; None when it said nothing
+    wrong. `said`: the cell's error ("error") and what it printed ("printed"): a
+    configuration that works but is slow earns part of the points and is named in print."""
+    if blank:
+        return "blank"
+    if said is None:
         return None
-    text = f"{error.get('ename', '')}: {error.get('evalue', '')}"
+    error = said.get("error")
+    text = f"{error.get('ename', '')}: {error.get('evalue', '')}" if error else ""
     if "this exercise scores 0:" in text:
         used = text.split(" used ", 1)[-1].split(",", 1)[0].split(" ", 1)[0]
         return f"borrowed: {used}"
-    for mistake in exercise.get("mistakes", []):
-        if mistake["says"] in text:
-            return mistake["name"]
+    for where in (text, said.get("printed", "") if said.get("partial") else ""):
+        for mistake in exercise.get("mistakes", []):
+            if where and mistake["says"] in where:
+                return mistake["name"]
+    if not error:
+        return None
     if any(marker in text for marker in BLANK):
         return "blank"
     return f"other: {error.get('ename', 'error')}"
@@ -67,30 +75,38 @@ def graded(course_root: Path) -> list[dict]:
             for submission in gb.assignment_submissions(assignment):
                 student = submission.student.id
                 nb_path = course_root / "autograded" / student / assignment / f"{assignment}.ipynb"
-                errors = _test_cell_errors(nb_path)
+                cells = _cells(nb_path)
                 grades = {g.name: g for nb in submission.notebooks for g in nb.grades}
                 for exercise in listed:
                     tests = [grades[t] for t in exercise["tests"] if t in grades]
                     if not tests:
                         continue
-                    error = next((errors[t] for t in exercise["tests"] if errors.get(t)), None)
+                    score = sum(g.score or 0.0 for g in tests)
+                    top = sum(g.max_score for g in tests)
+                    said = next((cells[t] for t in exercise["tests"] if cells.get(t, {}).get("error")),
+                                next((cells[t] for t in exercise["tests"] if t in cells), None))
+                    if said is not None:
+                        said = {**said, "partial": score < top}
+                    blank = "NotImplementedError" in (cells.get(exercise["answer"], {}).get("error") or {}).get(
+                        "ename", "")
                     rows.append({"drop": assignment, "exercise": exercise["answer"], "student": student,
-                                 "score": sum(g.score or 0.0 for g in tests),
-                                 "max": sum(g.max_score for g in tests),
-                                 "mistake": name_of(error, exercise)})
+                                 "score": score, "max": top, "mistake": name_of(said, exercise, blank)})
     return rows
 
 
-def _test_cell_errors(path: Path) -> dict:
-    """{grade id: the first error output of that test cell, or None}."""
+def _cells(path: Path) -> dict:
+    """{grade id: {"error": the cell's first error output or None, "printed": its stdout}}
+    for the graded cells (test cells and answer cells) of an autograded notebook."""
     if not path.is_file():
         return {}
     found = {}
     for cell in nbformat.read(path, as_version=4).cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
-            found[meta["grade_id"]] = next((dict(o) for o in cell.get("outputs", [])
-                                            if o.get("output_type") == "error"), None)
+        if cell.cell_type == "code" and meta.get("grade_id"):
+            outputs = cell.get("outputs", [])
+            found[meta["grade_id"]] = {
+                "error": next((dict(o) for o in outputs if o.get("output_type") == "error"), None),
+                "printed": "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")}
     return found
 
 

@@ -28,9 +28,10 @@ MISTAKES = [pytest.param(d, m, id=f"{d.name}:{m.name}") for d in DROPS for m in 
 
 @pytest.fixture(scope="session")
 def course(tmp_path_factory, released):
-    # two drops autograde at once (one course, one gradebook): most of a notebook's time is
-    # spent waiting on kernels and ranks starting, so two overlap well on 2 cores
-    return graded_course(tmp_path_factory.mktemp("grading"), DROPS, jobs=2, released=released)
+    # three submissions autograde at once (one course, one gradebook): much of a notebook's
+    # time is spent waiting on kernels and ranks starting, and the other pytest worker
+    # finishes its share first, so a third job fills the cores it leaves
+    return graded_course(tmp_path_factory.mktemp("grading"), DROPS, jobs=3, released=released)
 
 
 # -- the data against the notebooks, without running anything ----------------------

@@ -13,6 +13,12 @@ from grading_harness import ROOT, hidden_test_lines, without_solution_markers
 # demonstrate computes these formulas (each exercise forbids calling it, autograder/borrowed.py),
 # so the line is there before any student writes it. Each entry: (line, where it lives).
 LIBRARY_LINES = {
+    'for recompute in ("none", "selective", "full"):':
+        "threeaxes/cost/decide.py, the practice set's decision tree, trying each recompute setting "
+        "as drop 10's model answer does",
+    "return (p - 1) / (v * m + p - 1)":
+        "threeaxes/cost/bubble.py's bubble_fraction, the formula drops 4, 7 and 12 teach and their "
+        "explorers draw; drop 12's exercise forbids calling it",
 }
 
 
@@ -24,7 +30,9 @@ def _solution_lines(nb_path) -> set:
     lines = hidden_test_lines(nb) + [line.strip() for c in nb.cells
                                      if c.metadata.get("nbgrader", {}).get("solution")
                                      for line in without_solution_markers(c.source).splitlines()]
-    return {line for line in lines if len(line) > 30 and line not in handed_out}
+    # an import names a module students have anyway; it is no part of a solution
+    return {line for line in lines if len(line) > 30 and line not in handed_out
+            and not line.startswith(("from ", "import "))}
 
 
 def _bodies(text: str, name: str) -> dict:
