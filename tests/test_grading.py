@@ -157,11 +157,12 @@ def test_the_report_counts_each_planted_mistake_under_its_name(course, tmp_path)
     assert len([v for v in expected.values() if v and v != "blank"]) >= min(10, 2 * len(DROPS)), "too few named"
     assert {k: named.get(k) for k in expected} == expected
     out = report.write(rows, tmp_path / "report")
-    counted = {(r["drop"], r["exercise"], r["mistake"]): int(r["count"])
-               for r in csv.DictReader((out / "mistakes.csv").open())}
-    for (drop, exercise, _), mistake in expected.items():
-        if mistake:
-            assert counted[(drop, exercise, mistake)] == sum(
-                1 for (d, e, _), m in expected.items() if (d, e, m) == (drop, exercise, mistake))
+    listed = {(r["drop"], r["exercise"], r["mistake"]): r["students"].split()
+              for r in csv.DictReader((out / "mistakes.csv").open())}
+    for (drop, exercise, student), mistake in expected.items():
+        if mistake:   # each planted mistake listed with its student (beside the attacks' blanks)
+            assert student in listed[(drop, exercise, mistake)], (drop, exercise, mistake, student)
+    assert all(int(r["count"]) == len(r["students"].split())
+               for r in csv.DictReader((out / "mistakes.csv").open()))
     assert {p.name for p in out.glob("*.png")} == {f"{d.name}.png" for d in DROPS}
     assert "Where the class did worst" in (out / "index.html").read_text()
