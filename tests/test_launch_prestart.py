@@ -432,3 +432,39 @@ def test_an_early_light_launch_goes_first_and_a_heavy_one_gets_everything():
     assert first["imported"] == [] and not first["dynamo"]  # forked before any deferred import
     for rank in run["heavy"]:
         assert rank["imported"] == run["deferred"] and rank["dynamo"]  # forked once all was in
+
+
+def _ctrl_c_handler(rank, world_size):
+    import signal
+
+    return signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+def test_the_quiet_preload_handler_never_reaches_the_ranks():
+    """forkserver_quiet makes a SIGINT during the server's preload end it without a
+    traceback; a rank still handles SIGINT as the worker sets it (ignored: the launcher
+    stops ranks itself)."""
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    from threeaxes.launch import launch
+
+    assert launch(_ctrl_c_handler, 2) == [True, True]
+
+
+def test_a_server_interrupted_while_it_preloads_exits_without_a_traceback(tmp_path):
+    """The forkserver's preload starts with forkserver_quiet: a SIGINT then ends it
+    silently (Jupyter signals the kernel's whole group on shutdown)."""
+    code = textwrap.dedent("""
+        import os, signal, sys
+        from multiprocessing import forkserver
+        def main():
+            import threeaxes.launch.forkserver_quiet
+            os.kill(os.getpid(), signal.SIGINT)
+            import time; time.sleep(5)
+            print("still here")
+        main.__code__ = main.__code__.replace(co_filename=os.path.join("multiprocessing", "forkserver.py"))
+        main()
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "" and done.stderr == ""

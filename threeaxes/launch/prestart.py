@@ -42,8 +42,8 @@ _OFF, _ON, _AUTO = ("0", "no", "false", "off"), ("1", "yes", "true", "on"), ("",
 
 # Imported by the forkserver before it forks its first rank: what every rank needs to
 # join a group and run fn. Never anything that initialises CUDA.
-PRELOAD = ["torch", "torch.distributed", "cloudpickle", "threeaxes.launch.worker",
-           "threeaxes.launch.forkserver_idle"]
+PRELOAD = ["threeaxes.launch.forkserver_quiet", "torch", "torch.distributed", "cloudpickle",
+           "threeaxes.launch.worker", "threeaxes.launch.forkserver_idle"]
 # Imported by the forkserver afterwards, one at a time, only while no launch waits for
 # it (threeaxes.launch.forkserver_idle), so an early first launch does not wait 1-2 s for them.
 # torch._dynamo is what torch.optim and parallelize_module pull in on first use (2-5 s
