@@ -1,4 +1,7 @@
-"""What the nbgrader test cells use to judge an answer without being fooled.
+"""What a student's kernel needs for the nbgrader test cells: plain values, runs on
+fresh ranks, the visible checks (`visible.py`, `visible_config.py`: stored cases, no
+reference answer). The references the hidden tests judge with are on the
+instructor's side (`autograder/references/`).
 
 Two rules:
 
@@ -9,9 +12,8 @@ Two rules:
    compare equal to anything.
 2. **Code answers are run on fresh ranks.** `check_on_ranks` starts new worker
    processes with `threeaxes.launch`; the student's function travels by value,
-   the reference is imported fresh inside each worker, and only plain values
-   (bools, floats, strings) come back. Patching `threeaxes` inside the
-   student's notebook therefore cannot change the reference.
+   the runner is imported fresh inside each worker, and only plain values
+   (bools, floats, strings, lists, dicts) come back, to be judged by the caller.
 
 Every failure is an `AssertionError` whose message says what to change.
 """

@@ -1,4 +1,4 @@
-"""Reference checks on fresh ranks: `check_on_ranks`, imported from `threeaxes.grading`.
+"""Runners on fresh ranks: `check_on_ranks`, imported from `threeaxes.grading`.
 
 The ranks start in this process; or, when a student function is a `wire.Remote` (a
 test cell judged from outside the student's kernel, autograder/judge.py), in that
@@ -21,8 +21,10 @@ def is_remote(value) -> bool:
 
 
 def check_on_ranks(check, world_size: int, *args, timeout: float = 60.0) -> list:
-    """Run the reference check `check(rank, world_size, *args)` on fresh ranks;
-    return the plain values it returns.
+    """Run the runner `check(rank, world_size, *args)` on fresh ranks (it calls the
+    student's function and sends back raw values); return the plain values it returns.
+    What they mean is decided by the caller: the visible check against stored cases,
+    the hidden test against the references in autograder/references.
 
     `check` must be a module-level function of a `threeaxes.grading.*` module.
     Only its module and name travel; each worker imports it fresh from disk, so
@@ -34,7 +36,7 @@ def check_on_ranks(check, world_size: int, *args, timeout: float = 60.0) -> list
 
     module, name = getattr(check, "__module__", "") or "", getattr(check, "__name__", "")
     if not module.startswith("threeaxes.grading."):
-        raise ValueError("check_on_ranks takes a reference check from threeaxes.grading")
+        raise ValueError("check_on_ranks takes a runner from threeaxes.grading")
     remote = next((a for a in args if is_remote(a)), None)
     if remote is not None:
         # judged from outside the student's kernel (autograder/judge.py): the ranks
