@@ -223,7 +223,13 @@ def run_released(colab, notebook: Path, solved_from: Path, monkeypatch):
     before = colab.site_packages()
 
     monkeypatch.setenv("JUPYTER_PATH", str(colab.venv / "share" / "jupyter"))
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="colab", allow_errors=False,
+    # IPC sockets, not TCP ports: among the kernels the suite starts in parallel, two
+    # could pick the same free port between choosing it and binding it
+    from jupyter_client import KernelManager
+
+    km = KernelManager(kernel_name="colab", transport="ipc",
+                       connection_file=str(colab.workdir / f"kernel-{notebook.stem}.json"))
+    client = nbclient.NotebookClient(nb, km=km, timeout=300, kernel_name="colab", allow_errors=False,
                                      store_widget_state=True,
                                      resources={"metadata": {"path": str(colab.workdir)}})
     _timed(colab.timings, f"run {notebook.stem}", lambda: client.execute(env=colab.env))
