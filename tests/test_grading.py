@@ -28,10 +28,11 @@ MISTAKES = [pytest.param(d, m, id=f"{d.name}:{m.name}") for d in DROPS for m in 
 
 @pytest.fixture(scope="session")
 def course(tmp_path_factory, released):
-    # three submissions autograde at once (one course, one gradebook): much of a notebook's
-    # time is spent waiting on kernels and ranks starting, and the other pytest worker
-    # finishes its share first, so a third job fills the cores it leaves
-    return graded_course(tmp_path_factory.mktemp("grading"), DROPS, jobs=3, released=released)
+    # four submissions autograde at once (one course, one gradebook): much of a notebook's
+    # time is spent waiting on kernels and ranks starting, two submissions wait out a cell's
+    # time limit (a loop that ignores interrupts), and the other pytest worker finishes its
+    # share first; more jobs fill the cores those leave
+    return graded_course(tmp_path_factory.mktemp("grading"), DROPS, jobs=4, released=released)
 
 
 # -- the data against the notebooks, without running anything ----------------------
