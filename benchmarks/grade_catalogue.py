@@ -65,9 +65,9 @@ def main(argv=None) -> int:
                 lower = got["score"] < best["score"] == best["max"]
                 caught += lower
                 named += got["mistake"] == mistake
-                print(f"{drop[:6]} {answer:28s} {mistake:36s} {got['score']:g}/{best['score']:g}"
-                      f"{'' if lower else '  NOT BELOW THE SOLUTION'}"
-                      f"{'' if got['mistake'] == mistake else f'  (named {got[chr(109) + chr(105) + chr(115) + chr(116) + chr(97) + chr(107) + chr(101)]})'}")
+                flags = ("" if lower else "  NOT BELOW THE SOLUTION") + (
+                    "" if got["mistake"] == mistake else f"  (named {got['mistake']})")
+                print(f"{drop[:6]} {answer:28s} {mistake:36s} {got['score']:g}/{best['score']:g}{flags}")
                 if not lower:
                     bad.append((drop, answer, mistake))
         total = sum(len(m) for m in planted.values())

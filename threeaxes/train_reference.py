@@ -57,7 +57,9 @@ __all__ = ["torch_train_3d", "tp_plan", "tp_local", "DP_APIS", "DDP_PIPELINING_E
 COLWISE = ("attn.q", "attn.k", "attn.v", "mlp.fc1")  # weight and bias cut on dim 0
 ROWWISE = ("attn.proj", "mlp.fc2")                   # weight cut on dim 1, bias whole
 DP_APIS = ("replicate", "fully_shard", "ddp")
-TORCH_SCHEDULES = ("gpipe", "1f1b")
+# the schedules this reference run builds with PyTorch (torch_plans.TORCH_SCHEDULES maps
+# every course schedule to PyTorch's class; this run takes only these two)
+REFERENCE_RUN_SCHEDULES = ("gpipe", "1f1b")
 
 # The first line of what PyTorch raises for DistributedDataParallel under pipelining.
 DDP_PIPELINING_ERROR = ("RuntimeError: params_.size() == rebuilt_param_indices_.size() INTERNAL "
@@ -93,9 +95,9 @@ def tp_local(param) -> torch.Tensor:
 
 
 def _check_args(dp, m, schedule, dp_api, batches):
-    if schedule not in TORCH_SCHEDULES:
+    if schedule not in REFERENCE_RUN_SCHEDULES:
         raise ValueError(f"schedule={schedule!r}; torch.distributed.pipelining here runs "
-                         f"one of {TORCH_SCHEDULES}")
+                         f"one of {REFERENCE_RUN_SCHEDULES}")
     if dp_api not in DP_APIS:
         raise ValueError(f"dp_api={dp_api!r}; choose one of {DP_APIS}")
     if dp_api == "ddp" and dp > 1:

@@ -1,14 +1,8 @@
 """References for drop 10 (a 13B run that runs out of memory at step 4,000).
 
-The story: Llama-2 13B trains on 32 A100 80GB GPUs (4 nodes of 8) with about a
-million tokens per step. Until step 4,000 a step is 512 sequences of 2,048
-tokens; from step 4,000 the curriculum switches to 256 sequences of 4,096.
-The configuration that ran fine, `CRASHED` (dp=8, tp=4, pp=1, micro-batches
-of 2, ZeRO-1), no longer fits. Its attention stores the s x s scores
-(`ATTENTION`: flash_attention=False, against the planner's default); with
-memory-efficient attention (FlashAttention, Dao et al. 2022) the same run
-would fit, and the notebook shows it. The notebook asserts these facts, so a
-change of the cost model that breaks the story fails loudly.
+The story and its scenario live with the student's side (`threeaxes/grading/drop10.py`:
+`SCENARIO`, `CRASHED`, `ATTENTION`); the notebook asserts its facts, so a change of the
+cost model that breaks the story fails loudly.
 
 Two autograded exercises:
 
