@@ -274,19 +274,30 @@ def package_source(root: Path = ROOT) -> str:
     return "\n".join(lines + ["}", ""])
 
 
-def guard_for(assignment: str, notebook: str, course_root: Path) -> Guard | None:
-    """The drop's Guard from source/<assignment>/ of the course (or of this repository)."""
+def _source_folder(assignment: str, course_root: Path) -> Path | None:
+    """source/<assignment>/ of the course (or of this repository), where it has a grading.json."""
     for root in (Path(course_root), ROOT):
         folder = root / "source" / assignment
-        if (folder / "grading.json").is_file():
-            exercises = load_exercises(folder / "grading.json")
-            if not exercises:
-                return None
-            return Guard(exercises, instructor_cells(folder / f"{notebook}.ipynb"))
+        if assignment and (folder / "grading.json").is_file():
+            return folder
     return None
 
 
-__all__ = ["ENAME", "Exercise", "Guard", "Oracle", "definition", "guard_for", "instructor_cells",
+def guard_for(assignment: str, notebook: str, course_root: Path) -> Guard | None:
+    """The drop's Guard, from its source folder."""
+    folder = _source_folder(assignment, course_root)
+    exercises = load_exercises(folder / "grading.json") if folder else []
+    return Guard(exercises, instructor_cells(folder / f"{notebook}.ipynb")) if exercises else None
+
+
+def instructors_cells_of(assignment: str, notebook: str, course_root: Path) -> set[str]:
+    """The instructor's cells of the drop's source notebook (none where it has no source folder)."""
+    folder = _source_folder(assignment, course_root)
+    path = folder / f"{notebook}.ipynb" if folder else None
+    return instructor_cells(path) if path and path.is_file() else set()
+
+
+__all__ = ["ENAME", "Exercise", "Guard", "Oracle", "definition", "guard_for", "instructor_cells", "instructors_cells_of",
            "load_exercises", "message_for", "package_data", "package_for", "resolve", "stub_package"]
 
 

@@ -6,7 +6,8 @@ it restores the locked and test cells (hidden tests included) from the
 source, records each test cell's score from its outputs, writes the feedback.
 What changes is who produces those outputs:
 
-* the student's cells run in a sandboxed kernel (`kernel_session`, `sandbox`);
+* the student's cells run in a sandboxed kernel (`kernel_session`, `sandbox`),
+  forked from a host that ran the drop's opening cells once (`warm_start`);
 * each test cell runs in this process (`judge.judge_cell`), reading the
   notebook's answers through `threeaxes.grading.wire`.
 
@@ -21,14 +22,13 @@ Settings (nbgrader config, command line or environment):
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import nbformat
 from nbgrader.preprocessors import Execute
 from traitlets import Bool
 
-from autograder import borrowed
+from autograder import borrowed, warm_start
 from autograder.judge import is_test_cell, judge_cell, notebook_names
 from autograder.kernel_session import KernelSession
 
@@ -41,25 +41,22 @@ class JudgedExecute(Execute):
         folder = Path(resources.get("metadata", {}).get("path") or ".")
         isolate = self.isolate and os.environ.get("THREEAXES_GRADE_ISOLATE", "1") != "0"
         about = resources.get("nbgrader", {})
-        guard = borrowed.guard_for(about.get("assignment", ""), about.get("notebook", ""), Path.cwd())
-        with tempfile.TemporaryDirectory(prefix="threeaxes-oracle-") as scratch:
-            oracle = borrowed.Oracle(guard.paths, Path(scratch)) if guard else None
-            try:
-                with KernelSession(isolate=isolate, files=_assignment_files(folder), timeout=self.timeout,
-                                   package=borrowed.package_for(guard.paths) if guard else None,
-                                   oracle_socket=oracle.socket_path if oracle else None) as kernel:
-                    if kernel.sandbox.get("refused"):
-                        self.log.warning("grading without a sandbox: %s", kernel.sandbox["refused"])
-                    run_notebook(nb, kernel, self.timeout, guard, oracle)
-            finally:
-                if oracle:
-                    oracle.close()
+        assignment, notebook = about.get("assignment", ""), about.get("notebook", "")
+        guard = borrowed.guard_for(assignment, notebook, Path.cwd())
+        host = warm_start.host_for(nb, instructors=borrowed.instructors_cells_of(assignment, notebook, Path.cwd()),
+                                   isolate=isolate, files=_assignment_files(folder),
+                                   withheld=guard.paths if guard else None, timeout=self.timeout)
+        if host.sandbox.get("refused"):
+            self.log.warning("grading without a sandbox: %s", host.sandbox["refused"])
+        with host.session(self.timeout) as kernel:
+            run_notebook(nb, kernel, self.timeout, guard, host.oracle, opening=host.outputs)
         return nb, resources
 
 
-def run_notebook(nb, kernel: KernelSession, timeout: float, guard=None, oracle=None) -> None:
-    """Every code cell in order: the student's in the kernel, test cells here. With a
-    `guard` (autograder/borrowed.py), each withheld function that `oracle` answered is
+def run_notebook(nb, kernel: KernelSession, timeout: float, guard=None, oracle=None, opening=()) -> None:
+    """Every code cell in order: the student's in the kernel, test cells here. The first
+    code cells have run already where `opening` holds their outputs (autograder/warm_start.py).
+    With a `guard` (autograder/borrowed.py), each withheld function that `oracle` answered is
     put down to the cell that ran meanwhile, and a test cell of an exercise that used
     one it forbids gets that error instead of its outputs."""
     count = 0
@@ -68,7 +65,9 @@ def run_notebook(nb, kernel: KernelSession, timeout: float, guard=None, oracle=N
             continue
         mark = len(oracle.calls) if oracle else 0
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
-        if is_test_cell(cell):
+        if count < len(opening):
+            outputs = opening[count]
+        elif is_test_cell(cell):
             if guard:
                 _note_aliases(guard, kernel, cell.source, grade_id)
             outputs = judge_cell(cell.source, kernel.answers)

@@ -1,13 +1,17 @@
-"""The grader's handle on one submission's kernel (in `autograder.kernel_host`).
+"""The grader's handles on a kernel host (`autograder.kernel_host`) and its kernels.
 
     with KernelSession(isolate=True, files={...}) as kernel:
         outputs = kernel.run_cell("x = 1", timeout=90)   # a student's cell
         answers = kernel.answers                          # threeaxes.grading.wire.Answers
 
-Every reply is waited for at most the cell's timeout plus a margin; a kernel
-that hangs past it, exits or crashes is stopped with everything it started,
-and from then on each cell gets an error output and each question to
-`answers` fails: a test cell then scores 0.
+    host = KernelHost(isolate=True, files={...})         # autograder/warm_start.py:
+    host.run_cell(opening_cell, timeout=90)              # cells every submission shares, once,
+    with KernelSession(host) as kernel: ...              # then a kernel forked per submission
+
+Every reply is waited for at most the cell's timeout plus a margin. A kernel that
+hangs past it, exits or crashes is stopped with everything it started, and from
+then on each of its cells gets an error output and each question to `answers`
+fails: a test cell then scores 0. A host that stops answering is stopped too.
 """
 from __future__ import annotations
 
@@ -25,13 +29,15 @@ from threeaxes.grading.wire import Answers
 
 ROOT = Path(__file__).resolve().parent.parent
 MARGIN_S = 30            # beyond a cell's timeout, for the kernel host to reply
-STARTUP_TIMEOUT_S = 180  # a kernel can take a minute to start on a loaded 2-core machine
+STARTUP_TIMEOUT_S = 180  # a host can take a minute to start on a loaded 2-core machine
+STOPPED = [{"output_type": "error", "ename": "KernelStopped", "traceback": [],
+            "evalue": "the kernel had stopped (a cell exited, crashed it or ran too long)"}]
 
 
-class KernelSession:
-    def __init__(self, *, isolate: bool = True, files: dict[str, bytes] | None = None, timeout: float = 90,
+class KernelHost:
+    def __init__(self, *, isolate: bool = True, files: dict[str, bytes] | None = None,
                  package: Path | None = None, oracle_socket: str | None = None):
-        """`package`: a copy of threeaxes the kernel imports instead of this one;
+        """`package`: a copy of threeaxes the kernels import instead of this one;
         `oracle_socket`: where the grader answers its withheld functions (autograder/borrowed.py)."""
         # isolated: an empty folder the sandbox builds its root on; otherwise the kernel's scratch
         self._scratch = tempfile.TemporaryDirectory(prefix="threeaxes-grade-")
@@ -65,39 +71,31 @@ class KernelSession:
             cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, start_new_session=True)
         self._replies: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
-        self.answers = Answers(self.run_code, timeout)
         self.alive = True
         self.sandbox = self._reply(STARTUP_TIMEOUT_S).get("sandbox") or {}
+        if not self.sandbox:
+            self.close()
 
-    # -- the student's cells ------------------------------------------------------------------
+
     def run_cell(self, source: str, timeout: float) -> list[dict]:
-        reply = self._request(source, timeout)
-        if reply is None:
-            return [{"output_type": "error", "ename": "KernelStopped", "traceback": [],
-                     "evalue": "the kernel had stopped (a cell exited, crashed it or ran too long)"}]
-        return reply["outputs"]
+        """A cell in the host itself: only before its first fork (the opening cells)."""
+        reply = self.request({"source": source, "timeout": timeout}, timeout)
+        return reply["outputs"] if reply and reply.get("status") == "ok" else STOPPED
 
-    def run_code(self, code: str, timeout: float) -> str | None:
-        """What `code` printed, for `Answers`; None once the kernel is gone."""
-        reply = self._request(code, timeout)
-        if reply is None:
-            return None
-        return "".join(o.get("text", "") for o in reply["outputs"]
-                       if o.get("output_type") == "stream" and o.get("name") == "stdout")
-
-    def _request(self, source: str, timeout: float) -> dict | None:
+    def request(self, message: dict, timeout: float) -> dict | None:
+        """One request and its reply; None (and the host stopped) if none comes in time."""
         if not self.alive:
             return None
         try:
-            self._proc.stdin.write(json.dumps({"source": source, "timeout": timeout}) + "\n")
+            self._proc.stdin.write(json.dumps(message) + "\n")
             self._proc.stdin.flush()
         except (BrokenPipeError, OSError):
             self.close()
             return None
         reply = self._reply(timeout + MARGIN_S)
-        if reply.get("status") != "ok":
+        if not reply:
             self.close()
-            return reply if "outputs" in reply else None
+            return None
         return reply
 
     def _reply(self, timeout: float) -> dict:
@@ -119,7 +117,6 @@ class KernelSession:
         self._log.seek(0)
         return self._log.read().decode(errors="replace")[-chars:]
 
-    # -- the end ---------------------------------------------------------------------------------
     def close(self) -> None:
         if self.alive:
             self.alive = False
@@ -130,6 +127,46 @@ class KernelSession:
                 pass
             sandbox.kill_tree(self._proc)   # ... and whatever is left goes with its group
             self._scratch.cleanup()
+
+
+class KernelSession:
+    """One submission's kernel, forked from `host` (one of its own when none is given)."""
+
+    def __init__(self, host: KernelHost | None = None, *, timeout: float = 90, **host_settings):
+        self._own_host = host is None
+        self.host = host if host is not None else KernelHost(**host_settings)
+        self.sandbox = self.host.sandbox
+        self.answers = Answers(self.run_code, timeout)
+        reply = self.host.request({"fork": True}, STARTUP_TIMEOUT_S)
+        self.alive = bool(reply and reply.get("forked"))
+
+    def run_cell(self, source: str, timeout: float) -> list[dict]:
+        reply = self._request(source, timeout)
+        return STOPPED if reply is None else reply["outputs"]
+
+    def run_code(self, code: str, timeout: float) -> str | None:
+        """What `code` printed, for `Answers`; None once the kernel is gone."""
+        reply = self._request(code, timeout)
+        if reply is None:
+            return None
+        return "".join(o.get("text", "") for o in reply["outputs"]
+                       if o.get("output_type") == "stream" and o.get("name") == "stdout")
+
+    def _request(self, source: str, timeout: float) -> dict | None:
+        if not self.alive:
+            return None
+        reply = self.host.request({"source": source, "timeout": timeout}, timeout)
+        if reply is None or reply.get("status") != "ok":
+            self.alive = False   # the host has stopped it already
+            return reply if reply and "outputs" in reply else None
+        return reply
+
+    def close(self) -> None:
+        if self.alive:
+            self.alive = False
+            self.host.request({"end": True}, MARGIN_S)
+        if self._own_host:
+            self.host.close()
 
     def __enter__(self):
         return self

@@ -26,6 +26,7 @@ import ctypes
 import os
 import platform
 import resource
+import shutil
 import signal
 import socket
 import struct
@@ -110,11 +111,17 @@ def _enter_namespaces(settings: dict) -> None:
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _minimal_root(settings["keep"], settings["stage"], settings.get("replace", ()))
     _loopback_up()
-    # a nested user namespace: the kernel keeps no privilege over the mounts above
+    _drop_privilege(uid, gid)
+
+
+def _drop_privilege(uid: int, gid: int) -> None:
+    """A nested user namespace, in which the process is `uid`/`gid`: it keeps no privilege
+    over the mounts made so far."""
+    outside_uid, outside_gid = os.getuid(), os.getgid()
     _call("unshare", CLONE_NEWUSER | CLONE_NEWNS)
     _write("/proc/self/setgroups", "deny")
-    _write("/proc/self/uid_map", f"{uid} 0 1")
-    _write("/proc/self/gid_map", f"{gid} 0 1")
+    _write("/proc/self/uid_map", f"{uid} {outside_uid} 1")
+    _write("/proc/self/gid_map", f"{gid} {outside_gid} 1")
 
 
 def die_with_parent() -> None:
@@ -125,17 +132,74 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def _become_pid_one() -> None:
+def _become_pid_one(announce=None) -> None:
     """Fork into the new PID namespace; the parent waits and passes on the exit
-    status. The child dies with its parent, and every process of the
-    namespace dies with the child."""
+    status (`announce` first hears the child's pid, as the parent sees it). The
+    child dies with its parent, and every process of the namespace dies with
+    the child."""
     pid = os.fork()
     if pid:
+        if announce is not None:
+            announce(pid)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, lambda *_: os._exit(1))
         _, status = os.waitpid(pid, 0)
         os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
     _call("prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def enter_kernel_world(namespaces: bool, settings: dict, announce) -> None:
+    """In a child the kernel host forked for one submission (autograder/kernel_host.py):
+    a world of its own, started from the host's. With namespaces: a fresh /tmp holding a
+    copy of the host's (its work and home folders) and a fresh /dev/shm, a PID namespace
+    whose init this process becomes, and a nested user namespace, as in `isolate`.
+    Without: its own process group, and a copy of the work folder to work in."""
+    if not namespaces:
+        os.setsid()
+        _call("prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        workdir = os.path.join(settings["stage"], f"kernel-{os.getpid()}")
+        shutil.copytree(os.getcwd(), workdir, symlinks=True, ignore_dangling_symlinks=True)
+        os.chdir(workdir)
+        return
+    _call("prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    files = _read_tree("/tmp")
+    _call("unshare", CLONE_NEWNS | CLONE_NEWPID)
+    for folder in ("/tmp", "/dev/shm"):
+        _mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=1g,mode=1777")
+    _write_tree(files)
+    _become_pid_one(announce)
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)   # this namespace's processes only
+    _drop_privilege(os.getuid(), os.getgid())
+    os.chdir(settings["workdir"])
+
+
+def _read_tree(top: str) -> list:
+    """(path, mode, bytes or link target) of the folders, files and links under `top`;
+    sockets and pipes (a forkserver's, say) stay behind."""
+    found = []
+    for folder, dirs, names in os.walk(top):
+        found.append((folder, os.stat(folder).st_mode, None))
+        for name in names:
+            path = os.path.join(folder, name)
+            if os.path.islink(path):
+                found.append((path, None, os.readlink(path)))
+            elif os.path.isfile(path):
+                with open(path, "rb") as f:
+                    found.append((path, os.stat(path).st_mode, f.read()))
+    return found
+
+
+def _write_tree(found: list) -> None:
+    for path, mode, data in found:
+        if mode is None:
+            os.symlink(data, path)
+        elif data is None:
+            os.makedirs(path, exist_ok=True)
+            os.chmod(path, mode & 0o7777)
+        else:
+            with open(path, "wb") as f:
+                f.write(data)
+            os.chmod(path, mode & 0o7777)
 
 
 # What a kernel needs of the machine: programs, libraries, /etc (less its secrets),

@@ -162,7 +162,7 @@ def test_a_kernel_that_exits_stops_the_session_and_leaves_no_process():
     from autograder.kernel_session import KernelSession
 
     with KernelSession(isolate=True, timeout=30) as session:
-        host = session._proc.pid
+        host = session.host._proc.pid
         assert "KernelStopped" in printed(session, "import os\nos._exit(3)") + printed(session, "1")
         assert session.answers.run_code("print(1)", 5) is None
     with pytest.raises(ProcessLookupError):

@@ -1,0 +1,101 @@
+"""A drop's opening cells, run once per grading worker instead of once per submission.
+
+Every submission of a drop opens with the same cells: the instructor's cells
+before the first answer, which nbgrader restores where they are locked. They
+import torch, build the toy model and launch ranks to show what each holds:
+most of a drop's run time. An `OpeningHost` runs them once, in its sandbox;
+each submission whose notebook opens with exactly those cells gets a kernel
+forked from that state (autograder/kernel_host.py), and those cells' outputs
+are copied into its notebook. A notebook that changed or added a cell before its
+first answer runs every cell in its own kernel, forked from a host that ran
+none: what it would have got without any of this.
+
+A worker keeps its last few hosts (submissions are graded drop by drop); each
+has its own oracle, the grader's side of the functions its drop withholds
+(autograder/borrowed.py).
+"""
+from __future__ import annotations
+
+import atexit
+import hashlib
+import tempfile
+from collections import OrderedDict
+from pathlib import Path
+
+from autograder import borrowed
+from autograder.judge import is_test_cell
+from autograder.kernel_session import KernelHost, KernelSession
+
+KEPT = 3   # hosts a worker keeps: a drop's usual opening, and the odd notebook that differs
+
+
+def opening_cells(nb) -> list[str]:
+    """The sources of the code cells before the first answer or test cell."""
+    sources = []
+    for cell in nb.cells:
+        about = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.cell_type != "code":
+            continue
+        if about.get("solution") or about.get("grade") or is_test_cell(cell):
+            break
+        sources.append(cell.source)
+    return sources
+
+
+class OpeningHost:
+    """A kernel host that has run `sources`; `session()` forks a submission's kernel from it."""
+
+    def __init__(self, sources: list[str], *, isolate: bool, files: dict[str, bytes], withheld: set | None,
+                 timeout: float):
+        self._scratch = tempfile.TemporaryDirectory(prefix="threeaxes-oracle-")
+        self.oracle = borrowed.Oracle(withheld, Path(self._scratch.name)) if withheld else None
+        self.host = KernelHost(isolate=isolate, files=files,
+                               package=borrowed.package_for(withheld) if withheld else None,
+                               oracle_socket=self.oracle.socket_path if self.oracle else None)
+        self.sandbox = self.host.sandbox
+        self.outputs = [self.host.run_cell(source, timeout) for source in sources if self.host.alive]
+
+    @property
+    def ready(self) -> bool:
+        return self.host.alive
+
+    def session(self, timeout: float) -> KernelSession:
+        return KernelSession(self.host, timeout=timeout)
+
+    def close(self) -> None:
+        self.host.close()
+        if self.oracle:
+            self.oracle.close()
+        self._scratch.cleanup()
+
+
+_hosts: "OrderedDict[tuple, OpeningHost]" = OrderedDict()
+
+
+def host_for(nb, *, instructors: set[str], isolate: bool, files: dict[str, bytes], withheld: set | None,
+             timeout: float) -> OpeningHost:
+    """The host for this notebook's opening cells, made (and run) on first use. Only the
+    instructor's cells run in a host: where a student changed one, the opening is empty
+    and every cell runs in the submission's own kernel."""
+    sources = opening_cells(nb)
+    if not all(source.strip() in instructors for source in sources):
+        sources = []
+    digest = hashlib.sha256()
+    for name, data in sorted(files.items()):
+        digest.update(name.encode() + b"\0" + data + b"\0")
+    key = (isolate, tuple(sources), digest.hexdigest(), tuple(sorted(withheld or ())), timeout)
+    host = _hosts.pop(key, None)
+    if host is None or not host.ready:
+        if host is not None:
+            host.close()
+        host = OpeningHost(sources, isolate=isolate, files=files, withheld=withheld, timeout=timeout)
+    _hosts[key] = host
+    while len(_hosts) > KEPT:
+        _hosts.popitem(last=False)[1].close()
+    return host
+
+
+@atexit.register
+def close_all() -> None:
+    while _hosts:
+        _hosts.popitem()[1].close()
