@@ -53,9 +53,11 @@ def name_of(said: dict | None, exercise: dict, blank: bool = False) -> str | Non
         used = text.split(" used ", 1)[-1].split(",", 1)[0].split(" ", 1)[0]
         return f"borrowed: {used}"
     for where in (text, said.get("printed", "") if said.get("partial") else ""):
-        for mistake in exercise.get("mistakes", []):
-            if where and mistake["says"] in where:
-                return mistake["name"]
+        # a configuration may break several rules: the check says them in its own order
+        named = [(where.index(m["says"]), m["name"]) for m in exercise.get("mistakes", [])
+                 if where and m["says"] in where]
+        if named:
+            return min(named)[1]
     if not error:
         return None
     if any(marker in text for marker in BLANK):

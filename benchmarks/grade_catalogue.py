@@ -2,18 +2,16 @@
 
     python benchmarks/grade_catalogue.py [--drops drop05,drop06] [--jobs 2]
 
-For each drop, student `k` submits the solved release with the k-th catalogued
-mistake of every exercise written into its answer cell (exercises are graded by
-their own test cells, so one notebook carries one mistake per exercise), and
-student `solved` the solutions. All of it is graded in one `autograde` batch
+For each drop, student `catalogue-k` submits the solved release with the k-th
+catalogued mistake of every exercise written into its answer cell (exercises are
+graded by their own test cells, so one notebook carries one mistake per exercise;
+tests/grading_harness.py), and student `solved_source` the solutions. All of it is graded in one `autograde` batch
 (sandboxed kernels, test cells judged in the grader). Prints, per exercise, each
 mistake's points against the solution's, and whether the feedback names it; exits
 1 if a mistake scores as much as the solution or the solution loses a point.
 
-The suite proves the naming in-process (tests/test_visible_cases.py,
-test_visible_config.py, test_catalogue.py) and grades the planted sample mistakes
-end to end (tests/test_grading.py); this grades the whole catalogue, which takes
-minutes, so it is a benchmark.
+The suite grades the same students (tests/test_grading.py, among the rest of its
+class); this grades the catalogue alone and prints its rate.
 """
 import argparse
 import os
@@ -27,7 +25,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from autograder import report  # noqa: E402
 from autograder.grade import autograde, submissions  # noqa: E402
-from grading_harness import Course, drops, set_answer  # noqa: E402
+from grading_harness import FULL, Course, catalogue_students, drops  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -42,17 +40,10 @@ def main(argv=None) -> int:
         course.release()
         planted = {}   # (drop, student) -> {answer: mistake name}
         for name in chosen:
-            solved = course.solved_release(name)
-            course.submit("solved", name, solved)
-            exercises = [e for e in report.exercises(course.root, name) if e.get("mistakes")]
-            for k in range(max((len(e["mistakes"]) for e in exercises), default=0)):
-                nb, marks = solved, {}
-                for e in exercises:
-                    if k < len(e["mistakes"]):
-                        nb = set_answer(nb, e["answer"], "\n".join(e["mistakes"][k]["code"]))
-                        marks[e["answer"]] = e["mistakes"][k]["name"]
-                course.submit(f"m{k + 1:02d}", name, nb)
-                planted[(name, f"m{k + 1:02d}")] = marks
+            course.submit(FULL, name, course.solved_release(name))
+            for student, (nb, marks) in catalogue_students(course, name).items():
+                course.submit(student, name, nb)
+                planted[(name, student)] = marks
         todo = submissions(course.root)
         start = time.perf_counter()
         autograde(course.root, todo, args.jobs, "--Execute.timeout=60", progress=None)
@@ -61,7 +52,7 @@ def main(argv=None) -> int:
         bad, caught, named = [], 0, 0
         for (drop, student), marks in sorted(planted.items()):
             for answer, mistake in marks.items():
-                got, best = rows[(drop, answer, student)], rows[(drop, answer, "solved")]
+                got, best = rows[(drop, answer, student)], rows[(drop, answer, FULL)]
                 lower = got["score"] < best["score"] == best["max"]
                 caught += lower
                 named += got["mistake"] == mistake

@@ -11,6 +11,9 @@ every drop that has such a file, and these students submit to each drop:
                         its own answer cell                              others
     attack-<name>       the release with one cell of attack code         0 on every auto-graded cell,
                         first (grading_attacks.py; some drops only)      as untouched_release
+    catalogue-1, -2, .. the release with every solution typed in, then   less than solved_source on
+                        the k-th catalogued mistake of each exercise     each exercise it changed,
+                        (grading.json "exercises")                       the mistake named
 
 Mistakes share a notebook when they can: each student takes, in order, every
 mistake whose answer cell and lost cells no earlier mistake of that student
@@ -57,6 +60,7 @@ CELL_TIMEOUT_S = 60
 FULL = "solved_source"
 ZERO = "untouched_release"
 ATTACK = "attack-"
+CATALOGUE = "catalogue-"
 
 
 @dataclass(frozen=True)
@@ -259,6 +263,28 @@ def submit_all(course: Course, drop: Drop) -> None:
         for mistake in drop.mistakes_of(student):
             nb = set_answer(nb, mistake.answer, mistake.code)
         course.submit(student, drop.name, nb)
+    for student, (nb, _) in catalogue_students(course, drop.name).items():
+        course.submit(student, drop.name, nb)
+
+
+def catalogue_students(course: Course, assignment: str) -> dict[str, tuple]:
+    """{student: (notebook, {answer: mistake name})}: student catalogue-k hands in the solved
+    release with the k-th catalogued mistake of every exercise that has one written into
+    its answer cell. Each exercise is scored by its own test cells, so one notebook
+    carries one mistake per exercise."""
+    from autograder.report import exercises
+
+    solved = course.solved_release(assignment)
+    catalogued = [e for e in exercises(course.root, assignment) if e.get("mistakes")]
+    students = {}
+    for k in range(max((len(e["mistakes"]) for e in catalogued), default=0)):
+        nb, marks = solved, {}
+        for e in catalogued:
+            if k < len(e["mistakes"]):
+                nb = set_answer(nb, e["answer"], "\n".join(e["mistakes"][k]["code"]))
+                marks[e["answer"]] = e["mistakes"][k]["name"]
+        students[f"{CATALOGUE}{k + 1}"] = (nb, marks)
+    return students
 
 
 def graded_course(tmp_path: Path, all_drops: list[Drop], timings: dict | None = None,

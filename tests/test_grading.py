@@ -15,7 +15,7 @@ import pytest
 
 from autograder.release import assignments
 from grading_harness import (FULL, GRADING_FILE, ROOT, ZERO, Drop, Mistake, answer_ids, autograded_ids,
-                             drops, graded_course, student_code)
+                             catalogue_students, drops, graded_course, student_code)
 
 # THREEAXES_GRADE_ONLY=drop05 (comma-separated prefixes) grades only those drops, for
 # someone writing one drop; CI leaves it unset and grades every drop.
@@ -105,9 +105,10 @@ def test_feedback_hides_every_hidden_test(course, drop, student):
 @pytest.mark.slow
 def test_grades_csv_holds_every_score(course):
     graded = {d.name for d in DROPS}   # the released gradebook knows every drop
+    students = {s for d in DROPS for s in d.students()}   # (the catalogue's students have a test below)
     rows = {(r["assignment"], r["student_id"]): float(r["raw_score"])
-            for r in csv.DictReader((course.root / "grades.csv").open()) if r["assignment"] in graded}
-    students = {s for d in DROPS for s in d.students()}
+            for r in csv.DictReader((course.root / "grades.csv").open())
+            if r["assignment"] in graded and r["student_id"] in students}
     # written answers wait for the instructor, so raw_score is the auto-graded points;
     # a student who submitted nothing for a drop is exported with 0
     expected = {(d.name, s): sum(d.expected(s).values()) if s in d.students() else 0.0
@@ -130,15 +131,42 @@ def test_no_submission_wrote_into_the_course(course):
 
 
 
+@pytest.fixture(scope="session")
+def report_rows(course):
+    from autograder import report
+
+    return report.graded(course.root)
+
+
 @pytest.mark.slow
-def test_the_report_counts_each_planted_mistake_under_its_name(course, tmp_path):
+@pytest.mark.parametrize("drop", DROPS, ids=lambda d: d.name)
+def test_every_catalogued_mistake_scores_below_the_solution_and_is_named(course, report_rows, drop):
+    """Each exercise's catalogue (grading.json "exercises"), every mistake graded through the
+    real path: it earns less than the solution on its exercise, which keeps full marks, and
+    the feedback names it as the visible check does."""
+    rows = {(r["exercise"], r["student"]): r for r in report_rows if r["drop"] == drop.name}
+    planted = catalogue_students(course, drop.name)
+    assert sum(len(marks) for _, marks in planted.values()) >= 5 * len({a for _, m in planted.values() for a in m})
+    wrong = []
+    for student, (_, marks) in planted.items():
+        for answer, mistake in marks.items():
+            got, best = rows[(answer, student)], rows[(answer, FULL)]
+            if not got["score"] < best["score"] == best["max"]:
+                wrong.append(f"{answer}: {mistake} scored {got['score']:g} of {best['max']:g}")
+            elif got["mistake"] != mistake:
+                wrong.append(f"{answer}: {mistake} was named {got['mistake']}")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.slow
+def test_the_report_counts_each_planted_mistake_under_its_name(course, report_rows, tmp_path):
     """`make report` on the graded class: every planted mistake that is in its exercise's
     catalogue is counted under that name for the student who made it, every call the
     exercise forbids as borrowed, every blank answer as blank, and the solved notebook
     as no mistake at all."""
     from autograder import report
 
-    rows = report.graded(course.root)
+    rows = report_rows
     named = {(r["drop"], r["exercise"], r["student"]): r["mistake"] for r in rows}
     expected = {}
     for drop in DROPS:
