@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from queue import Empty, Queue
+from collections import deque
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = Path(__file__).resolve().parent / "samples"
@@ -100,9 +100,7 @@ def autograde(course_root: Path, todo: list[tuple[str, str]], jobs: int, *extra:
     settings such as "--Execute.timeout=30". Notes each submission graded (`pending`
     then leaves it out). Returns seconds per submission; raises SystemExit naming each
     submission nbgrader could not grade, or saying how far a stopped run got."""
-    queue = Queue()
-    for item in todo:
-        queue.put(item)
+    queue = ByDrop(todo)
     seconds, failed, lock, start = {}, [], threading.Lock(), time.perf_counter()
     workers = []
 
@@ -111,11 +109,11 @@ def autograde(course_root: Path, todo: list[tuple[str, str]], jobs: int, *extra:
                                   cwd=course_root, env=_nbgrader_env(), text=True, stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
         workers.append(worker)
+        item = None
         try:
             while True:
-                try:
-                    item = queue.get_nowait()
-                except Empty:
+                item = queue.take(item[0] if item else None)
+                if item is None:
                     return
                 began = time.perf_counter()
                 digest = _digest(course_root, *item)
@@ -158,15 +156,46 @@ def autograde(course_root: Path, todo: list[tuple[str, str]], jobs: int, *extra:
     return seconds
 
 
-def _stop(queue: Queue, workers) -> None:
+class ByDrop:
+    """The submissions left, drop by drop. A worker keeps to one drop while it has
+    submissions: its kernel host ran that drop's opening cells (autograder/warm_start.py),
+    so each drop's opening runs about once per class instead of once per worker. A worker
+    whose drop is done takes the drop the fewest workers hold, with the most left."""
+
+    def __init__(self, todo):
+        self.left: dict[str, deque] = {}
+        for assignment, student in todo:
+            self.left.setdefault(assignment, deque()).append((assignment, student))
+        self.holders: dict[str, int] = {a: 0 for a in self.left}
+        self.lock = threading.Lock()
+
+    def take(self, current: str | None):
+        with self.lock:
+            if current is not None and self.left.get(current):
+                return self.left[current].popleft()
+            if current is not None:
+                self.holders[current] -= 1
+            open_drops = [a for a in self.left if self.left[a]]
+            if not open_drops:
+                return None
+            drop = min(open_drops, key=lambda a: (self.holders[a], -len(self.left[a])))
+            self.holders[drop] += 1
+            return self.left[drop].popleft()
+
+    def clear(self) -> None:
+        with self.lock:
+            for left in self.left.values():
+                left.clear()
+
+
+def _stop(queue: ByDrop, workers) -> None:
     """Ctrl-C: take no more submissions; interrupt each worker, so that the submission it
     grades stops its sandboxed kernel on the way out, then end what is left of it."""
     import signal
 
     from autograder import sandbox
 
-    while not queue.empty():
-        queue.get_nowait()
+    queue.clear()
     for worker in workers:
         if worker.poll() is None:
             worker.send_signal(signal.SIGINT)
