@@ -142,6 +142,8 @@ def _ddp_under_pipelining(rank, world_size, cfg, batches, m, lr):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 13),
+                    reason="the error the module quotes is torch 2.13's; 2.10 does not raise it")
 def test_ddp_under_pipelining_raises_the_error_the_module_records():
     with pytest.raises(RankError) as err:
         _launch(_ddp_under_pipelining, 2, CFG, BATCHES, M, LR)

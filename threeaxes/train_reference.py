@@ -61,7 +61,8 @@ DP_APIS = ("replicate", "fully_shard", "ddp")
 # every course schedule to PyTorch's class; this run takes only these two)
 REFERENCE_RUN_SCHEDULES = ("gpipe", "1f1b")
 
-# The first line of what PyTorch raises for DistributedDataParallel under pipelining.
+# The first line of what PyTorch 2.13 raises for DistributedDataParallel under pipelining
+# (2.10 does not raise it).
 DDP_PIPELINING_ERROR = ("RuntimeError: params_.size() == rebuilt_param_indices_.size() INTERNAL "
                         "ASSERT FAILED ... rebuilt parameter indices size is not same as original "
                         "model parameters size")
@@ -102,8 +103,8 @@ def _check_args(dp, m, schedule, dp_api, batches):
         raise ValueError(f"dp_api={dp_api!r}; choose one of {DP_APIS}")
     if dp_api == "ddp" and dp > 1:
         raise NotImplementedError(
-            f"DistributedDataParallel does not compose with torch.distributed.pipelining: a stage "
-            f"that runs two microbatch forwards before their backwards fails with "
+            f"DistributedDataParallel does not compose with torch.distributed.pipelining: on torch "
+            f"2.13 a stage that runs two microbatch forwards before their backwards fails with "
             f"'{DDP_PIPELINING_ERROR}', and with tp its gradients are not scaled by m. "
             f"What composes: dp_api='replicate' or 'fully_shard' with tp and pp "
             f"(dp x tp x pp = 2 x 2 x 2); DDP(device_mesh=...) with tp only without pipelining. "
