@@ -17,6 +17,11 @@ CI containers, not macOS), the kernel host:
    privilege that could undo the mounts;
 4. sets resource limits: address space, CPU seconds, file size, processes.
 
+Each submission's kernel, forked from the host (autograder/forked_kernel.py),
+then enters a world of its own (`enter_kernel_world`): a fresh /tmp that holds
+a copy of the host's, a fresh /dev/shm, a PID namespace of which it is the
+first process, and one more nested user namespace.
+
 Where namespaces are refused, it says so in its report and keeps only the
 limits, a scratch folder and a clean environment.
 """

@@ -28,7 +28,8 @@ INSTRUCTOR_ONLY = ("source/", "autograder/samples/", "submitted/", "tests/", ".c
                    "autograder/release.py", "autograder/student_repo.py",
                    "autograder/references/", "autograder/cases.py", "autograder/borrowed.py",
                    "autograder/grade_worker.py", "autograder/report.py", "autograder/config_cases.py",
-                   "autograder/exchange.py", "autograder/cell_runner.py", "autograder/warm_start.py")
+                   "autograder/exchange.py", "autograder/cell_runner.py", "autograder/warm_start.py",
+                   "autograder/forked_kernel.py")
 
 
 def student_files(root: Path = ROOT) -> list[str]:

@@ -1,0 +1,169 @@
+"""One submission's kernel: a child the kernel host forked, talked to over two pipes.
+
+    kernel = Kernel.fork(host)     # a world of its own (sandbox.enter_kernel_world)
+    reply = kernel.run({"source": "x = 1", "timeout": 90})
+    kernel.stop()                  # with every process it started
+
+The child runs `serve_cells`: each cell it is sent, in the IPython shell it
+inherited from the host with the host's opening cells already run, one JSON
+line back with the outputs. The host relays and keeps the time: a cell past
+its timeout is interrupted (SIGINT, as Jupyter does); one that still does not
+answer within GRACE_S, or a kernel that exits or crashes, is stopped and its
+reply says "dead".
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import signal
+import sys
+import threading
+import time
+
+from autograder import sandbox
+
+TIMEOUT = {"output_type": "error", "ename": "TimeoutError", "evalue": "the cell ran past the grading time limit",
+           "traceback": ["TimeoutError: the cell ran past the grading time limit"]}
+GRACE_S = 10   # after an interrupt, for the cell to stop before its kernel is
+
+
+class Kernel:
+    """One submission's kernel: a forked child, talked to over two pipes."""
+
+    def __init__(self, pid, requests, replies, namespaced: bool):
+        self.pid, self.requests, self.replies, self.namespaced = pid, requests, replies, namespaced
+        self.kernel_pid = None   # as this process sees it (with a PID namespace, the child's child)
+
+    @classmethod
+    def fork(cls, host) -> "Kernel":
+        """A child of `host` (autograder.kernel_host.Host: its shell, reply pipe and settings)."""
+        to_kernel, from_host = os.pipe()
+        to_host, from_kernel = os.pipe()
+        pid = os.fork()
+        if pid == 0:   # the child: never returns
+            try:
+                os.close(from_host), os.close(to_host), os.close(host.replies.fileno())
+                os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+                sandbox.enter_kernel_world(host.namespaces, host.settings,
+                                           announce=lambda p: os.write(from_kernel, b"%d\n" % p))
+                if not host.namespaces:
+                    os.write(from_kernel, b"%d\n" % os.getpid())
+                _forget_the_hosts_helpers()
+                serve_cells(host.runner, os.fdopen(to_kernel, "r"), os.fdopen(from_kernel, "w", buffering=1))
+            finally:
+                os._exit(0)
+        os.close(to_kernel), os.close(from_kernel)
+        kernel = cls(pid, os.fdopen(from_host, "w", buffering=1), _Lines(to_host), host.namespaces)
+        line = kernel.replies.readline(30)
+        kernel.kernel_pid = int(line) if line and line.strip().isdigit() else None
+        if kernel.kernel_pid is None:
+            kernel.stop()
+            kernel.pid = None
+        return kernel
+
+    def run(self, request: dict) -> dict:
+        """One cell, relayed; interrupted at its timeout, the kernel stopped if that fails."""
+        try:
+            self.requests.write(json.dumps(request) + "\n")
+        except (BrokenPipeError, OSError):
+            return self._dead([])
+        line = self.replies.readline(request["timeout"])
+        if line is None and self.replies.open:
+            self._signal(signal.SIGINT)
+            line = self.replies.readline(GRACE_S)
+            if line is None:
+                return self._dead([TIMEOUT])
+            return {"outputs": json.loads(line)["outputs"] + [TIMEOUT], "status": "ok"}
+        if line is None:   # it exited or crashed
+            return self._dead([])
+        return {"outputs": json.loads(line)["outputs"], "status": "ok"}
+
+    def _dead(self, outputs) -> dict:
+        self.stop()
+        return {"outputs": outputs, "status": "dead"}
+
+    def _signal(self, sig) -> None:
+        try:
+            if self.kernel_pid is not None:
+                os.kill(self.kernel_pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(self) -> None:
+        """With a PID namespace the kernel is its init: every process it started ends with it.
+        Without one, its process group goes."""
+        if self.pid is None:
+            return
+        try:
+            if self.kernel_pid is not None:
+                (os.kill if self.namespaced else os.killpg)(self.kernel_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.requests.close()
+        except OSError:
+            pass
+        self.replies.close()
+        os.waitpid(self.pid, 0)
+        self.pid = None
+
+
+def serve_cells(runner, requests, replies) -> None:
+    """The kernel's side: run each cell it is sent, reply with its outputs."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    while True:
+        try:
+            line = requests.readline()
+            if not line:
+                return
+            outputs = runner.run(json.loads(line)["source"])
+        except KeyboardInterrupt:   # an interrupt that came between two cells
+            continue
+        replies.write(dumps({"outputs": outputs}) + "\n")
+
+
+def _forget_the_hosts_helpers() -> None:
+    """The forkserver and resource tracker the opening cells started belong to the host's
+    world; this kernel starts its own when it first launches ranks."""
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    if forkserver is not None:
+        server = forkserver._forkserver
+        server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
+        server._inherited_fds, server._lock = None, threading.Lock()
+    tracker = sys.modules.get("multiprocessing.resource_tracker")
+    if tracker is not None:
+        tracker._resource_tracker._fd = tracker._resource_tracker._pid = None
+        tracker._resource_tracker._lock = threading.RLock()
+
+
+def dumps(reply: dict) -> str:
+    """Outputs as JSON; an image's bytes as base64, as Jupyter stores them."""
+    return json.dumps(reply, default=lambda o: base64.b64encode(o).decode() if isinstance(o, bytes) else repr(o))
+
+
+class _Lines:
+    """Reads lines from a pipe, each waited for at most a given time."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buffer, self.open = fd, b"", True
+
+    def readline(self, timeout: float) -> str | None:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if not self.open or left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                return None
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                self.open = False
+                return None
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line.decode()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd, self.open = None, False
