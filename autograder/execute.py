@@ -43,13 +43,15 @@ class JudgedExecute(Execute):
         about = resources.get("nbgrader", {})
         assignment, notebook = about.get("assignment", ""), about.get("notebook", "")
         guard = borrowed.guard_for(assignment, notebook, Path.cwd())
-        host = warm_start.host_for(nb, instructors=borrowed.instructors_cells_of(assignment, notebook, Path.cwd()),
-                                   isolate=isolate, files=_assignment_files(folder),
-                                   withheld=guard.paths if guard else None, timeout=self.timeout)
-        if host.sandbox.get("refused"):
-            self.log.warning("grading without a sandbox: %s", host.sandbox["refused"])
-        with host.session(self.timeout) as kernel:
-            run_notebook(nb, kernel, self.timeout, guard, host.oracle, opening=host.outputs)
+        opening = warm_start.host_for(nb, instructors=borrowed.instructors_cells_of(assignment, notebook, Path.cwd()),
+                                      isolate=isolate, files=_assignment_files(folder),
+                                      withheld=guard.paths if guard else None, timeout=self.timeout)
+        if opening.sandbox.get("refused"):
+            self.log.warning("grading without a sandbox: %s", opening.sandbox["refused"])
+        with opening.session(self.timeout) as kernel:
+            if not kernel.alive:   # the grader's trouble, not the student's: no grade rather than 0
+                raise RuntimeError(f"no kernel could be started for this submission: {opening.host.log_tail()}")
+            run_notebook(nb, kernel, self.timeout, guard, opening.oracle, opening=opening.outputs)
         return nb, resources
 
 
