@@ -160,7 +160,8 @@ class ByDrop:
     """The submissions left, drop by drop. A worker keeps to one drop while it has
     submissions: its kernel host ran that drop's opening cells (autograder/warm_start.py),
     so each drop's opening runs about once per class instead of once per worker. A worker
-    whose drop is done takes the drop the fewest workers hold, with the most left."""
+    whose drop is done takes the next drop no worker holds, in order; when every drop left
+    is held, it helps the one with the most submissions left per worker."""
 
     def __init__(self, todo):
         self.left: dict[str, deque] = {}
@@ -178,7 +179,8 @@ class ByDrop:
             open_drops = [a for a in self.left if self.left[a]]
             if not open_drops:
                 return None
-            drop = min(open_drops, key=lambda a: (self.holders[a], -len(self.left[a])))
+            free = [a for a in open_drops if self.holders[a] == 0]
+            drop = free[0] if free else max(open_drops, key=lambda a: len(self.left[a]) / (self.holders[a] + 1))
             self.holders[drop] += 1
             return self.left[drop].popleft()
 
