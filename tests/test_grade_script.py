@@ -69,3 +69,22 @@ def test_grading_kernels_do_not_prestart_the_forkserver(tmp_path, monkeypatch):
     monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: seen.update(kw["env"]))
     grade.nbgrader(tmp_path, "autograde", "*")
     assert seen["THREEAXES_PRESTART"] == "0"
+
+
+def test_workers_keep_to_one_drop_and_share_only_the_last():
+    """Each drop's opening cells run in a worker's kernel host (autograder/warm_start.py):
+    three workers over four drops each take whole drops, in order, and join one only
+    when every drop left is held; every submission is handed out once."""
+    todo = [(drop, f"s{k}") for drop in ("d1", "d2", "d3", "d4") for k in range(4)]
+    queue, holding, taken = grade.ByDrop(todo), [None] * 3, []
+    while True:
+        rounds = [queue.take(drop) for drop in holding]
+        if not any(rounds):
+            break
+        holding = [item[0] if item else None for item in rounds]
+        taken += [(w, item) for w, item in enumerate(rounds) if item]
+    assert sorted(item for _, item in taken) == sorted(todo)
+    workers_of = {d: {w for w, (drop, _) in taken if drop == d} for d in ("d1", "d2", "d3", "d4")}
+    assert [len(workers_of[d]) for d in ("d1", "d2", "d3")] == [1, 1, 1]
+    assert [sorted(workers_of[d]) for d in ("d1", "d2", "d3")] == [[0], [1], [2]]   # the first drops first
+    assert len(workers_of["d4"]) >= 2   # the last drop is shared once the others are done
