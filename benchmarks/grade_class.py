@@ -66,23 +66,31 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         course = Course(Path(tmp), chosen)
         course.release()
-        kinds = {}
+        kinds, did_of = {}, {}
         for name in chosen:
             for k in range(1, args.students + 1):
                 nb, did = submission(course, name, rng)
                 course.submit(f"s{k:02d}", name, nb)
                 kinds[did] = kinds.get(did, 0) + 1
+                did_of[(name, f"s{k:02d}")] = did
         todo = submissions(course.root)
         own = {name: own_seconds(course, name) for name in chosen}
         own_total = sum(own[a] for a, _ in todo)
         print(f"{len(todo)} submissions ({args.students} students x {len(chosen)} drops; "
               + ", ".join(f"{v} {k}" for k, v in sorted(kinds.items())) + f"), {os.cpu_count()} CPUs")
         start = time.perf_counter()
-        autograde(course.root, todo, args.jobs, f"--Execute.timeout={args.timeout}")
+        seconds = autograde(course.root, todo, args.jobs, f"--Execute.timeout={args.timeout}")
         took = time.perf_counter() - start
         print(f"graded in {took:.0f} s: {60 * len(todo) / took:.1f} submissions per minute with "
               f"{args.jobs} jobs; the notebooks' own run time {own_total:.0f} s "
               f"(ratio {took * args.jobs / own_total:.2f} per job)")
+        # where a worker's time went: each kind of submission's seconds, from handing it to
+        # the worker to its answer (a drop's first submission in a worker also pays its opening)
+        busy = sum(seconds.values())
+        for did in sorted(kinds):
+            spent = [t for item, t in seconds.items() if did_of[item] == did]
+            print(f"  {did:9s} {len(spent):4d} submissions, {sum(spent):6.0f} s of the workers' "
+                  f"{busy:.0f} s ({sum(spent) / busy:.0%}), {sum(spent) / len(spent):5.1f} s each")
         if args.report:
             out = report.write(report.graded(course.root), args.report)
             print(f"report: {out}/index.html")
