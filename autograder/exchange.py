@@ -28,7 +28,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.grade import autograde, pending, register_assignments
+from autograder.grade import autograde, gradebook_url, pending, register_assignments
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "nbgrader_config.py"
@@ -70,10 +70,7 @@ def load_course(root: Path = ROOT) -> Course:
         if (Path(folder) / CONFIG).is_file():
             config.merge(PyFileConfigLoader(CONFIG, path=folder).load_config())
     config.CourseDirectory.root = str(root)
-    db_url = CourseDirectory(config=config).db_url
-    # the course's db_url is relative ("sqlite:///gradebook.db"), as nbgrader runs in the root
-    if db_url.startswith("sqlite:///") and not db_url[len("sqlite:///"):].startswith("/"):
-        db_url = f"sqlite:///{root}/{db_url[len('sqlite:///'):]}"
+    db_url = gradebook_url(root, config)
     config.CourseDirectory.db_url = db_url
     course_id = CourseDirectory(config=config).course_id
     return Course(root, course_id, Path(Exchange(config=config).root), db_url, config)

@@ -67,6 +67,31 @@ def register_assignments(course_root: Path, names: list[str]) -> None:
                      f"--CourseDirectory.release_directory={scratch}")
 
 
+def gradebook_url(course_root: Path, config) -> str:
+    """The course's gradebook database, as nbgrader run in `course_root` opens it (the
+    course's db_url is relative: "sqlite:///gradebook.db")."""
+    from nbgrader.coursedir import CourseDirectory
+
+    url = CourseDirectory(config=config).db_url
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url[len(prefix):].startswith("/"):
+        url = f"{prefix}{Path(course_root).resolve()}/{url[len(prefix):]}"
+    return url
+
+
+def add_students(course_root: Path, students) -> None:
+    """Every student in the gradebook before the workers start: autograde adds a
+    submission's student itself, and two workers adding the same one at once collide."""
+    from nbgrader.api import Gradebook
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(course_root)).load_config()
+    os.environ["PATH"] = _nbgrader_env()["PATH"]   # a new gradebook is made by running `alembic`
+    with Gradebook(gradebook_url(course_root, config)) as gb:
+        for student in sorted(set(students)):
+            gb.update_or_create_student(student)
+
+
 def submissions(course_root: Path) -> list[tuple[str, str]]:
     """(assignment, student) of every notebook in submitted/."""
     return sorted({(p.parent.name, p.parent.parent.name)
@@ -100,6 +125,7 @@ def autograde(course_root: Path, todo: list[tuple[str, str]], jobs: int, *extra:
     settings such as "--Execute.timeout=30". Notes each submission graded (`pending`
     then leaves it out). Returns seconds per submission; raises SystemExit naming each
     submission nbgrader could not grade, or saying how far a stopped run got."""
+    add_students(course_root, [student for _, student in todo])
     queue = ByDrop(todo)
     seconds, failed, lock, start = {}, [], threading.Lock(), time.perf_counter()
     workers = []

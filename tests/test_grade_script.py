@@ -88,3 +88,21 @@ def test_workers_keep_to_one_drop_and_share_only_the_last():
     assert [len(workers_of[d]) for d in ("d1", "d2", "d3")] == [1, 1, 1]
     assert [sorted(workers_of[d]) for d in ("d1", "d2", "d3")] == [[0], [1], [2]]   # the first drops first
     assert len(workers_of["d4"]) >= 2   # the last drop is shared once the others are done
+
+
+def test_students_are_in_the_gradebook_before_any_worker_grades(tmp_path):
+    """Two workers that start on two drops begin with the same student; were each to add
+    that student to the gradebook itself, one would fail (the first run of a class of 40
+    lost s01/drop01 that way). The roster's details stay as they were."""
+    from nbgrader.api import Gradebook
+
+    shutil.copy(ROOT / "nbgrader_config.py", tmp_path)
+    url = f"sqlite:///{tmp_path}/gradebook.db"
+    grade.add_students(tmp_path, [])   # makes the gradebook (nbgrader runs `alembic` from this environment)
+    with Gradebook(url) as gb:
+        gb.add_student("ada", first_name="Ada")
+    grade.add_students(tmp_path, ["bo", "ada", "bo"])
+    grade.add_students(tmp_path, ["bo"])   # again: nothing changes
+    with Gradebook(url) as gb:
+        assert sorted(s.id for s in gb.students) == ["ada", "bo"]
+        assert gb.find_student("ada").first_name == "Ada"
