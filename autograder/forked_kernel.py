@@ -70,15 +70,14 @@ class Kernel:
         except (BrokenPipeError, OSError):
             return self._dead([])
         line = self.replies.readline(request["timeout"])
-        if line is None and self.replies.open:
+        late = line is None and self.replies.open
+        if late:
             self._signal(signal.SIGINT)
             line = self.replies.readline(GRACE_S)
-            if line is None:
-                return self._dead([TIMEOUT])
-            return {"outputs": json.loads(line)["outputs"] + [TIMEOUT], "status": "ok"}
-        if line is None:   # it exited or crashed
-            return self._dead([])
-        return {"outputs": json.loads(line)["outputs"], "status": "ok"}
+        outputs = _outputs(line)
+        if outputs is None:   # it exited, crashed, ignored the interrupt or said nonsense
+            return self._dead([TIMEOUT] if late else [])
+        return {"outputs": outputs + ([TIMEOUT] if late else []), "status": "ok"}
 
     def _dead(self, outputs) -> dict:
         self.stop()
@@ -136,6 +135,15 @@ def _forget_the_hosts_helpers() -> None:
     if tracker is not None:
         tracker._resource_tracker._fd = tracker._resource_tracker._pid = None
         tracker._resource_tracker._lock = threading.RLock()
+
+
+def _outputs(line: str | None) -> list | None:
+    """A kernel's reply, read as data: its list of outputs, or None."""
+    try:
+        outputs = json.loads(line)["outputs"] if line else None
+    except (ValueError, TypeError, KeyError):
+        return None
+    return outputs if isinstance(outputs, list) else None
 
 
 def dumps(reply: dict) -> str:

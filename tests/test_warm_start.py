@@ -121,3 +121,18 @@ def test_outputs_are_those_a_jupyter_kernel_gives():
 
     for cell, outputs in zip(nb.cells, ours):
         assert plain(outputs) == plain(cell.outputs), cell.source
+
+
+def test_a_kernel_that_forges_its_replies_is_stopped_and_the_host_goes_on():
+    """The host reads a kernel's replies as data: a line that is not one ends that kernel."""
+    host = KernelHost(isolate=False)
+    forge = ("import os\nfor fd in range(3, 256):\n    try:\n        os.write(fd, b'not a reply\\n')\n"
+             "    except OSError:\n        pass")
+    try:
+        with KernelSession(host, timeout=30) as kernel:
+            kernel.run_cell(forge, 30)
+            assert kernel.run_cell("print(1)", 30)[0]["ename"] == "KernelStopped"
+        with KernelSession(host, timeout=30) as kernel:
+            assert printed(kernel.run_cell("print('next')", 30)) == "next\n"
+    finally:
+        host.close()
