@@ -163,7 +163,9 @@ def enter_kernel_world(namespaces: bool, settings: dict, announce) -> None:
         os.setsid()
         _call("prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         workdir = os.path.join(settings["stage"], f"kernel-{os.getpid()}")
-        shutil.copytree(os.getcwd(), workdir, symlinks=True, ignore_dangling_symlinks=True)
+        # (without a sandbox the work folder may be the stage itself: earlier kernels' copies stay out)
+        shutil.copytree(os.getcwd(), workdir, symlinks=True, ignore_dangling_symlinks=True,
+                        ignore=shutil.ignore_patterns("kernel-*"))
         os.chdir(workdir)
         return
     _call("prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

@@ -42,7 +42,7 @@ def test_each_kernel_starts_from_the_opening_and_leaves_nothing_to_the_next(host
     assert seen == ["42"] * 3    # x += 1 each time, from the opening's 41: no kernel saw another's
     with KernelSession(host, timeout=30) as kernel:
         files = printed(kernel.run_cell("print(sorted(os.listdir('.')))", 30))
-    assert "opening.txt" in files and "mine.txt" not in files
+    assert "opening.txt" in files and "mine.txt" not in files and "kernel-" not in files
 
 
 @linux
