@@ -195,8 +195,9 @@ class Course:
 
         self.autograde_seconds = autograde(self.root, submissions(self.root), jobs, *extra, progress=None)
 
-    def generate_feedback(self) -> None:
-        nbgrader(self.root, "generate_feedback", "*", "--force")
+    def generate_feedback(self, students: str = "*") -> None:
+        """`students`: a glob over student ids, as nbgrader reads it."""
+        nbgrader(self.root, "generate_feedback", "*", "--force", f"--CourseDirectory.student_id={students}")
 
     def export_csv(self) -> str:
         nbgrader(self.root, "export", "--to=grades.csv")
@@ -296,7 +297,9 @@ def graded_course(tmp_path: Path, all_drops: list[Drop], timings: dict | None = 
     steps = [("release", course.release),
              ("submit", lambda: [submit_all(course, d) for d in all_drops]),
              ("autograde", lambda: course.autograde(f"--Execute.timeout={CELL_TIMEOUT_S}", jobs=jobs)),
-             ("feedback", course.generate_feedback),
+             # every student but catalogue-k, whose test reads the autograded notebooks (the
+             # others' names start with s, u, m or a)
+             ("feedback", lambda: course.generate_feedback(f"[!{CATALOGUE[0]}]*")),
              ("export", course.export_csv)]
     for step, run in steps:
         start = time.perf_counter()
