@@ -283,18 +283,19 @@ def _source_folder(assignment: str, course_root: Path) -> Path | None:
     return None
 
 
-def guard_for(assignment: str, notebook: str, course_root: Path) -> Guard | None:
-    """The drop's Guard, from its source folder."""
+def guard_for(assignment: str, instructors: set[str], course_root: Path) -> Guard | None:
+    """The drop's Guard, from its source folder; `instructors`: `instructors_cells_of` its notebook."""
     folder = _source_folder(assignment, course_root)
     exercises = load_exercises(folder / "grading.json") if folder else []
-    return Guard(exercises, instructor_cells(folder / f"{notebook}.ipynb")) if exercises else None
+    return Guard(exercises, instructors) if exercises else None
 
 
 def instructors_cells_of(assignment: str, notebook: str, course_root: Path) -> set[str]:
-    """The instructor's cells of the drop's source notebook (none where it has no source folder)."""
+    """The instructor's cells of the drop's source notebook, stripped (none where it has no
+    source folder)."""
     folder = _source_folder(assignment, course_root)
     path = folder / f"{notebook}.ipynb" if folder else None
-    return instructor_cells(path) if path and path.is_file() else set()
+    return {s.strip() for s in instructor_cells(path)} if path and path.is_file() else set()
 
 
 __all__ = ["ENAME", "Exercise", "Guard", "Oracle", "definition", "guard_for", "instructor_cells", "instructors_cells_of",

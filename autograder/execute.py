@@ -42,9 +42,9 @@ class JudgedExecute(Execute):
         isolate = self.isolate and os.environ.get("THREEAXES_GRADE_ISOLATE", "1") != "0"
         about = resources.get("nbgrader", {})
         assignment, notebook = about.get("assignment", ""), about.get("notebook", "")
-        guard = borrowed.guard_for(assignment, notebook, Path.cwd())
-        opening = warm_start.host_for(nb, instructors=borrowed.instructors_cells_of(assignment, notebook, Path.cwd()),
-                                      isolate=isolate, files=_assignment_files(folder),
+        instructors = borrowed.instructors_cells_of(assignment, notebook, Path.cwd())
+        guard = borrowed.guard_for(assignment, instructors, Path.cwd())
+        opening = warm_start.host_for(nb, instructors=instructors, isolate=isolate, files=_assignment_files(folder),
                                       withheld=guard.paths if guard else None, timeout=self.timeout)
         if opening.sandbox.get("refused"):
             self.log.warning("grading without a sandbox: %s", opening.sandbox["refused"])
