@@ -27,6 +27,7 @@ from autograder import sandbox
 TIMEOUT = {"output_type": "error", "ename": "TimeoutError", "evalue": "the cell ran past the grading time limit",
            "traceback": ["TimeoutError: the cell ran past the grading time limit"]}
 GRACE_S = 10   # after an interrupt, for the cell to stop before its kernel is
+ERRORS_KEPT = 1 << 20   # bytes of a kernel's stderr passed on to the grader's log
 
 
 class Kernel:
@@ -41,11 +42,13 @@ class Kernel:
         """A child of `host` (autograder.kernel_host.Host: its shell, reply pipe and settings)."""
         to_kernel, from_host = os.pipe()
         to_host, from_kernel = os.pipe()
+        errors_in, errors_out = os.pipe()   # its stderr: its own, not the host's log of every kernel
         pid = os.fork()
         if pid == 0:   # the child: never returns
             try:
-                os.close(from_host), os.close(to_host), os.close(host.replies.fileno())
+                os.close(from_host), os.close(to_host), os.close(host.replies.fileno()), os.close(errors_in)
                 os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+                os.dup2(errors_out, 2), os.close(errors_out)
                 sandbox.enter_kernel_world(host.namespaces, host.settings,
                                            announce=lambda p: os.write(from_kernel, b"%d\n" % p))
                 if not host.namespaces:
@@ -54,8 +57,8 @@ class Kernel:
                 serve_cells(host.runner, os.fdopen(to_kernel, "r"), os.fdopen(from_kernel, "w", buffering=1))
             finally:
                 os._exit(0)
-        os.close(to_kernel), os.close(from_kernel)
-        kernel = cls(pid, os.fdopen(from_host, "w", buffering=1), _Lines(to_host), host.namespaces)
+        os.close(to_kernel), os.close(from_kernel), os.close(errors_out)
+        kernel = cls(pid, os.fdopen(from_host, "w", buffering=1), _Lines(to_host, errors_in), host.namespaces)
         line = kernel.replies.readline(30)
         kernel.kernel_pid = int(line) if line and line.strip().isdigit() else None
         if kernel.kernel_pid is None:
@@ -152,17 +155,24 @@ def dumps(reply: dict) -> str:
 
 
 class _Lines:
-    """Reads lines from a pipe, each waited for at most a given time."""
+    """Reads lines from a pipe, each waited for at most a given time; meanwhile passes what
+    comes on `errors` (the kernel's stderr) to this process's own, up to ERRORS_KEPT bytes."""
 
-    def __init__(self, fd: int):
-        self.fd, self.buffer, self.open = fd, b"", True
+    def __init__(self, fd: int, errors: int | None = None):
+        self.fd, self.errors, self.buffer, self.open = fd, errors, b"", True
+        self.errors_left = ERRORS_KEPT
 
     def readline(self, timeout: float) -> str | None:
         deadline = time.monotonic() + timeout
         while b"\n" not in self.buffer:
             left = deadline - time.monotonic()
-            if not self.open or left <= 0 or not select.select([self.fd], [], [], left)[0]:
+            if not self.open or left <= 0:
                 return None
+            ready = select.select([self.fd] + ([self.errors] if self.errors is not None else []), [], [], left)[0]
+            if self.errors in ready:
+                self._pass_errors_on()
+            if self.fd not in ready:
+                continue
             chunk = os.read(self.fd, 1 << 16)
             if not chunk:
                 self.open = False
@@ -171,7 +181,17 @@ class _Lines:
         line, self.buffer = self.buffer.split(b"\n", 1)
         return line.decode()
 
+    def _pass_errors_on(self) -> None:
+        chunk = os.read(self.errors, 1 << 16)
+        if not chunk:   # the kernel and all it started are gone
+            os.close(self.errors)
+            self.errors = None
+        elif self.errors_left > 0:
+            os.write(2, chunk[:self.errors_left])
+            self.errors_left -= len(chunk)
+
     def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd, self.open = None, False
+        for fd in (self.fd, self.errors):
+            if fd is not None:
+                os.close(fd)
+        self.fd, self.errors, self.open = None, None, False

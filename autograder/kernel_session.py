@@ -25,6 +25,7 @@ import threading
 from pathlib import Path
 
 from autograder import sandbox
+from autograder.borrowed import WITHHELD_MARKER
 from threeaxes.grading.wire import Answers
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,15 +56,19 @@ class KernelHost:
                                     str(ROOT / "threeaxes")}),
                     "files": {name: data.hex() for name, data in (files or {}).items()}}
         if package is not None:
-            # bound where this package was (which is then not bound at all); first on the path
-            # where no sandbox can be made
+            # bound over every copy a kernel would import (the checkout, site-packages), and
+            # first on the path where no sandbox can be made; the host says which it imports
             settings["keep"].remove(str(ROOT / "threeaxes"))
-            settings["replace"] = [[str(package), str(ROOT / "threeaxes"), False]]
+            settings["replace"] = [[str(package), target, False] for target in kernel_imports_from(env)]
             settings["package_parent"] = str(Path(package).parent)
+            settings["withheld_marker"] = WITHHELD_MARKER
         if oracle_socket is not None:
-            inside = "/run/threeaxes-oracle"
-            settings["replace"] = settings.get("replace", []) + [[str(Path(oracle_socket).parent), inside, True]]
-            settings["oracle"] = {"inside": f"{inside}/{Path(oracle_socket).name}", "outside": oracle_socket}
+            # the socket alone, read-only (connecting needs no write to the folder): the
+            # grader's folder is not the kernel's to fill or empty
+            os.chmod(oracle_socket, 0o666)
+            inside = f"/run/threeaxes-oracle/{Path(oracle_socket).name}"
+            settings["replace"] = settings.get("replace", []) + [[oracle_socket, inside, False]]
+            settings["oracle"] = {"inside": inside, "outside": oracle_socket}
         self._log = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "autograder.kernel_host", json.dumps(settings)],
@@ -75,6 +80,13 @@ class KernelHost:
         self.sandbox = self._reply(STARTUP_TIMEOUT_S).get("sandbox") or {}
         if not self.sandbox:
             self.close()
+        elif package is not None and self.sandbox.get("package") != "withheld":
+            self.close()
+            raise RuntimeError(
+                f"grading refused: the kernel imports the whole threeaxes ({self.sandbox.get('package')}), "
+                "not the copy with the exercises' functions withheld, so an answer that only calls the "
+                "package would earn points. Grade from the course's own environment (make grade), "
+                "where the package is installed with pip install -e .")
 
 
     def run_cell(self, source: str, timeout: float) -> list[dict]:
@@ -127,6 +139,20 @@ class KernelHost:
                 pass
             sandbox.kill_tree(self._proc)   # ... and whatever is left goes with its group
             self._scratch.cleanup()
+
+
+def kernel_imports_from(env: dict) -> list[str]:
+    """The folders a kernel started with `env` (no PYTHONPATH, an empty working folder) would
+    import `threeaxes` from: the checkout for an editable install, site-packages for
+    `pip install .`, a wheel or a conda package."""
+    code = ("import importlib.util, json; spec = importlib.util.find_spec('threeaxes'); "
+            "print(json.dumps(list(spec.submodule_search_locations) if spec else []))")
+    with tempfile.TemporaryDirectory() as empty:
+        found = subprocess.run([sys.executable, "-c", code], cwd=empty, env=env, capture_output=True,
+                               text=True, timeout=STARTUP_TIMEOUT_S)
+    if found.returncode != 0:
+        raise RuntimeError(f"could not tell where a kernel imports threeaxes from: {found.stderr[-2000:]}")
+    return [os.path.realpath(path) for path in json.loads(found.stdout)]
 
 
 class KernelSession:

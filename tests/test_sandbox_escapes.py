@@ -1,0 +1,199 @@
+"""Escapes from a submission's kernel that once worked (issue 32), each tried again from a
+kernel forked the way grading forks it (autograder/kernel_session.py): none gets out.
+
+The ones marked `as_root` are what a grader run by root (CI, containers, many course
+machines) used to give away: the kernel was the machine's root. Elsewhere they skip,
+saying why; the rest hold for any user.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="namespaces are Linux only")]
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="what a grader run by root gives away: run as root")
+
+
+@pytest.fixture(scope="module")
+def host():
+    from autograder.kernel_session import KernelHost
+
+    with tempfile.TemporaryDirectory() as folder:
+        oracle = socket.socket(socket.AF_UNIX)   # stands for the grader's oracle: only its place matters
+        oracle.bind(f"{folder}/oracle.sock")
+        oracle.listen()
+        kernel_host = KernelHost(isolate=True, oracle_socket=f"{folder}/oracle.sock")
+        if not kernel_host.sandbox.get("namespaces"):
+            kernel_host.close()
+            pytest.skip(f"this machine refuses namespaces: {kernel_host.sandbox.get('refused')}")
+        yield kernel_host
+        kernel_host.close()
+        assert sorted(os.listdir(folder)) == ["oracle.sock"], "a kernel wrote beside the oracle's socket"
+
+
+def run(host, code: str, timeout: float = 60) -> str:
+    """`code` in a fresh kernel forked from `host`: what it printed, or its error."""
+    from autograder.kernel_session import KernelSession
+
+    with KernelSession(host, timeout=timeout) as kernel:
+        assert kernel.alive, host.log_tail()
+        return printed(kernel, code, timeout)
+
+
+def printed(kernel, code: str, timeout: float = 60) -> str:
+    outputs = kernel.run_cell(code, timeout)
+    return "".join(o.get("text", "") for o in outputs) + "".join(
+        f"{o['ename']}: {o['evalue']}" for o in outputs if o["output_type"] == "error")
+
+
+def attempt(body: str) -> str:
+    """A cell that tries `body` (indented code) and prints "done" or the error it met."""
+    return f"try:\n{body}\n    print('done')\nexcept OSError as exc:\n    print('refused', exc)\n"
+
+
+@as_root
+def test_the_kernel_and_all_it_starts_run_as_nobody_on_the_machine(host):
+    """Seen from outside: the real uid of a process the kernel started."""
+    tag = uuid.uuid4().hex[:8]
+    from autograder.kernel_session import KernelSession
+    from autograder.sandbox import KERNEL_UID
+
+    with KernelSession(host, timeout=60) as kernel:
+        argv = [sys.executable, "-c", "import time; time.sleep(60)", tag]
+        said = printed(kernel, f"import subprocess; p = subprocess.Popen({argv!r}); print(p.pid)")
+        owners = [_uid(pid) for pid in _pids_running(argv)]
+    assert owners == [KERNEL_UID], said
+
+
+@as_root
+def test_the_machines_dev_cannot_be_written(host):
+    name = f"/dev/threeaxes-escape-{uuid.uuid4().hex[:8]}"
+    said = run(host, attempt(f"    open({name!r}, 'w').write('x')"))
+    assert said.startswith("refused"), said
+    assert not os.path.exists(name)
+    assert run(host, "open('/dev/null', 'w').write('x'); print(open('/dev/zero', 'rb').read(2))") == "b'\\x00\\x00'\n"
+
+
+@as_root
+def test_the_kernel_cannot_leave_the_grading_cgroup_or_write_any(host):
+    said = run(host, attempt(
+        "    import glob, os\n"
+        "    for path in glob.glob('/sys/fs/cgroup/**/cgroup.procs', recursive=True):\n"
+        "        open(path, 'w').write(str(os.getpid()))"))
+    assert said.startswith("refused"), said
+
+
+@as_root
+def test_sysctls_such_as_core_pattern_cannot_be_written(host):
+    said = run(host, attempt("    open('/proc/sys/kernel/core_pattern', 'w').write('|/bin/sh -c true')"))
+    assert said.startswith("refused"), said
+    assert "/bin/sh" not in Path("/proc/sys/kernel/core_pattern").read_text()
+
+
+def test_every_mount_but_the_kernels_own_scratch_is_read_only(host):
+    """Read-only all the way down: the binds' submounts too (/sys/fs/cgroup/..., anything
+    mounted inside the Python environment), /dev, /proc/sys and the tree's own top."""
+    table = run(host, "print(open('/proc/self/mountinfo').read())")
+    writable = {fields[4] for fields in map(str.split, table.splitlines())
+                if fields and "rw" in fields[5].split(",")}
+    assert writable <= {"/tmp", "/dev/shm", "/proc"}, writable
+
+
+def test_the_oracles_folder_cannot_be_filled_nor_its_socket_removed(host):
+    said = run(host, attempt(
+        "    import os\n"
+        "    folder = os.path.dirname(os.environ.get('THREEAXES_ORACLE', '/run/threeaxes-oracle/x'))\n"
+        "    open(os.path.join(folder, 'filler'), 'w').write('x' * 1000)"))
+    assert said.startswith("refused"), said
+    said = run(host, attempt("    import os; os.unlink(os.environ['THREEAXES_ORACLE'])"))
+    assert said.startswith("refused"), said
+
+
+def test_system_v_shared_memory_does_not_reach_the_next_kernel(host):
+    shm = ("import ctypes\n"
+           "libc = ctypes.CDLL(None, use_errno=True)\n"
+           "print(libc.shmget(0x7A3A, 4096, {flags}))\n")
+    assert int(run(host, shm.format(flags="0o1666"))) >= 0          # IPC_CREAT | 0666: made
+    assert int(run(host, shm.format(flags="0o666"))) == -1           # the next kernel: no such key
+    machine_keys = [line.split()[0] for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]]
+    assert str(0x7A3A) not in machine_keys   # nor on the machine, once the kernel is gone
+
+
+def test_a_kernel_cannot_read_what_an_earlier_kernel_wrote_to_stderr(host):
+    secret = uuid.uuid4().hex
+    run(host, f"import os; os.write(2, b'{secret}\\n')")
+    said = run(host, "import os\n"
+                     "try:\n"
+                     "    os.lseek(2, 0, 0); print(os.read(2, 1 << 20))\n"
+                     "except OSError as exc:\n"
+                     "    print('refused', exc)")
+    assert secret not in said
+    assert secret in host.log_tail(1 << 16), "the grader's log keeps what the kernel said"
+
+
+def test_a_kernels_tmp_holds_a_copy_of_the_work_folder_and_nothing_mounted_under_tmp(tmp_path):
+    """A clone under /tmp (its .venv too): the host's binds there are bound again, not copied."""
+    from autograder import sandbox
+
+    under_tmp = Path(tempfile.mkdtemp(prefix="threeaxes-clone-", dir="/tmp"))
+    try:
+        (under_tmp / "envlike").mkdir()
+        (under_tmp / "envlike" / "big.bin").write_bytes(os.urandom(1 << 20))
+        (under_tmp / "envlike" / "module_under_tmp.py").write_text("VALUE = 42\n")
+        said = _in_sandbox(tmp_path, [str(under_tmp / "envlike")], f"""
+import os, shutil, sys
+sys.path.insert(0, {str(under_tmp / 'envlike')!r})
+import module_under_tmp
+os.makedirs('/tmp/work', exist_ok=True); open('/tmp/work/answer.txt', 'w').write('mine')
+from autograder import sandbox
+sandbox.enter_kernel_world(True, {{"workdir": "/tmp/work", "stage": "", "under_tmp": settings["under_tmp"]}},
+                           announce=lambda pid: None)
+print(module_under_tmp.VALUE, open('answer.txt').read(), shutil.disk_usage('/tmp').used < (1 << 20),
+      os.path.isfile({str(under_tmp / 'envlike' / 'big.bin')!r}))
+""")
+    finally:
+        subprocess.run(["rm", "-rf", str(under_tmp)])
+    assert said.split() == ["42", "mine", "True", "True"], said
+
+
+def _in_sandbox(stage_parent: Path, keep: list[str], code: str) -> str:
+    """`code` run after `sandbox._enter_namespaces` in a child of a fresh Python (settings in scope)."""
+    stage = tempfile.mkdtemp(dir=stage_parent)
+    os.chmod(stage_parent, 0o755)
+    script = f"""
+import os, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+from autograder import sandbox
+settings = {{"keep": {json.dumps([sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parent.parent)] + keep)},
+             "stage": {stage!r}}}
+sandbox._enter_namespaces(settings)
+""" + code
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    return done.stdout + done.stderr[-3000:]
+
+
+def _pids_running(argv: list[str]) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1] == [a.encode() for a in argv]:
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def _uid(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+    raise LookupError(pid)
