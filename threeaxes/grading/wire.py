@@ -310,7 +310,7 @@ def _exception(names, message):
     """The student's exception as the nearest builtin type of its class's MRO (a test
     may expect a ValueError, and a subclass of ValueError is one), else RuntimeError."""
     names = [str(n)[:100] for n in names][:50] if isinstance(names, list) else [str(names)[:100]]
-    names = names or ["Exception"]
+    names = names or ["RuntimeError"]
     message = str(message)[:2000]
     for name in names:
         kind = getattr(builtins, name, None)
