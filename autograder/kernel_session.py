@@ -52,8 +52,8 @@ class KernelHost:
                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         settings = {"isolate": isolate, "workdir": workdir, "env": env, "stage": self._scratch.name,
                     "startup_timeout": STARTUP_TIMEOUT_S,
-                    "keep": sorted({sys.prefix, sys.base_prefix, sys.exec_prefix,
-                                    str(ROOT / "threeaxes")}),
+                    "keep": sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, str(ROOT / "threeaxes"),
+                                    *python_paths()}),
                     "files": {name: data.hex() for name, data in (files or {}).items()}}
         if package is not None:
             # bound over every copy a kernel would import (the checkout, site-packages), and
@@ -139,6 +139,24 @@ class KernelHost:
                 pass
             sandbox.kill_tree(self._proc)   # ... and whatever is left goes with its group
             self._scratch.cleanup()
+
+
+def python_paths() -> set[str]:
+    """The folders this Python imports from beyond its prefixes (a .pth file's, a conda
+    layout's), less the course (ROOT, a folder that holds it, any folder in it but the
+    environment `make` builds, .venv), the working folder and the user's own site-packages,
+    which a kernel does not use."""
+    import site
+
+    skip = {os.getcwd(), os.path.realpath(site.getusersitepackages())}
+    found = set()
+    for path in filter(None, sys.path):
+        real = Path(os.path.realpath(path))
+        in_course = real == ROOT or ROOT.is_relative_to(real) or (
+            real.is_relative_to(ROOT) and not real.is_relative_to(ROOT / ".venv"))
+        if real.is_dir() and str(real) not in skip and not in_course:
+            found.add(str(real))
+    return found
 
 
 def kernel_imports_from(env: dict) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -197,3 +198,32 @@ def _uid(pid: int) -> int:
         if line.startswith("Uid:"):
             return int(line.split()[1])
     raise LookupError(pid)
+
+
+def test_a_course_installed_with_pip_install_dot_still_gets_the_withheld_copy(tmp_path):
+    """`pip install .` (a wheel, a conda or JupyterHub image, Colab's install cell) puts a whole
+    copy of the package in site-packages: the kernel must import the withheld one all the same.
+    The environment here: a fresh venv holding a plain copy of threeaxes, the course's own
+    site-packages (torch, IPython) on its path by a .pth file, no editable install."""
+    root = Path(__file__).resolve().parent.parent
+    venv = tmp_path / "installed"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (purelib,) = venv.glob("lib/python3*/site-packages")
+    shutil.copytree(root / "threeaxes", purelib / "threeaxes", ignore=shutil.ignore_patterns("__pycache__"))
+    (purelib / "course_env.pth").write_text(str(Path(pytest.__file__).resolve().parent.parent) + "\n")
+    script = """
+import json
+from autograder import borrowed
+from autograder.kernel_session import KernelHost, KernelSession
+host = KernelHost(isolate=True, package=borrowed.package_for({"threeaxes.cost.planner:search"}))
+with KernelSession(host, timeout=60) as kernel:
+    code = ("import inspect, os, threeaxes.cost.planner as p; "
+            "print(json.dumps([p.__file__, 'withheld' in inspect.getsource(p.search).lower()]))")
+    print(kernel.run_cell("import json; " + code, 60)[0]["text"], end="")
+host.close()
+"""
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", script], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    where, withheld = json.loads(done.stdout.splitlines()[-1])
+    assert where.startswith(str(purelib.resolve())) and withheld, done.stdout
