@@ -31,7 +31,7 @@ import os
 import sys
 import threading
 
-from autograder import sandbox
+from autograder import budget, sandbox
 # before isolating: the grader's code is not in the sandbox
 from autograder.cell_runner import CellRunner
 from autograder.forked_kernel import TIMEOUT, Kernel, dumps
@@ -39,6 +39,7 @@ from autograder.forked_kernel import TIMEOUT, Kernel, dumps
 
 def main(argv=None) -> None:
     settings = json.loads((argv or sys.argv[1:])[0])
+    budget.join(settings.get("cgroup_procs", []))   # before anything starts: all of it in one budget
     sandbox.die_with_parent()
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)

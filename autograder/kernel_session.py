@@ -25,6 +25,7 @@ import threading
 from pathlib import Path
 
 from autograder import sandbox
+from autograder.budget import Budget
 from autograder.borrowed import WITHHELD_MARKER
 from threeaxes.grading.wire import Answers
 
@@ -69,6 +70,8 @@ class KernelHost:
             inside = f"/run/threeaxes-oracle/{Path(oracle_socket).name}"
             settings["replace"] = settings.get("replace", []) + [[oracle_socket, inside, False]]
             settings["oracle"] = {"inside": inside, "outside": oracle_socket}
+        self._budget = Budget.make()   # the host and all it starts, together (autograder/budget.py)
+        settings["cgroup_procs"] = self._budget.procs_files
         self._log = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "autograder.kernel_host", json.dumps(settings)],
@@ -78,6 +81,8 @@ class KernelHost:
         threading.Thread(target=self._read, daemon=True).start()
         self.alive = True
         self.sandbox = self._reply(STARTUP_TIMEOUT_S).get("sandbox") or {}
+        if self.sandbox:
+            self.sandbox["budget"] = self._budget.how
         if not self.sandbox:
             self.close()
         elif package is not None and self.sandbox.get("package") != "withheld":
@@ -138,6 +143,7 @@ class KernelHost:
             except (OSError, subprocess.TimeoutExpired):
                 pass
             sandbox.kill_tree(self._proc)   # ... and whatever is left goes with its group
+            self._budget.remove()
             self._scratch.cleanup()
 
 

@@ -227,3 +227,48 @@ host.close()
     assert done.returncode == 0, done.stderr[-3000:]
     where, withheld = json.loads(done.stdout.splitlines()[-1])
     assert where.startswith(str(purelib.resolve())) and withheld, done.stdout
+
+
+@pytest.fixture()
+def small_budget_host(monkeypatch):
+    """A host whose budget is small enough to be overrun in a test: 512 MiB, 64 tasks."""
+    from autograder import budget
+    from autograder.kernel_session import KernelHost
+
+    monkeypatch.setattr(budget, "MEMORY_BYTES", 512 << 20)
+    monkeypatch.setattr(budget, "TASKS", 64)
+    kernel_host = KernelHost(isolate=True)
+    if "control group of its own" not in kernel_host.sandbox.get("budget", ""):
+        kernel_host.close()
+        pytest.skip(f"no budget for the whole tree here: {kernel_host.sandbox.get('budget')}")
+    yield kernel_host
+    kernel_host.close()
+
+
+def test_processes_that_together_overrun_the_memory_budget_end_and_the_next_kernel_runs(small_budget_host):
+    """Four processes of 256 MiB each: every one is under the limit per process, together
+    they are twice the budget."""
+    code = ("import multiprocessing as mp, time\n"
+            "def hold(n):\n"
+            "    block = bytearray(n << 20)\n"
+            "    for i in range(0, len(block), 4096): block[i] = 1\n"
+            "    time.sleep(3)\n"
+            "ps = [mp.get_context('fork').Process(target=hold, args=(256,)) for _ in range(4)]\n"
+            "[p.start() for p in ps]; [p.join() for p in ps]\n"
+            "print(sorted(p.exitcode for p in ps))")
+    said = run(small_budget_host, code, timeout=60)
+    assert "-9" in said or "KernelStopped" in said, said   # killed, not left to hold the memory
+    assert run(small_budget_host, "print(6 * 7)") == "42\n"   # the host survived: the next one is graded
+
+
+def test_a_kernel_cannot_start_more_tasks_than_its_budget(small_budget_host):
+    code = ("import threading, time\n"
+            "started = 0\n"
+            "try:\n"
+            "    for _ in range(200):\n"
+            "        threading.Thread(target=time.sleep, args=(5,), daemon=True).start(); started += 1\n"
+            "except RuntimeError as exc:\n"
+            "    print('stopped at', started)\n")
+    said = run(small_budget_host, code)
+    assert said.startswith("stopped at") and int(said.split()[-1]) < 64, said
+    assert run(small_budget_host, "print(6 * 7)") == "42\n"
