@@ -15,6 +15,7 @@ fails: a test cell then scores 0. A host that stops answering is stopped too.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from autograder import sandbox
@@ -32,8 +34,13 @@ from threeaxes.grading.wire import Answers
 ROOT = Path(__file__).resolve().parent.parent
 MARGIN_S = 30            # beyond a cell's timeout, for the kernel host to reply
 STARTUP_TIMEOUT_S = 180  # a host can take a minute to start on a loaded 2-core machine
+SUBMISSION_CELLS = 4    # a submission's time: this many cells' limits (a drop runs in about 30 s)
 STOPPED = [{"output_type": "error", "ename": "KernelStopped", "traceback": [],
             "evalue": "the kernel had stopped (a cell exited, crashed it or ran too long)"}]
+
+
+def _out_of_time(message: str) -> dict:
+    return {"output_type": "error", "ename": "TimeoutError", "evalue": message, "traceback": []}
 
 
 class KernelHost:
@@ -180,19 +187,38 @@ def kernel_imports_from(env: dict) -> list[str]:
 
 
 class KernelSession:
-    """One submission's kernel, forked from `host` (one of its own when none is given)."""
+    """One submission's kernel, forked from `host` (one of its own when none is given).
 
-    def __init__(self, host: KernelHost | None = None, *, timeout: float = 90, **host_settings):
+    Time is counted three ways: each cell and each question to `answers` within `timeout`
+    (the host interrupts it); all the questions one test cell asks within one `timeout`
+    together (`test_cell`); the whole submission within `budget_s`, after which its kernel
+    is stopped and each later cell gets an error that says so."""
+
+    def __init__(self, host: KernelHost | None = None, *, timeout: float = 90, budget_s: float | None = None,
+                 **host_settings):
         self._own_host = host is None
         self.host = host if host is not None else KernelHost(**host_settings)
         self.sandbox = self.host.sandbox
         self.answers = Answers(self.run_code, timeout)
+        self.budget_s = SUBMISSION_CELLS * timeout if budget_s is None else budget_s
+        self._deadline, self._test_deadline = time.monotonic() + self.budget_s, None
+        self._stopped = STOPPED
         reply = self.host.request({"fork": True}, STARTUP_TIMEOUT_S)
         self.alive = bool(reply and reply.get("forked"))
 
+    @contextlib.contextmanager
+    def test_cell(self, timeout: float):
+        """The questions a test cell asks, all within `timeout`: a slow answer it calls many
+        times fails that cell instead of holding the grader."""
+        self._test_deadline = time.monotonic() + timeout
+        try:
+            yield
+        finally:
+            self._test_deadline = None
+
     def run_cell(self, source: str, timeout: float) -> list[dict]:
         reply = self._request(source, timeout)
-        return STOPPED if reply is None else reply["outputs"]
+        return self._stopped if reply is None else reply["outputs"]
 
     def run_code(self, code: str, timeout: float) -> str | None:
         """What `code` printed, for `Answers`; None once the kernel is gone."""
@@ -205,6 +231,15 @@ class KernelSession:
     def _request(self, source: str, timeout: float) -> dict | None:
         if not self.alive:
             return None
+        now = time.monotonic()
+        if now >= self._deadline:
+            self._stopped = [_out_of_time(f"the submission used its whole grading time ({self.budget_s:.0f} s): "
+                                          "the cells after this one were not run")]
+            self.close()
+            return None
+        if self._test_deadline is not None and now >= self._test_deadline:
+            return None   # this test cell's time is spent; the kernel goes on to the next cell
+        timeout = min(timeout, self._deadline - now, (self._test_deadline or self._deadline) - now)
         reply = self.host.request({"source": source, "timeout": timeout}, timeout)
         if reply is None or reply.get("status") != "ok":
             self.alive = False   # the host has stopped it already

@@ -272,3 +272,31 @@ def test_a_kernel_cannot_start_more_tasks_than_its_budget(small_budget_host):
     said = run(small_budget_host, code)
     assert said.startswith("stopped at") and int(said.split()[-1]) < 64, said
     assert run(small_budget_host, "print(6 * 7)") == "42\n"
+
+
+def test_a_submission_gets_its_time_and_no_more(host):
+    """Each cell under its limit, the submission over its budget: the kernel is stopped and the
+    cells after that are told why (a right answer that sleeps in every call held a worker 195 s)."""
+    import time
+    from autograder.kernel_session import KernelSession
+
+    with KernelSession(host, timeout=3, budget_s=2.5) as kernel:
+        start = time.monotonic()
+        said = [printed(kernel, "import time; time.sleep(1); print('ran')") for _ in range(4)]
+        took = time.monotonic() - start
+    assert said[:2] == ["ran\n", "ran\n"], said
+    assert "whole grading time" in said[-1] and took < 6, (said, took)
+
+
+def test_the_questions_of_one_test_cell_share_its_time_limit(host):
+    import time
+    from autograder.kernel_session import KernelSession
+
+    with KernelSession(host, timeout=60) as kernel:
+        printed(kernel, "import time\ndef slow_answer():\n    time.sleep(0.5)\n    return 1")
+        start = time.monotonic()
+        with kernel.test_cell(1.2):
+            answers = [kernel.run_code("print(slow_answer())", 60) for _ in range(6)]
+        took = time.monotonic() - start
+        assert answers[:2] == ["1\n", "1\n"] and answers[-1] is None and took < 3, (answers, took)
+        assert printed(kernel, "print(slow_answer())") == "1\n"   # the next cell runs as usual
