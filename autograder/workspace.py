@@ -59,6 +59,10 @@ NBGRADER_LAB_OFF = [
     "@jupyter/nbgrader:course-list",
     "@jupyter/nbgrader:assignment-list",
 ]
+# JupyterLab's own, off for students too: the "get notified about official Jupyter news?"
+# pop-up that greets a new server, and its check for updates (JupyterLab's documented way,
+# user/announcements: disable this plugin)
+LAB_NEWS = "@jupyterlab/apputils-extension:announcements"
 
 
 @dataclass
@@ -165,10 +169,11 @@ def reset(drop: str, root: Path = ROOT, work: Path | None = None, stamp: str | N
 
 def write_student_config(config_dir: Path) -> Path:
     """A Jupyter config folder holding the lab page config that disables
-    nbgrader's instructor plugins; added to JUPYTER_CONFIG_PATH for one launch."""
+    nbgrader's instructor plugins and JupyterLab's news; added to JUPYTER_CONFIG_PATH
+    for one launch."""
     page_config = config_dir / "labconfig" / "page_config.json"
     page_config.parent.mkdir(parents=True, exist_ok=True)
-    disabled = {"disabledExtensions": {name: True for name in NBGRADER_LAB_OFF}}
+    disabled = {"disabledExtensions": {name: True for name in [*NBGRADER_LAB_OFF, LAB_NEWS]}}
     page_config.write_text(json.dumps(disabled, indent=1) + "\n")
     return config_dir
 

@@ -188,6 +188,7 @@ def test_student_mode_serves_work_opens_the_start_page_and_switches_nbgrader_ins
     for plugin in ("formgrader", "create-assignment", "course-list", "menu"):
         assert page["disabledExtensions"][f"@jupyter/nbgrader:{plugin}"] is True
     assert "@jupyter/nbgrader:validate-assignment" not in page["disabledExtensions"]
+    assert page["disabledExtensions"]["@jupyterlab/apputils-extension:announcements"] is True, "no news pop-up"
     assert repo / "work" in config_dir.parents, "the per-launch config lives in the ignored work/"
 
 
@@ -303,7 +304,7 @@ def test_a_real_student_server_opens_the_work_copys_start_page_without_the_formg
         assert status == 200 and config["treePath"] == START
         assert Path(config["serverRoot"]) == repo / "work"
         served_off = config["disabledExtensions"]        # the page JupyterLab's front end reads
-        for plugin in workspace.NBGRADER_LAB_OFF:
+        for plugin in [*workspace.NBGRADER_LAB_OFF, workspace.LAB_NEWS]:
             assert plugin in served_off, plugin
         assert "@jupyter/nbgrader:validate-assignment" not in served_off
         status, body = get(server.port, f"/api/contents/{START}")
