@@ -90,6 +90,8 @@ def test_a_dataclass_with_an_extra_attribute_or_a_forged_field_is_opaque(no_abor
                          "fields": {**fields, "d_model": {"__remote__": 0, "name": "f"}}},
         "refused": {"__record__": "threeaxes.toy:ToyConfig", "fields": {**fields, "n_heads": 3}},
         "bad_dtype": {"__record__": "threeaxes.toy:ToyConfig", "fields": {**fields, "dtype": "os"}},
+        # its error for n_heads would list every divisor of d_model: refused before it is built
+        "endless": {"__record__": "threeaxes.toy:ToyConfig", "fields": {**fields, "d_model": 10**18 + 1}},
     }
     got = forged(**bad).get(list(bad))
     assert set(got) == set(bad)
@@ -99,6 +101,7 @@ def test_a_dataclass_with_an_extra_attribute_or_a_forged_field_is_opaque(no_abor
     assert "ToyConfig.d_model is not plain data" in value_why(got["forged_field"])
     assert "ToyConfig.d_model is not plain data" in value_why(got["remote_field"])
     assert "refused its fields" in value_why(got["refused"])
+    assert "ToyConfig.d_model=1000000000000000001 is over" in value_why(got["endless"])
     assert no_abort == []
 
 

@@ -87,7 +87,8 @@ def encode(value, depth: int = 0):
     if callable(value) and not _is_model(value, torch):   # functions, methods, classes, ...
         _handles.append(value)
         return {"__remote__": len(_handles) - 1, "name": str(getattr(value, "__name__", kind.__name__)),
-                "module": str(getattr(value, "__module__", "")), "qualname": str(getattr(value, "__qualname__", ""))}
+                "module": str(getattr(value, "__module__", "")),
+                "qualname": str(getattr(value, "__qualname__", ""))}
     return {"__opaque__": kind.__name__}
 
 

@@ -42,6 +42,9 @@ RECORDS = {
     "threeaxes.toy:ToyConfig": "the toy's shape drop03.tp_block_collectives takes",
     "threeaxes.dims:ParallelDims": "the layout ParallelDims.all_groups is a method of (no mesh)",
 }
+# Sizes a record's whole-number fields may not pass before its constructor sees them: a toy
+# is small, and ToyConfig's error for a bad n_heads lists every divisor of d_model.
+MAX_FIELD_INT = {"threeaxes.toy:ToyConfig": 1 << 16}
 
 
 class Opaque:
@@ -157,6 +160,11 @@ def record(path, fields: dict):
     bad = next((name for name in declared if not is_data(fields[name])), None)
     if bad is not None:
         return opaque(cls.__name__, f"{cls.__name__}.{bad} is not plain data")
+    limit = MAX_FIELD_INT.get(path)
+    big = next((name for name in declared
+                if limit and type(fields[name]) is int and abs(fields[name]) > limit), None)
+    if big is not None:
+        return opaque(cls.__name__, f"{cls.__name__}.{big}={fields[big]} is over {limit}")
     try:
         return cls(**fields)
     except Exception as exc:  # noqa: BLE001 - its own checks refused the values
