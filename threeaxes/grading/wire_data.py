@@ -184,6 +184,7 @@ def is_data(value, depth: int = 0) -> bool:
         return all(is_data(v, depth + 1) for v in value)
     if kind is dict:
         return all(is_data(k, depth + 1) and is_data(v, depth + 1) for k, v in value.items())
-    if any(kind is record_class(path) for path in RECORDS):
-        return all(is_data(v, depth + 1) for v in (getattr(value, f) for f in record_fields(kind)))
+    path = f"{kind.__module__}:{kind.__qualname__}"
+    if path in RECORDS and kind is record_class(path):   # built by `record`, its fields checked
+        return all(is_data(getattr(value, f), depth + 1) for f in record_fields(kind))
     return False
