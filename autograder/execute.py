@@ -21,6 +21,7 @@ Settings (nbgrader config, command line or environment):
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Bool
 
 from autograder import borrowed, warm_start
+from autograder.judge import _error as judge_error
 from autograder.judge import is_test_cell, judge_cell, notebook_names
 from autograder.kernel_session import KernelSession
 
@@ -44,7 +46,11 @@ class JudgedExecute(Execute):
         assignment, notebook = about.get("assignment", ""), about.get("notebook", "")
         instructors = borrowed.instructors_cells_of(assignment, notebook, Path.cwd())
         guard = borrowed.guard_for(assignment, instructors, Path.cwd())
-        opening = warm_start.host_for(nb, instructors=instructors, isolate=isolate, files=_assignment_files(folder),
+        # the shared opening only where each of its cells is the instructor's at its own place
+        # (place, cell id, grade id and code): a copy of one elsewhere is the student's
+        shared = ({p.source for p in instructors} if borrowed.opening_is_instructors(nb, instructors)
+                  else set())
+        opening = warm_start.host_for(nb, instructors=shared, isolate=isolate, files=_assignment_files(folder),
                                       withheld=guard.paths if guard else None, timeout=self.timeout)
         if opening.sandbox.get("refused"):
             self.log.warning("grading without a sandbox: %s", opening.sandbox["refused"])
@@ -58,30 +64,49 @@ class JudgedExecute(Execute):
 def run_notebook(nb, kernel: KernelSession, timeout: float, guard=None, oracle=None, opening=()) -> None:
     """Every code cell in order: the student's in the kernel, test cells here. The first
     code cells have run already where `opening` holds their outputs (autograder/warm_start.py).
-    With a `guard` (autograder/borrowed.py), each withheld function that `oracle` answered is
-    put down to the cell that ran meanwhile, and a test cell of an exercise that used
-    one it forbids gets that error instead of its outputs."""
-    count = 0
+    With a `guard` (autograder/borrowed.py), `oracle` asks it before answering each call to
+    a withheld function: once the first student-written cell has begun, whatever cell is
+    running, a call that an exercise not yet judged forbids is refused, and one made while a
+    student-written or test cell ran counts against each such exercise; a test cell of an
+    exercise that used one gets that error instead of its outputs. Instructor cells are
+    known by their place and id (`Guard.enter`), not their code alone."""
+    previous = oracle.guard if oracle is not None else None
+    if oracle is not None and guard is not None:
+        oracle.guard = guard
+    try:
+        _run_cells(nb, kernel, timeout, guard, oracle, opening)
+    finally:
+        if oracle is not None and guard is not None:
+            oracle.guard = previous
+
+
+def _run_cells(nb, kernel, timeout, guard, oracle, opening) -> None:
+    count = place = 0
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
+        instructors = True
+        if cell.source.strip():
+            if guard:
+                instructors = guard.enter(cell, place)
+            place += 1
         mark = len(oracle.calls) if oracle else 0
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
         if count < len(opening):
             outputs = opening[count]
         elif is_test_cell(cell):
+            limit = getattr(kernel, "test_cell", None)     # the cell's questions share one cell limit
+            with limit(timeout) if limit else contextlib.nullcontext():
+                outputs = _judge(cell.source, kernel, guard, grade_id)
             if guard:
-                _note_aliases(guard, kernel, cell.source, grade_id)
-            outputs = judge_cell(cell.source, kernel.answers)
-            if guard:
-                guard.note(oracle.calls[mark:], "your code, run by this test", test=grade_id)
+                guard.note(oracle.calls[mark:] if oracle else [], "your code, run by this test", test=grade_id)
                 borrowed_answer = guard.verdict(grade_id)
                 outputs = [borrowed_answer] if borrowed_answer else outputs
         elif cell.source.strip():
             outputs = kernel.run_cell(cell.source, timeout)
-            if guard and not guard.is_instructors(cell.source):
+            if guard and not instructors:
                 where = f"the answer cell {grade_id}" if grade_id else "a cell you added or changed"
-                guard.note(oracle.calls[mark:], where)
+                guard.note(oracle.calls[mark:] if oracle else [], where)
         else:
             continue
         count += 1
@@ -89,12 +114,26 @@ def run_notebook(nb, kernel: KernelSession, timeout: float, guard=None, oracle=N
         cell.outputs = [nbformat.from_dict(o) for o in outputs]
 
 
-def _note_aliases(guard, kernel: KernelSession, source: str, grade_id: str) -> None:
-    """An answer that is a withheld function itself would run here, in the grader."""
+def _judge(source: str, kernel: KernelSession, guard, grade_id: str) -> list[dict]:
+    """A test cell's outputs. The names it reads are fetched once: the guard looks at those
+    very values (an answer that is a withheld function would run here, in the grader), and
+    the judge runs the cell on them. A look that cannot be taken fails the cell."""
     try:
-        guard.note_answers(kernel.answers.get(notebook_names(source)), grade_id)
-    except Exception:  # noqa: BLE001 - a kernel that does not answer fails the cell anyway
-        pass
+        values = kernel.answers.get(notebook_names(source))
+    except Exception as exc:  # noqa: BLE001 - as the judge reports it: the cell's error
+        return [judge_error(exc)]
+    if guard:
+        try:
+            guard.note_answers(values, grade_id)
+        except Exception as exc:  # noqa: BLE001 - unchecked is not passed
+            return [{"output_type": "error", "ename": ENAME_UNCHECKED,
+                     "evalue": f"the grader could not check what this cell reads from the notebook "
+                               f"({type(exc).__name__}: {str(exc)[:300]}), so it scores 0",
+                     "traceback": [f"{ENAME_UNCHECKED}: {type(exc).__name__}: {str(exc)[:300]}"]}]
+    return judge_cell(source, kernel.answers, values=values)
+
+
+ENAME_UNCHECKED = "UncheckedAnswer"
 
 
 def _assignment_files(folder: Path) -> dict[str, bytes]:
