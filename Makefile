@@ -23,6 +23,7 @@ help:
 	@echo "make report     after grading: the class's mistakes per exercise (report/index.html)"
 	@echo "make student-repo DEST=<folder>  the course without source/ (solutions, hidden tests), for students"
 	@echo "make bench      print the benchmark figures"
+	@echo "make hub        a JupyterHub for a class on this machine (HUB_ARGS=\"--students a,b --port 8000\"; README)"
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -82,3 +83,10 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/sharding.py
 	$(BIN)/python benchmarks/tensor_parallel_comm.py
 	$(BIN)/python benchmarks/pipeline_bubble.py
+
+# A JupyterHub for one class on this machine (autograder/hub.py, hub/): real Unix accounts as
+# root, the demo login otherwise. jupyterhub and configurable-http-proxy, pinned in hub/, are
+# installed here on first use into a cache (never into .venv, never by make lab or make test).
+.PHONY: hub
+hub: $(STAMP)
+	$(BIN)/python -m autograder.hub start $(HUB_ARGS)
