@@ -16,14 +16,15 @@ data: None, bools, numbers, strings, lists, tuples, sets, dicts, tensors from
 their values, Fractions, torch dtypes from a fixed list of names, and the course's
 own result types listed in `wire_data.RECORDS`, each built by its constructor
 from exactly its declared fields, their values data too. No name the reply
-spells is resolved (no import paths, no attribute chains, no modules), and no
-callable ever comes back: every function, method or class the kernel holds, a
-student's or a library's, becomes a `Remote` that is called in the kernel, and
-what it returns comes back as data again. Anything else is an `Opaque`
-placeholder that fails the first check it meets, saying why. A reply is read
-only up to `wire_data.MAX_REPLY_CHARS`. Nothing the kernel sends is executed,
-unpickled or looked up by the grader, so the worst a tampered kernel can do is
-send wrong answers.
+spells is resolved (no import paths, no attribute chains, no modules; a raised
+error's class name is only matched to a builtin exception), and no callable
+ever comes back: every function, method or class the kernel holds, a student's
+or a library's, becomes a `Remote` that is called in the kernel, and what it
+returns comes back as data again. Anything else (a model, a module, a class of
+the student's) is an `Opaque` placeholder that fails the first check it meets,
+saying why. A reply longer than `wire_data.MAX_REPLY_CHARS` is refused unread.
+Nothing the kernel sends is executed, unpickled or resolved by the grader, so
+the worst a tampered kernel can do is send wrong answers.
 
 The oracle of withheld functions (`threeaxes.grading.oracle`,
 `autograder/borrowed.py`) uses the same two halves the other way round.
