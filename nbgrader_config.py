@@ -26,8 +26,11 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
 # Test cells are judged in the grader, never in the student's kernel, which runs
 # sandboxed (autograder/execute.py): JudgedExecute stands where nbgrader's Execute was.
+# SanitizeStudentMarkup: the autograded notebook, which the formgrader shows the
+# instructor, holds the student's HTML made inert and no JavaScript (autograder/feedback.py).
 c.Autograde.autograde_preprocessors = [
     "autograder.execute.JudgedExecute",
+    "autograder.feedback.SanitizeStudentMarkup",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
@@ -43,10 +46,12 @@ c.Execute.timeout = 90
 c.Execute.interrupt_on_timeout = True
 
 # Feedback shows the test cells as the student received them: hidden tests
-# are removed before feedback is generated.
+# are removed before feedback is generated; the student's HTML is made inert and
+# JavaScript and widget views dropped (again: an autograded notebook may predate that step).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     "nbgrader.preprocessors.ClearHiddenTests",
     "autograder.feedback.StripTestTracebacks",
+    "autograder.feedback.SanitizeStudentMarkup",
 ]

@@ -1,13 +1,44 @@
-"""Keep hidden tests out of what students get back.
+"""What the grading writes for people to open: hidden tests kept out, student markup made inert.
 
-nbgrader's `ClearHiddenTests` removes the hidden lines from a test cell's
-source, but a failing hidden assertion still leaves a traceback in the cell's
-output, and IPython tracebacks quote the lines around the failure. This
-preprocessor replaces every error output of a graded test cell with its last
-line (`AssertionError: <message>`), which is all a student needs: the
-messages the checks raise say what to change without quoting the test.
+`StripTestTracebacks`: nbgrader's `ClearHiddenTests` removes the hidden lines
+from a test cell's source, but a failing hidden assertion still leaves a
+traceback in the cell's output, and IPython tracebacks quote the lines around
+the failure. This preprocessor replaces every error output of a graded test
+cell with its last line (`AssertionError: <message>`), which is all a student
+needs: the messages the checks raise say what to change without quoting the test.
+
+`SanitizeStudentMarkup`: a submission's outputs are whatever its code displayed,
+and its markdown cells whatever the student typed; the feedback page (and the
+formgrader's view of the autograded notebook, which the instructor opens while
+logged in to Jupyter) would render them as the page's own HTML and run their
+scripts. Every code cell's outputs are cleaned (they all come from the
+student's kernel, or from test cells reading its answers): `text/html` and
+`text/markdown` through bleach (nbconvert's `SanitizeHTML`) with the tags a
+table or a formatted result needs and no script, event handler, style, frame,
+form or `javascript:` link; JavaScript, widget views, SVG and every other
+rich type dropped, text, LaTeX, JSON, PNG and JPEG kept. A markdown or raw
+cell's source is cleaned the same way unless it is the instructor's: a locked
+cell (nbgrader puts those back from the source notebook when it autogrades) or
+one whose text is a cell of the drop's source notebook
+(`source/<drop>/<notebook>.ipynb` in the course nbgrader runs in); the
+notebook's saved widget state goes too. Scores do not change: nbgrader reads
+them from error outputs and `text/plain`, which stay as they were.
 """
+from pathlib import Path
+
+import nbformat
+from bleach.sanitizer import ALLOWED_ATTRIBUTES, ALLOWED_TAGS
+from nbconvert.preprocessors.sanitize import SanitizeHTML
 from nbgrader.preprocessors import NbGraderPreprocessor
+
+# enough for a DataFrame, a formatted result or a student's written answer; nothing that runs
+TAGS = sorted(set(ALLOWED_TAGS) | {
+    "p", "br", "hr", "div", "span", "pre", "sub", "sup", "del", "ins", "kbd", "samp", "var", "small",
+    "h1", "h2", "h3", "h4", "h5", "h6", "dl", "dt", "dd", "details", "summary",
+    "table", "thead", "tbody", "tfoot", "tr", "th", "td", "caption", "colgroup", "col", "img"})
+ATTRIBUTES = {**ALLOWED_ATTRIBUTES, "*": ["class", "title"], "img": ["src", "alt", "width", "height"],
+              "th": ["colspan", "rowspan", "align"], "td": ["colspan", "rowspan", "align"]}
+KEPT_AS_IS = {"metadata", "text/plain", "text/latex", "application/json", "image/png", "image/jpeg"}
 
 
 class StripTestTracebacks(NbGraderPreprocessor):
@@ -18,3 +49,52 @@ class StripTestTracebacks(NbGraderPreprocessor):
                 if out.get("output_type") == "error":
                     out["traceback"] = [f"{out.get('ename', 'Error')}: {out.get('evalue', '')}"]
         return cell, resources
+
+
+class SanitizeStudentMarkup(NbGraderPreprocessor):
+    def _cleaner(self) -> SanitizeHTML:
+        return SanitizeHTML(tags=TAGS, attributes=ATTRIBUTES, strip=True, strip_comments=True,
+                            safe_output_keys=KEPT_AS_IS, sanitized_output_types={"text/html", "text/markdown"},
+                            parent=self)
+
+    def preprocess(self, nb, resources):
+        nb.metadata.pop("widgets", None)   # saved widget state: rendered by the page's widget manager
+        self._clean = self._cleaner()
+        about = resources.get("nbgrader", {})
+        self._instructors = _source_texts(about.get("assignment", ""), about.get("notebook", ""))
+        return super().preprocess(nb, resources)
+
+    def preprocess_cell(self, cell, resources, index):
+        clean = getattr(self, "_clean", None) or self._cleaner()
+        if cell.cell_type == "code":
+            for out in cell.get("outputs", []):
+                if out.get("output_type") in ("display_data", "execute_result") and "data" in out:
+                    # a mime type's value may be a list of lines (nbformat allows it)
+                    for key, value in list(out["data"].items()):
+                        if isinstance(value, list):
+                            out["data"][key] = "".join(value)
+            clean.sanitize_code_outputs(cell.get("outputs", []))
+        elif cell.cell_type in ("markdown", "raw") and not _instructors(cell) \
+                and cell.source not in getattr(self, "_instructors", set()):
+            cell.source = clean.sanitize_html_tags(cell.source)
+        return cell, resources
+
+
+def _instructors(cell) -> bool:
+    """A cell nbgrader restores from the source notebook when it autogrades: locked, and no
+    answer of the student's."""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return bool(meta.get("locked")) and not meta.get("solution")
+
+
+def _source_texts(assignment: str, notebook: str) -> set:
+    """The text of every markdown and raw cell of the drop's source notebook (nbgrader runs
+    in the course root); empty where there is none."""
+    path = Path.cwd() / "source" / assignment / f"{notebook}.ipynb"
+    if not (assignment and notebook and path.is_file()):
+        return set()
+    try:
+        cells = nbformat.read(path, as_version=4).cells
+    except Exception:   # noqa: BLE001 - an unreadable source trusts nothing
+        return set()
+    return {c.source for c in cells if c.cell_type in ("markdown", "raw")}

@@ -15,7 +15,17 @@ with the rate and the time left.
 Grading resumes: each submission graded is noted in `.graded/<student>/<assignment>`
 with a digest of the files it was graded from, so a run stopped at any point
 (Ctrl-C, a killed process, a reboot) and started again grades only what is not
-graded yet, or was submitted again since; `--force` grades everything again.
+graded yet, was submitted again since, or has lost its autograded notebook
+(autograded/ deleted by hand); `--force` grades everything again. feedback/ is
+written again each run.
+
+One submission never stops the class: a worker that dies is replaced (the
+submission it was grading is tried once more, then named), and a submission
+that cannot be graded, or whose feedback page cannot be written, is named at
+the end with its cause (the last lines of nbgrader's and the worker's log; all
+of it in `.graded/.logs/<student>+<assignment>.log`, each worker's log in
+`.graded/.logs/worker-N.log`), while everyone else gets feedback and a row in
+grades.csv; the command then exits with status 1.
 """
 from __future__ import annotations
 
@@ -23,18 +33,22 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = Path(__file__).resolve().parent / "samples"
 GRADED = ".graded"   # in the course root: one note per graded submission
+LOGS = ".logs"      # in GRADED: each worker's log, and one per submission that could not be graded
+TAIL_LINES = 15     # lines of a failure's log shown with its cause
 
 
 def nbgrader(course_root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -112,74 +126,224 @@ def _note(course_root: Path, assignment: str, student: str) -> Path:
 
 
 def pending(course_root: Path, todo: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The submissions of `todo` not graded yet, or changed since they were."""
+    """The submissions of `todo` not graded yet, changed since they were, or whose
+    autograded notebook is gone (autograded/ deleted by hand, say)."""
     return [(a, s) for a, s in todo if not _note(course_root, a, s).is_file()
-            or _note(course_root, a, s).read_text() != _digest(course_root, a, s)]
+            or _note(course_root, a, s).read_text() != _digest(course_root, a, s)
+            or _autograded_missing(course_root, a, s)]
+
+
+def _autograded_missing(course_root: Path, assignment: str, student: str) -> bool:
+    """Whether a notebook of the assignment that the student submitted has no autograded copy."""
+    course_root = Path(course_root)
+    theirs = {p.name for p in (course_root / "submitted" / student / assignment).glob("*.ipynb")}
+    ours = {p.name for p in (course_root / "source" / assignment).glob("*.ipynb")} or theirs
+    return any(not (course_root / "autograded" / student / assignment / name).is_file()
+               for name in theirs & ours)
 
 
 def autograde(course_root: Path, todo: list[tuple[str, str]], jobs: int, *extra: str,
               progress=sys.stderr) -> dict[tuple[str, str], float]:
     """nbgrader's autograde for each (assignment, student), by `jobs` worker processes
+    at once (see `grade_submissions`). Returns seconds per submission; raises SystemExit
+    naming each submission that could not be graded, with its cause, or saying how far
+    a stopped run got."""
+    graded = grade_submissions(course_root, todo, jobs, *extra, progress=progress)
+    if graded.failed:
+        raise SystemExit(graded.failure_report())
+    return graded.seconds
+
+
+@dataclass
+class Autograded:
+    seconds: dict = field(default_factory=dict)   # (assignment, student): seconds, graded or not
+    failed: dict = field(default_factory=dict)    # (assignment, student): why, with the log it names
+
+    def failure_report(self) -> str:
+        return "could not grade:\n" + "\n".join(self.failed[k] for k in sorted(self.failed))
+
+
+def grade_submissions(course_root: Path, todo: list[tuple[str, str]], jobs: int, *extra: str,
+                      progress=sys.stderr) -> Autograded:
+    """nbgrader's autograde for each (assignment, student), by `jobs` worker processes
     at once (autograder/grade_worker.py; each submission in its own sandboxed kernel,
     all sharing the gradebook, whose db_url waits for its lock). `extra`: nbgrader
     settings such as "--Execute.timeout=30". Notes each submission graded (`pending`
-    then leaves it out). Returns seconds per submission; raises SystemExit naming each
-    submission nbgrader could not grade, or saying how far a stopped run got."""
+    then leaves it out).
+
+    A submission nbgrader cannot grade is named in `failed` with its cause: the last
+    lines of what nbgrader and the worker logged, the whole of it in a log file under
+    .graded/.logs/ that the message names; the others are graded all the same. A worker
+    that dies (killed, os.abort, out of memory) is replaced and the queue goes on; the
+    submission it was grading is graded once more by the new worker and, if that one
+    dies too, named as not graded. Each worker's own log: .graded/.logs/worker-N.log.
+    Ctrl-C raises SystemExit saying how far the run got."""
+    course_root = Path(course_root)
     add_students(course_root, [student for _, student in todo])
+    logs = course_root / GRADED / LOGS
+    logs.mkdir(parents=True, exist_ok=True)
     queue = ByDrop(todo)
-    seconds, failed, lock, start = {}, [], threading.Lock(), time.perf_counter()
+    out = Autograded()
+    lock, start, stopping = threading.Lock(), time.perf_counter(), threading.Event()
     workers = []
 
-    def work():
+    def start_worker(log):
         worker = subprocess.Popen([sys.executable, "-m", "autograder.grade_worker", str(course_root), *extra],
                                   cwd=course_root, env=_nbgrader_env(), text=True, stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-        workers.append(worker)
-        item = None
-        try:
-            while True:
-                item = queue.take(item[0] if item else None)
-                if item is None:
-                    return
-                began = time.perf_counter()
-                digest = _digest(course_root, *item)
-                worker.stdin.write(json.dumps(item) + "\n")
-                worker.stdin.flush()
-                line = worker.stdout.readline()
-                result = json.loads(line) if line else {"success": False, "error": "the worker died"}
-                with lock:
-                    seconds[item] = time.perf_counter() - began
-                    if result["success"]:
-                        note = _note(course_root, *item)
-                        note.parent.mkdir(parents=True, exist_ok=True)
-                        note.write_text(digest)
-                    else:
-                        failed.append(f"{item[1]}/{item[0]}: {result['error']}")
-                    _progress(progress, len(seconds), len(todo), time.perf_counter() - start, item,
-                              ok=result["success"])
-        except (BrokenPipeError, ValueError):   # stopped: the worker was ended under us
-            return
-        finally:
-            try:
-                worker.stdin.close()
-            except (BrokenPipeError, OSError):
-                pass
-            worker.wait()
+                                  stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+        with lock:
+            workers.append(worker)
+        return worker
 
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(max(1, min(jobs, len(todo))))]
+    def end(worker):
+        try:
+            worker.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+        try:
+            worker.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            _kill(worker)
+
+    def work(number: int):
+        log_path = logs / f"worker-{number}.log"
+        with open(log_path, "ab") as log:
+            log.write(f"== {time.strftime('%Y-%m-%d %H:%M:%S')}: worker {number} starts\n".encode())
+            log.flush()
+            worker, item, retried = start_worker(log), None, set()
+            try:
+                while True:
+                    item = queue.take(item[0] if item else None)
+                    if item is None:
+                        return
+                    began = time.perf_counter()
+                    while True:
+                        digest, mark = _digest(course_root, *item), log_path.stat().st_size
+                        result = _ask(worker, item)
+                        if result is not None or stopping.is_set():
+                            break
+                        # the worker died under this submission: a new one for the rest of the queue
+                        died = _death(worker)
+                        _kill(worker)
+                        worker = start_worker(log)
+                        if item in retried:
+                            result = {"success": False, "died": True,
+                                      "error": f"the grading worker died while grading it ({died}), "
+                                               f"in two workers one after the other; not tried again"}
+                            break
+                        retried.add(item)
+                        log.write(f"-- the worker died ({died}) grading {item[1]}/{item[0]}: "
+                                  f"a new worker grades it once more\n".encode())
+                        log.flush()
+                    if result is None:   # stopped (Ctrl-C)
+                        return
+                    with lock:
+                        out.seconds[item] = time.perf_counter() - began
+                        if result["success"]:
+                            note = _note(course_root, *item)
+                            note.parent.mkdir(parents=True, exist_ok=True)
+                            note.write_text(digest)
+                        else:
+                            out.failed[item] = _failure(course_root, item, result, log_path, mark)
+                        _progress(progress, len(out.seconds), len(todo), time.perf_counter() - start, item,
+                                  ok=result["success"])
+            finally:
+                end(worker)
+
+    threads = [threading.Thread(target=work, args=(k + 1,), daemon=True)
+               for k in range(max(1, min(jobs, len(todo))))]
     for t in threads:
         t.start()
     try:
         for t in threads:
             t.join()
     except KeyboardInterrupt:
+        stopping.set()
         _stop(queue, workers)
-        raise SystemExit(f"stopped: {len(seconds) - len(failed)} of {len(todo)} graded and kept; "
-                         "run it again to grade the rest"
-                         + "".join(f"\n  not graded: {f.split(': ')[0]}" for f in failed)) from None
-    if failed:
-        raise SystemExit("nbgrader could not grade:\n" + "\n".join(failed))
-    return seconds
+        done = len(out.seconds) - len(out.failed)
+        raise SystemExit(f"stopped: {done} of {len(todo)} graded and kept; run it again to grade the rest"
+                         + "".join(f"\n  not graded: {s}/{a}" for a, s in sorted(out.failed))) from None
+    return out
+
+
+def _ask(worker: subprocess.Popen, item) -> dict | None:
+    """The worker's answer for one submission; None if the worker died first."""
+    try:
+        worker.stdin.write(json.dumps(item) + "\n")
+        worker.stdin.flush()
+        line = worker.stdout.readline()
+    except (BrokenPipeError, OSError, ValueError):
+        return None
+    try:
+        return json.loads(line) if line else None
+    except ValueError:
+        return None
+
+
+def _death(worker: subprocess.Popen) -> str:
+    """How a worker ended: its exit status or the signal that killed it."""
+    try:
+        code = worker.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        return "it stopped answering"
+    if code < 0:
+        import signal
+
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def _kill(worker: subprocess.Popen) -> None:
+    from autograder import sandbox
+
+    sandbox.kill_tree(worker)
+
+
+def _tail(text: str, lines: int = TAIL_LINES) -> list[str]:
+    kept = [line.rstrip() for line in text.splitlines() if line.strip()]
+    return kept[-lines:]
+
+
+# the last line of a Python traceback (nbgrader's log indents a logged traceback's lines)
+EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::\s.*)?$")
+
+
+def _cause(text: str) -> str:
+    """The error a failed autograde ended with: the last exception line of a traceback in
+    nbgrader's log that is not nbgrader's own wrapper ("Please see the above traceback"),
+    after what nbgrader warned of a notebook's grade ids (a grade id used twice makes
+    nbgrader strip that cell's metadata, and its error then speaks of an old schema)."""
+    lines = text.splitlines()
+    found = [m.group(0).strip() for m in map(EXCEPTION_LINE.match, lines) if m]
+    own = [line for line in found if "NbGraderException" not in line.split(":", 1)[0]]
+    useful = [line for line in _tail(text, 1000) if "Please see the" not in line
+              and "There was an error processing" not in line]
+    cause = (own or found or useful or ["no cause was logged"])[-1].strip()
+    warned = [line.split("] ", 1)[-1].strip() for line in lines if "exists multiple times" in line]
+    return "; ".join([*dict.fromkeys(warned), cause])
+
+
+def _failure(course_root: Path, item, result: dict, worker_log: Path, mark: int) -> str:
+    """The message naming a submission that could not be graded, and the log file it names:
+    what nbgrader logged, its traceback, and what the worker logged meanwhile."""
+    assignment, student = item
+    with open(worker_log, "rb") as f:
+        f.seek(mark)
+        worker_said = f.read().decode(errors="replace")
+    nbgrader_said = "\n".join(part for part in (result.get("log", ""), result.get("error", "")) if part)
+    path = course_root / GRADED / LOGS / f"{student}+{assignment}.log"
+    path.write_text(f"{student}/{assignment} could not be graded ({time.strftime('%Y-%m-%d %H:%M:%S')})\n\n"
+                    f"== nbgrader's log and error\n{nbgrader_said or '(nothing)'}\n\n"
+                    f"== the worker's log ({worker_log}) meanwhile\n{worker_said or '(nothing)'}\n")
+    cause = result["error"] if result.get("died") else _cause(nbgrader_said or worker_said)
+    shown = _tail(worker_said) or _tail(nbgrader_said)
+    where = path.relative_to(course_root) if path.is_relative_to(course_root) else path
+    return (f"{student}/{assignment}: {cause}\n"
+            + "".join(f"    | {line}\n" for line in shown)
+            + f"    (all of it: {where})")
 
 
 class ByDrop:
@@ -256,7 +420,23 @@ def _clock(seconds: float) -> str:
     return f"{minutes}:{seconds:02d}"
 
 
-def grade_all(course_root: Path, jobs: int = 2, force: bool = False, progress=sys.stderr) -> list[str]:
+class NotAllGraded(SystemExit):
+    """grade_all's end when some submissions could not be graded: feedback/ and grades.csv
+    were written for every other one. `names`: the assignments graded; the message
+    names each submission left out, with its cause and the log file that holds the rest."""
+
+    def __init__(self, names: list[str], message: str):
+        super().__init__(message)
+        self.names = names
+
+
+def grade_all(course_root: Path, jobs: int = 2, force: bool = False, progress=sys.stderr, *extra: str) -> list[str]:
+    """Autograde what is new in submitted/, then feedback/ and grades.csv for the whole class.
+    A submission that cannot be graded, or whose feedback page cannot be written, is left
+    out (its stale autograded/ and feedback/ pages with it) and named at the end, in a
+    NotAllGraded (a SystemExit); everyone else is graded, gets feedback and a row in
+    grades.csv all the same. Returns the assignments graded."""
+    course_root = Path(course_root)
     todo = submissions(course_root)
     if not todo:
         raise SystemExit("submitted/ holds no notebooks. Collect them first "
@@ -267,12 +447,64 @@ def grade_all(course_root: Path, jobs: int = 2, force: bool = False, progress=sy
     if progress is not None and len(left) < len(todo):
         progress.write(f"{len(todo) - len(left)} of {len(todo)} submissions already graded (unchanged "
                        f"since); grading the other {len(left)} (--force grades all)\n")
-    if left:
-        autograde(course_root, left, jobs, progress=progress)
-    for name in names:
-        nbgrader(course_root, "generate_feedback", name, "--force")
-    nbgrader(course_root, "export", "--to=grades.csv")
+    graded = grade_submissions(course_root, left, jobs, *extra, progress=progress) if left else Autograded()
+    for assignment, student in graded.failed:
+        forget(course_root, assignment, student)
+    problems = [graded.failed[k] for k in sorted(graded.failed)]
+    problems += write_feedback(course_root, names)
+    exported = nbgrader(course_root, "export", "--to=grades.csv", check=False)
+    if exported.returncode:
+        problems.append("grades.csv could not be written: " + _cause(exported.stderr) + "\n"
+                        + "".join(f"    | {line}\n" for line in _tail(exported.stderr)).rstrip())
+    if problems:
+        raise NotAllGraded(names, "NOT GRADED (feedback/ and grades.csv hold everyone else):\n"
+                           + "\n".join(problems))
     return names
+
+
+def forget(course_root: Path, assignment: str, student: str) -> None:
+    """A submission that could not be graded: nothing of an earlier grading stays to be taken
+    for this one (its autograded notebook, its feedback page, which `release_feedback` would
+    hand out, and its note, so that the next run grades it again). submitted/ is kept."""
+    course_root = Path(course_root)
+    _note(course_root, assignment, student).unlink(missing_ok=True)
+    for folder in ("autograded", "feedback"):
+        shutil.rmtree(course_root / folder / student / assignment, ignore_errors=True)
+
+
+FEEDBACK_FAILED = re.compile(r"There was an error processing assignment: (?P<path>.*)$", re.M)
+
+
+def write_feedback(course_root: Path, names: list[str]) -> list[str]:
+    """nbgrader generate_feedback for each assignment, every autograded student at once.
+    nbgrader goes on past a page it cannot write and fails at the end: each student whose
+    page failed is named (with the cause; nbgrader's whole log in .graded/.logs/), the
+    others' pages stand. Returns one message per page not written."""
+    problems = []
+    for name in names:
+        done = nbgrader(course_root, "generate_feedback", name, "--force", check=False)
+        if not done.returncode:
+            continue
+        log = Path(course_root) / GRADED / LOGS / f"feedback+{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(done.stderr + done.stdout)
+        where = log.relative_to(course_root)
+        found = list(FEEDBACK_FAILED.finditer(done.stderr))
+        for k, match in enumerate(found):
+            segment = done.stderr[match.start():found[k + 1].start() if k + 1 < len(found) else None]
+            student = _student_in(match.group("path"), name) or match.group("path").strip()
+            problems.append(f"{student}/{name}: no feedback page: {_cause(segment)} (all of it: {where})")
+        if not found:
+            problems.append(f"*/{name}: nbgrader generate_feedback failed: {_cause(done.stderr)}\n"
+                            + "".join(f"    | {line}\n" for line in _tail(done.stderr))
+                            + f"    (all of it: {where})")
+    return problems
+
+
+def _student_in(path: str, assignment: str) -> str | None:
+    """The student of nbgrader's "autograded/<student>/<assignment>" path in a log line."""
+    parts = Path(path.strip()).parts
+    return parts[-2] if len(parts) >= 2 and parts[-1] == assignment else None
 
 
 def copy_samples(course_root: Path) -> None:
@@ -290,9 +522,15 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.demo:
         copy_samples(ROOT)
-    names = grade_all(ROOT, args.jobs, force=args.force)
+    try:
+        names, missing = grade_all(ROOT, args.jobs, force=args.force), None
+    except NotAllGraded as some:
+        names, missing = some.names, some
     print(f"graded {', '.join(names)}: scores in grades.csv, feedback in feedback/")
-    print((ROOT / "grades.csv").read_text())
+    if (ROOT / "grades.csv").is_file():
+        print((ROOT / "grades.csv").read_text())
+    if missing is not None:
+        raise missing
 
 
 if __name__ == "__main__":

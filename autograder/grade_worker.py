@@ -3,20 +3,35 @@
     python -m autograder.grade_worker <course root> [--Section.key=value ...]
 
 Reads `[assignment, student]` JSON lines on stdin and answers each with one
-line `{"success": bool, "error": str}` once nbgrader's Autograde (the same
-converter `nbgrader autograde` runs, with the course's nbgrader_config.py and
-the given overrides) has graded it. A worker imports nbgrader and the grader's
+line `{"success": bool, "error": str, "log": str}` once nbgrader's Autograde (the
+same converter `nbgrader autograde` runs, with the course's nbgrader_config.py
+and the given overrides) has graded it: `error` is nbgrader's traceback, `log`
+what nbgrader logged meanwhile (where the real cause is: nbgrader's own error
+only says "see the above traceback"). A worker imports nbgrader and the grader's
 side of the judge once, not once per submission; the student's code never
 runs here (autograder/execute.py: it runs in a sandboxed kernel).
+
+The answers go to the grader on the stdout this process was started with; file
+descriptor 1 is then pointed at stderr (the worker's log, which grade.py keeps),
+so nothing else that prints, here or in a process started from here, can
+garble an answer. A crash writes its Python traceback to the log as well.
 """
 from __future__ import annotations
 
+import faulthandler
 import json
+import os
 import sys
 from pathlib import Path
 
+KEEP = 20000   # characters of nbgrader's traceback and log sent back per submission
+
 
 def main(argv=None) -> None:
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    faulthandler.enable(sys.stderr)
     root, *overrides = argv or sys.argv[1:]
     from nbgrader.apps.api import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
@@ -27,9 +42,18 @@ def main(argv=None) -> None:
     api = NbGraderAPI(coursedir=CourseDirectory(config=config, root=str(Path(root).resolve())), config=config)
     for line in sys.stdin:
         assignment, student = json.loads(line)
-        result = api.autograde(assignment, student, force=True, create=True)
-        print(json.dumps({"success": bool(result.get("success")),
-                          "error": (result.get("error") or "")[-3000:]}), flush=True)
+        print(f"-- grading {student}/{assignment} (worker {os.getpid()})", file=sys.stderr, flush=True)
+        try:
+            result = api.autograde(assignment, student, force=True, create=True)
+        except Exception:   # noqa: BLE001 - capture_log catches nbgrader's own; anything else is named too
+            import traceback
+            result = {"success": False, "error": traceback.format_exc()}
+        if not result.get("success"):
+            print(result.get("log") or "", result.get("error") or "", sep="\n", file=sys.stderr, flush=True)
+        answers.write(json.dumps({"success": bool(result.get("success")),
+                                  "error": (result.get("error") or "")[-KEEP:],
+                                  "log": (result.get("log") or "")[-KEEP:]}) + "\n")
+        answers.flush()
 
 
 if __name__ == "__main__":

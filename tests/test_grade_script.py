@@ -1,7 +1,17 @@
-"""`make grade` end to end on the sample submissions, in a temporary copy of the course."""
+"""`make grade` end to end, in a temporary copy of the course: the sample submissions, and
+beside them the ones that must not stop the class (a worker killed under one, a notebook
+that is not JSON, duplicate grade ids, a student's scripts in outputs and markdown)."""
+import copy
 import csv
+import io
+import os
 import shutil
+import signal
+import threading
+import time
 from pathlib import Path
+from html.parser import HTMLParser
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -13,33 +23,218 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 
-def test_grade_all_autogrades_writes_feedback_and_exports_csv(tmp_path, monkeypatch):
-    course = tmp_path / "course"
-    shutil.copytree(ROOT / "source", course / "source")
+DROP = "drop01-three-kinds-of-parallel"   # the lightest drop to grade
+KILLED = "a-killed-worker"   # sorts first: the whole class is its worker's queue
+HTML = "html-script"
+NOT_JSON = "not-json"
+TWICE = "twice-the-same-grade-id"
+SCRIPTS = ["<script>alert('output')</script>", "<img src=x onerror=\"alert('onerror')\">",
+           "<script>alert('markdown')</script>"]
+
+
+def _kill_whoever_grades(student: str, logs: Path, stop: threading.Event, killed: list) -> None:
+    """Kill (SIGKILL) each grading worker as soon as its log says it began `student`."""
+    seen = set()
+    while not stop.is_set():
+        for log in logs.glob("worker-*.log"):
+            for line in log.read_text(errors="replace").splitlines():
+                if line.startswith(f"-- grading {student}/") and line not in seen:
+                    seen.add(line)
+                    pid = int(line.rsplit("worker ", 1)[1].rstrip(")"))
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """One class of drop 1, graded once by grade_all (`make grade`), one worker, no sandbox
+    (what is tested here is the orchestration; tests/test_grading.py grades in it):
+
+        alice, bob            the sample submissions (make grade-demo)   5 and 3 points
+        html-script           alice's (less the cells that only run      5 points; no script
+                              ranks to show them), then a cell that displays HTML
+                              with a script and an onerror attribute,    in its feedback page
+                              JavaScript and a widget view, and a        or autograded notebook
+                              markdown cell with a script
+        a-killed-worker       alice's, but its worker is killed (twice)  not graded, named; the
+                              whenever it grades this one                rest of its queue graded
+        not-json              a notebook that is not JSON                not graded, named
+        twice-the-same-grade-id  a test cell given another's grade id    not graded, named
+    """
+    course = tmp_path_factory.mktemp("grade-script") / "course"
+    shutil.copytree(ROOT / "source" / DROP, course / "source" / DROP)
     shutil.copy(ROOT / "nbgrader_config.py", course)
-    monkeypatch.setattr(grade, "SAMPLES", ROOT / "autograder" / "samples")
-    grade.copy_samples(course)
-    names = grade.grade_all(course)
-    assert names == ["drop01-three-kinds-of-parallel"]
-    rows = {r["student_id"]: r for r in csv.DictReader((course / "grades.csv").open())}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(grade, "SAMPLES", ROOT / "autograder" / "samples")
+        mp.setenv("THREEAXES_GRADE_ISOLATE", "0")
+        grade.copy_samples(course)
+        alice = nbformat.read(course / "submitted" / "alice" / DROP / f"{DROP}.ipynb", as_version=4)
+
+        def submit(student, nb):
+            (course / "submitted" / student / DROP).mkdir(parents=True)
+            path = course / "submitted" / student / DROP / f"{DROP}.ipynb"
+            nbformat.write(nb, path) if not isinstance(nb, str) else path.write_text(nb)
+
+        # alice's answers without the cells that only show ranks at work (4-rank launches): cheaper
+        light = copy.deepcopy(alice)
+        first = next(k for k, c in enumerate(light.cells) if c.metadata.get("nbgrader"))
+        light.cells = [c for k, c in enumerate(light.cells)
+                       if k < first or c.metadata.get("nbgrader") or "world_size" not in c.source
+                       and "runs" not in c.source]
+        submit(KILLED, light)
+        html = copy.deepcopy(light)
+        html.cells += [nbformat.v4.new_code_cell(
+            "from IPython.display import HTML, Javascript, display\n"
+            f"display(HTML({SCRIPTS[0] + SCRIPTS[1]!r} + '<b>still shown</b>'))\n"
+            "display(Javascript(\"alert('javascript')\"))\n"
+            "display({'application/vnd.jupyter.widget-view+json': {'model_id': 'x', 'version_major': 2, "
+            "'version_minor': 0}, 'text/plain': 'a widget'}, raw=True)"),
+            nbformat.v4.new_markdown_cell(f"my notes {SCRIPTS[2]}")]
+        submit(HTML, html)
+        submit(NOT_JSON, '{"cells": [ this is not JSON')
+        twice = copy.deepcopy(alice)
+        tests = [c for c in twice.cells if c.metadata.get("nbgrader", {}).get("grade")
+                 and c.cell_type == "code"]
+        tests[1].metadata["nbgrader"]["grade_id"] = tests[0].metadata["nbgrader"]["grade_id"]
+        submit(TWICE, twice)
+
+        stop, killed = threading.Event(), []
+        (course / grade.GRADED / grade.LOGS).mkdir(parents=True)
+        killer = threading.Thread(target=_kill_whoever_grades,
+                                  args=(KILLED, course / grade.GRADED / grade.LOGS, stop, killed), daemon=True)
+        killer.start()
+        progress, start = io.StringIO(), time.perf_counter()
+        try:
+            grade.grade_all(course, jobs=1, progress=progress)
+            ended = None
+        except grade.NotAllGraded as stopped:
+            ended = stopped
+        finally:
+            stop.set()
+            killer.join()
+        return SimpleNamespace(root=course, ended=ended, killed=killed, progress=progress.getvalue(),
+                               seconds=time.perf_counter() - start,
+                               rows={r["student_id"]: r for r in csv.DictReader((course / "grades.csv").open())})
+
+
+def test_grade_all_autogrades_writes_feedback_and_exports_csv(graded):
     # alice typed in the solutions (5 auto points) and a written answer still to be marked by hand;
     # bob forgot the fp32 master copy, which costs the 2 points of that one cell.
-    assert float(rows["alice"]["raw_score"]) == 5.0
-    assert float(rows["bob"]["raw_score"]) == 3.0
-    source = nbformat.read(course / "source" / names[0] / f"{names[0]}.ipynb", as_version=4)
+    assert float(graded.rows["alice"]["raw_score"]) == 5.0
+    assert float(graded.rows["bob"]["raw_score"]) == 3.0
+    source = nbformat.read(graded.root / "source" / DROP / f"{DROP}.ipynb", as_version=4)
     for student in ("alice", "bob"):
-        page = (course / "feedback" / student / names[0] / f"{names[0]}.html").read_text()
+        page = (graded.root / "feedback" / student / DROP / f"{DROP}.html").read_text()
         assert "BEGIN HIDDEN TESTS" not in page
         assert not revealed_hidden_tests(page, source), "the feedback shows a hidden test"
-    assert not list((course / "feedback").rglob(GRADING_FILE)), "the grading data reached the students"
+    assert not list((graded.root / "feedback").rglob(GRADING_FILE)), "the grading data reached the students"
+
+
+def test_a_killed_worker_is_replaced_its_queue_graded_and_its_submission_named(graded):
+    """The worker dies twice under the same submission: it is named, with the signal, and
+    everything queued behind it is graded by the worker that replaced it."""
+    assert len(graded.killed) == 2, graded.killed   # tried once more, then given up
+    said = str(graded.ended)
+    assert f"{KILLED}/{DROP}: the grading worker died while grading it (killed by SIGKILL)" in said
+    for student in ("alice", "bob", HTML):
+        assert (graded.root / "autograded" / student / DROP / f"{DROP}.ipynb").is_file(), student
+        assert student in graded.rows
+    assert not (graded.root / "feedback" / KILLED / DROP).exists()
+    assert (graded.root / grade.GRADED / grade.LOGS / f"{KILLED}+{DROP}.log").is_file()
+
+
+def test_an_ungradeable_notebook_is_named_with_its_cause_and_the_others_get_feedback_and_a_row(graded):
+    said = str(graded.ended)
+    assert said.startswith("NOT GRADED")
+    assert f"{NOT_JSON}/{DROP}: " in said and "NotJSONError" in said, said
+    assert f"{TWICE}/{DROP}: Cell with id 'training_bytes_match_adam_accounting' exists multiple times" in said
+    assert "Please see the" not in said.split(f"{NOT_JSON}/{DROP}: ", 1)[1].splitlines()[0]
+    for student in (NOT_JSON, TWICE):
+        log = graded.root / grade.GRADED / grade.LOGS / f"{student}+{DROP}.log"
+        assert f"(all of it: {log.relative_to(graded.root)})" in said
+        assert "Traceback" in log.read_text()
+        assert not (graded.root / "feedback" / student / DROP).exists()
+        assert not (graded.root / grade.GRADED / student / DROP).exists(), "noted as graded"
+    for student in ("alice", "bob", HTML):
+        assert (graded.root / "feedback" / student / DROP / f"{DROP}.html").is_file(), student
+    assert float(graded.rows[HTML]["raw_score"]) == 5.0
+
+
+class _Live(HTMLParser):
+    """What a browser would run in a page: script elements and on* attributes."""
+
+    def __init__(self):
+        super().__init__()
+        self.found, self._in_script = [], False
+
+    def handle_starttag(self, tag, attrs):
+        self._in_script = tag == "script"
+        self.found += [f"{tag} {name}" for name, _ in attrs if name.startswith("on")]
+
+    def handle_data(self, data):
+        if self._in_script and "alert(" in data:
+            self.found.append(f"script {data.strip()[:60]}")
+
+    def handle_endtag(self, tag):
+        self._in_script = False
+
+
+def test_student_html_and_javascript_are_made_inert(graded):
+    """In the feedback page and in the autograded notebook the formgrader shows, the
+    student's script elements, event handlers, JavaScript and widget views are gone
+    (the code that displayed them is shown as code, escaped); harmless markup stays."""
+    page = (graded.root / "feedback" / HTML / DROP / f"{DROP}.html").read_text()
+    live = _Live()
+    live.feed(page)
+    assert live.found == []
+    assert "<b>still shown</b>" in page
+    nb = nbformat.read(graded.root / "autograded" / HTML / DROP / f"{DROP}.ipynb", as_version=4)
+    shown = [str(o.get("data", "")) for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    shown += [c.source for c in nb.cells if c.cell_type == "markdown"]
+    for text in shown:
+        for script in ["<script", "onerror", "alert('javascript')", "widget-view+json"]:
+            assert script not in text, text
+    assert any("<b>still shown</b>" in text for text in shown)
+
+
+def test_grading_again_after_autograded_and_feedback_were_deleted_regrades_what_is_missing(graded):
+    """(Last: it changes the class.) The ungradeable submissions are withdrawn; html-script's
+    autograded notebook and every feedback page are deleted by hand."""
+    root = graded.root
+    for student in (KILLED, NOT_JSON, TWICE):
+        shutil.rmtree(root / "submitted" / student)
+    shutil.rmtree(root / "autograded" / HTML)
+    shutil.rmtree(root / "feedback")
+    progress = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("THREEAXES_GRADE_ISOLATE", "0")
+        assert grade.grade_all(root, jobs=1, progress=progress) == [DROP]
+    assert "2 of 3 submissions already graded" in progress.getvalue()
+    assert f"({HTML}/" in progress.getvalue() and "(bob/" not in progress.getvalue()
+    for student in ("alice", "bob", HTML):
+        assert (root / "feedback" / student / DROP / f"{DROP}.html").is_file(), student
+    rows = {r["student_id"]: r for r in csv.DictReader((root / "grades.csv").open())}
+    assert float(rows[HTML]["raw_score"]) == 5.0 and float(rows["bob"]["raw_score"]) == 3.0
     # started again, it grades only what is new: nothing; then bob's resubmission, and a
     # submission whose note a stopped run never wrote
-    todo = grade.submissions(course)
-    assert grade.pending(course, todo) == []
-    bob = course / "submitted" / "bob" / names[0] / f"{names[0]}.ipynb"
+    todo = grade.submissions(root)
+    assert grade.pending(root, todo) == []
+    bob = root / "submitted" / "bob" / DROP / f"{DROP}.ipynb"
     bob.write_text(bob.read_text() + "\n")      # submitted again
-    (course / grade.GRADED / "alice" / names[0]).unlink()
-    assert grade.pending(course, todo) == [(names[0], "alice"), (names[0], "bob")]
+    (root / grade.GRADED / "alice" / DROP).unlink()
+    assert grade.pending(root, todo) == [(DROP, "alice"), (DROP, "bob")]
+
+
+def test_a_failure_names_the_real_cause_not_nbgraders_see_above():
+    log = ("[AutogradeApp | ERROR] There was an error processing assignment: /c/submitted/x/d\n"
+           "[AutogradeApp | ERROR] Traceback (most recent call last):\n"
+           "Traceback (most recent call last):\n  File \"a.py\", line 1, in f\n"
+           "RuntimeError: no kernel could be started for this submission: host said no\n"
+           "[AutogradeApp | ERROR] Please see the the above traceback for details\n"
+           "Traceback (most recent call last):\n  File \"b.py\", line 2\n"
+           "nbgrader.utils.NbGraderException: Please see the the above traceback for details\n")
+    assert grade._cause(log) == "RuntimeError: no kernel could be started for this submission: host said no"
 
 
 def test_progress_says_the_count_the_rate_and_the_time_left():
