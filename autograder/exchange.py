@@ -28,7 +28,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.grade import autograde, gradebook_url, pending, register_assignments
+from autograder.grade import (feedback_failures, forget, grade_submissions, gradebook_url, pending,
+                              register_assignments)
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "nbgrader_config.py"
@@ -257,21 +258,35 @@ def grade(course: Course, drops: list[str], jobs: int = 2, *extra: str, progress
                          f"collect first (python -m autograder.exchange collect {' '.join(drops)})")
     report = Graded(problems=problems)
     todo = pending(course.root, good)   # what an earlier, stopped run left (autograder/grade.py)
+    failed = set()
     if todo:
-        try:
-            autograde(course.root, todo, jobs, *extra, progress=progress)
-        except SystemExit as failed:   # grade.autograde names each one nbgrader could not grade
-            report.problems.append(str(failed))
+        # grade.grade_submissions names each one nbgrader could not grade, with its cause
+        graded = grade_submissions(course.root, todo, jobs, *extra, progress=progress)
+        for drop, student in sorted(graded.failed):
+            forget(course.root, drop, student)   # no stale autograded notebook or feedback page
+            report.problems.append(graded.failed[drop, student])
+        failed = set(graded.failed)
     if good:
         api = _api(course)
         for drop in sorted({d for d, _ in good}):
-            _ok(api.generate_feedback(drop, force=True), f"generate_feedback {drop}")
-    export_csv(course)
+            if not any((course.root / "autograded").glob(f"*/{drop}/*.ipynb")):
+                continue   # nothing of it graded: each named already
+            # nbgrader writes every page it can and fails at the end: the others' pages stand
+            result = api.generate_feedback(drop, force=True)
+            if not result.get("success"):
+                said = (result.get("log") or "") + (result.get("error") or "")
+                report.problems += feedback_failures(course.root, drop, said)
+    try:
+        export_csv(course)
+    except Exception as error:   # noqa: BLE001 - named; the grades stay in the gradebook
+        report.problems.append(f"grades.csv could not be written: {type(error).__name__}: {error}")
     with course.gradebook() as gb:
         for drop, student in good:
+            if (drop, student) in failed:
+                continue
             try:
                 sub = gb.find_submission(drop, student)
-            except Exception:   # MissingEntry: autograde failed, already in problems
+            except Exception:   # MissingEntry: never graded
                 continue
             report.graded.append((drop, student))
             late = f", late by {sub.total_seconds_late:.0f} s" if sub.total_seconds_late > 0 else ""

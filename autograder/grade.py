@@ -478,26 +478,36 @@ FEEDBACK_FAILED = re.compile(r"There was an error processing assignment: (?P<pat
 def write_feedback(course_root: Path, names: list[str]) -> list[str]:
     """nbgrader generate_feedback for each assignment, every autograded student at once.
     nbgrader goes on past a page it cannot write and fails at the end: each student whose
-    page failed is named (with the cause; nbgrader's whole log in .graded/.logs/), the
-    others' pages stand. Returns one message per page not written."""
+    page failed is named (`feedback_failures`), the others' pages stand. Returns one
+    message per page not written."""
     problems = []
     for name in names:
+        if not any((Path(course_root) / "autograded").glob(f"*/{name}/*.ipynb")):
+            continue   # none of it graded (each named already); nbgrader would fail on no notebooks
         done = nbgrader(course_root, "generate_feedback", name, "--force", check=False)
-        if not done.returncode:
-            continue
-        log = Path(course_root) / GRADED / LOGS / f"feedback+{name}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(done.stderr + done.stdout)
-        where = log.relative_to(course_root)
-        found = list(FEEDBACK_FAILED.finditer(done.stderr))
-        for k, match in enumerate(found):
-            segment = done.stderr[match.start():found[k + 1].start() if k + 1 < len(found) else None]
-            student = _student_in(match.group("path"), name) or match.group("path").strip()
-            problems.append(f"{student}/{name}: no feedback page: {_cause(segment)} (all of it: {where})")
-        if not found:
-            problems.append(f"*/{name}: nbgrader generate_feedback failed: {_cause(done.stderr)}\n"
-                            + "".join(f"    | {line}\n" for line in _tail(done.stderr))
-                            + f"    (all of it: {where})")
+        if done.returncode:
+            problems += feedback_failures(course_root, name, done.stderr + done.stdout)
+    return problems
+
+
+def feedback_failures(course_root: Path, name: str, said: str) -> list[str]:
+    """What a failed generate_feedback of assignment `name` said, one message per student
+    whose page it could not write, with the cause; all it said goes to
+    .graded/.logs/feedback+<name>.log, which each message names."""
+    log = Path(course_root) / GRADED / LOGS / f"feedback+{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(said)
+    where = log.relative_to(course_root) if log.is_relative_to(course_root) else log
+    found = list(FEEDBACK_FAILED.finditer(said))
+    problems = []
+    for k, match in enumerate(found):
+        segment = said[match.start():found[k + 1].start() if k + 1 < len(found) else None]
+        student = _student_in(match.group("path"), name) or match.group("path").strip()
+        problems.append(f"{student}/{name}: no feedback page: {_cause(segment)} (all of it: {where})")
+    if not found:
+        problems.append(f"*/{name}: nbgrader generate_feedback failed: {_cause(said)}\n"
+                        + "".join(f"    | {line}\n" for line in _tail(said))
+                        + f"    (all of it: {where})")
     return problems
 
 

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.slow
 DROP = "drop01-three-kinds-of-parallel"   # the lightest drop to grade
 KILLED = "a-killed-worker"   # sorts first: the whole class is its worker's queue
 HTML = "html-script"
+LARGE = "large-file"   # an extra file of 100 kB beside the notebook
 NOT_JSON = "not-json"
 TWICE = "twice-the-same-grade-id"
 SCRIPTS = ["<script>alert('output')</script>", "<img src=x onerror=\"alert('onerror')\">",
@@ -59,6 +60,8 @@ def graded(tmp_path_factory):
                               markdown cell with a script
         a-killed-worker       alice's, but its worker is killed (twice)  not graded, named; the
                               whenever it grades this one                rest of its queue graded
+        large-file            alice's (light), and a 100 kB data file    graded, or named with
+                              beside it                                  its cause
         not-json              a notebook that is not JSON                not graded, named
         twice-the-same-grade-id  a test cell given another's grade id    not graded, named
     """
@@ -92,6 +95,8 @@ def graded(tmp_path_factory):
             "'version_minor': 0}, 'text/plain': 'a widget'}, raw=True)"),
             nbformat.v4.new_markdown_cell(f"my notes {SCRIPTS[2]}")]
         submit(HTML, html)
+        submit(LARGE, light)
+        (course / "submitted" / LARGE / DROP / "data.bin").write_bytes(os.urandom(100_000))
         submit(NOT_JSON, '{"cells": [ this is not JSON')
         twice = copy.deepcopy(alice)
         tests = [c for c in twice.cells if c.metadata.get("nbgrader", {}).get("grade")
@@ -180,6 +185,20 @@ class _Live(HTMLParser):
         self._in_script = False
 
 
+def test_a_large_extra_file_is_graded_or_named_and_stops_no_one(graded):
+    """The kernel host takes its settings, the submission's extra files with them, on its
+    command line (autograder/kernel_session.py), where more than 128 kB does not fit: the
+    submission is then named with that cause; were the files passed another way it would
+    score what alice scores. Either way the rest of the class is graded."""
+    if LARGE in graded.rows and (graded.root / "autograded" / LARGE / DROP / f"{DROP}.ipynb").is_file():
+        assert float(graded.rows[LARGE]["raw_score"]) == 5.0
+        assert f"{LARGE}/{DROP}" not in str(graded.ended)
+    else:
+        said = str(graded.ended).split(f"{LARGE}/{DROP}: ", 1)[1].splitlines()[0]
+        assert "Argument list too long" in said, said
+    assert float(graded.rows["alice"]["raw_score"]) == 5.0
+
+
 def test_student_html_and_javascript_are_made_inert(graded):
     """In the feedback page and in the autograded notebook the formgrader shows, the
     student's script elements, event handlers, JavaScript and widget views are gone
@@ -202,7 +221,7 @@ def test_grading_again_after_autograded_and_feedback_were_deleted_regrades_what_
     """(Last: it changes the class.) The ungradeable submissions are withdrawn; html-script's
     autograded notebook and every feedback page are deleted by hand."""
     root = graded.root
-    for student in (KILLED, NOT_JSON, TWICE):
+    for student in (KILLED, LARGE, NOT_JSON, TWICE):
         shutil.rmtree(root / "submitted" / student)
     shutil.rmtree(root / "autograded" / HTML)
     shutil.rmtree(root / "feedback")
