@@ -61,7 +61,11 @@ class SanitizeStudentMarkup(NbGraderPreprocessor):
         nb.metadata.pop("widgets", None)   # saved widget state: rendered by the page's widget manager
         self._clean = self._cleaner()
         about = resources.get("nbgrader", {})
-        self._instructors = _source_texts(about.get("assignment", ""), about.get("notebook", ""))
+        # nbgrader runs in the course root; else the notebook's folder is <root>/<step>/<student>/<drop>
+        roots = [Path.cwd()] + list(Path(resources.get("metadata", {}).get("path") or ".").resolve().parents[2:3])
+        self._instructors = next((texts for root in roots
+                                  if (texts := _source_texts(root, about.get("assignment", ""),
+                                                             about.get("notebook", "")))), set())
         return super().preprocess(nb, resources)
 
     def preprocess_cell(self, cell, resources, index):
@@ -87,10 +91,10 @@ def _instructors(cell) -> bool:
     return bool(meta.get("locked")) and not meta.get("solution")
 
 
-def _source_texts(assignment: str, notebook: str) -> set:
-    """The text of every markdown and raw cell of the drop's source notebook (nbgrader runs
-    in the course root); empty where there is none."""
-    path = Path.cwd() / "source" / assignment / f"{notebook}.ipynb"
+def _source_texts(root: Path, assignment: str, notebook: str) -> set:
+    """The text of every markdown and raw cell of the drop's source notebook in the course
+    at `root`; empty where there is none."""
+    path = Path(root) / "source" / assignment / f"{notebook}.ipynb"
     if not (assignment and notebook and path.is_file()):
         return set()
     try:
