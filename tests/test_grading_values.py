@@ -31,6 +31,22 @@ def test_objects_that_are_not_plain_numbers_are_refused(impostor):
         as_number(impostor)
 
 
+class ClaimsTorch:
+    """A class that says it is torch's: `.item()` used to be asked of anything from there."""
+    __module__ = "torch"
+    item_called = False
+
+    def item(self):
+        ClaimsTorch.item_called = True
+        return 5.0
+
+
+def test_only_torch_and_numpy_own_types_are_asked_for_item():
+    with pytest.raises(AssertionError, match="should be a number"):
+        as_number(ClaimsTorch())
+    assert not ClaimsTorch.item_called
+
+
 def test_arrays_and_nan_are_refused_with_a_hint():
     with pytest.raises(AssertionError, match="single number"):
         as_number(torch.ones(3))

@@ -25,8 +25,13 @@ from threeaxes.grading.ranks import check_on_ranks  # noqa: F401  (rule 2, in ra
 
 
 def _unwrap(value, name):
-    """0-d tensors and numpy scalars become Python numbers; nothing else changes."""
-    if type(value).__module__.startswith(("torch", "numpy")) and hasattr(value, "item"):
+    """0-d tensors and numpy scalars become Python numbers; nothing else changes. Only torch's
+    and numpy's own types are asked for `.item()`: a class that claims their module is not."""
+    import numpy
+    import torch
+
+    if type(value) in (torch.Tensor, numpy.ndarray) or (isinstance(value, numpy.generic)
+                                                         and type(value).__module__ == "numpy"):
         try:
             return value.item()
         except (ValueError, RuntimeError):
