@@ -12,7 +12,7 @@ Each exercise of a drop's `grading.json` with a "visible" entry gets its cases:
                 "value": false,                            # true: the answer is a value, not a function
                 "setup": ["toy = ToyConfig()", ...],       # notebook lines the answer cell needs first
                 "passed": "...", "otherwise": "...",         # {want}/{got}: first case's values
-                "sealed": ...}   # default: true when the answer is one fixed value (stored as digests)
+                "sealed": ...}   # default: true when the answer is one fixed value (its form stored, not its value)
 
 and the exercise's catalogue of mistakes ("mistakes": [{"name", "says", "code"}],
 each the answer cell as a student who made it would write it). The right value
@@ -83,13 +83,13 @@ def exercise_cases(drop: str, nb, exercise: dict) -> dict:
         cases.append({"args": args, "want": want, "mistakes": mistakes})
     if spec.setdefault("sealed", bool(spec.get("value")) or (not spec.get("ranks") and
                                                              all(not c["args"] for c in cases))):
-        # one fixed answer: stored as digests only (threeaxes.grading.visible.sealed)
-        for case in cases:
-            case["want"] = visible.sealed(case["want"])
-            case["mistakes"] = {k: visible.sealed(v) for k, v in case["mistakes"].items()}
-        if "{want" in spec.get("passed", ""):
-            raise SystemExit(f"{drop} {exercise['answer']}: a sealed answer's 'passed' line may show "
-                             "{got}, the student's value, not {want}")
+        # one fixed answer: its form only (threeaxes.grading.visible.shape); no value, no digest
+        # of one and no mistake's value (each tells the answer), nothing to name mistakes with:
+        # the test cell's hidden half checks the value when the notebook is graded
+        spec = {k: v for k, v in spec.items() if k in ("call", "form", "value", "sealed")}
+        spec["cases"] = [{"args": c["args"], "shape": visible.shape(c["want"])} for c in cases]
+        spec["mistakes"] = {}
+        return spec
     _refuse_lookalikes(drop, exercise["answer"], cases, list(wrong), spec.get("rel", visible.REL))
     spec.pop("reference", None)
     spec["cases"] = cases

@@ -45,8 +45,12 @@ def test_the_solution_passes_and_each_catalogued_mistake_is_named(folder, capsys
         solution = cases.defined(cases.solution_code(nb, answer), spec["call"], setup)
         visible.check(drop, answer, solution)
         # a pass says so: the exercise's own line (drop 2 and 6 say "equal one process")
-        assert capsys.readouterr().out.strip(), f"{drop} {answer}: the check printed nothing on a pass"
+        said = capsys.readouterr().out.strip()
+        assert said, f"{drop} {answer}: the check printed nothing on a pass"
         assert len(exercise["mistakes"]) >= 5, f"{drop} {answer}: catalogue at least 5 mistakes"
+        if visible.load(drop)[answer].get("sealed"):      # the form here, the value when graded
+            assert "checked when your notebook is graded" in said and "right" not in said, said
+            continue
         for mistake in exercise["mistakes"]:
             wrong = cases.defined("\n".join(mistake["code"]), spec["call"], setup)
             with pytest.raises(AssertionError) as caught:
@@ -54,3 +58,38 @@ def test_the_solution_passes_and_each_catalogued_mistake_is_named(folder, capsys
             said = str(caught.value)
             assert mistake["says"] in said, (
                 f"{drop} {answer}: the mistake {mistake['name']} was not named: {said}")
+
+
+SEALED = [(folder, e["answer"]) for folder in FOLDERS for e in exercises(folder)
+          if visible.load(folder.name[:6])[e["answer"]].get("sealed")]
+
+
+@pytest.mark.parametrize("folder, answer", SEALED, ids=lambda x: getattr(x, "name", x)[:24])
+def test_a_fixed_answers_visible_check_stores_its_form_and_nothing_that_gives_its_value_away(folder, answer):
+    """A digest of a fixed answer to 6 significant digits inverts offline in a minute (issue 32):
+    the package keeps the form (a positive number, a dict of these keys, a string) alone, and
+    no mistake's value either (each says how it differs from the answer)."""
+    drop = folder.name[:6]
+    stored = visible.load(drop)[answer]
+    exercise = next(e for e in exercises(folder) if e["answer"] == answer)
+    spec = exercise["visible"]
+    nb = nbformat.read(next(folder.glob("*.ipynb")), as_version=4)
+    solution = cases.defined(cases.solution_code(nb, answer), spec["call"], spec.get("setup", []))
+    value = visible.plain(visible._answer_for(stored, solution, []), stored["form"], "answer")
+    text = json.dumps(stored)
+    assert "sha256" not in text and "want" not in text and not stored["mistakes"], text
+    assert set(stored) <= {"call", "form", "value", "sealed", "cases", "mistakes"}, sorted(stored)
+
+    def leaves(v):
+        return [x for item in (v.values() if type(v) is dict else v) for x in leaves(item)] \
+            if type(v) in (dict, list) else [v]
+    for leaf in leaves(value):          # no value of the answer, in any spelling
+        assert all(spelled not in text for spelled in {json.dumps(leaf), repr(leaf), f"{leaf:g}"
+                                                       if type(leaf) in (int, float) else str(leaf)}), leaf
+    # a value of the wrong form fails here, saying which form; the value itself is not judged
+    with pytest.raises(AssertionError, match="should"):
+        visible.check(drop, answer, (lambda *a: None) if not spec.get("value") else None, show=False)
+    if stored["form"] == "number":
+        with pytest.raises(AssertionError, match="positive number"):
+            visible.check(drop, answer, -1.0, show=False)
+        visible.check(drop, answer, 1234.5, show=False)        # a wrong value of the right form passes here

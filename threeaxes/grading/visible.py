@@ -23,6 +23,12 @@ A stored exercise:
      "mistakes": {"<name>": "what the student did, and what to do instead"},
      "passed": "what to print when every case is right ({want} is the first case's value)"}
 
+An exercise whose answer is one fixed value (a number, a table of choices) is
+"sealed": the package stores only its form (`shape`: a positive number, a dict
+with these keys, a string), which the check compares; its value is checked only
+when the notebook is graded, by the test cell's hidden half, so nothing a
+student installs gives it away.
+
 Tensors come back from ranks as long lists of floats; they are stored as a
 `signature` (length, sum, sum of squares, a fixed weighted sum), compared to a
 relative 1e-9: two different results agreeing on all four is not a slip a
@@ -30,7 +36,6 @@ student can make by accident.
 """
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 import math
@@ -60,17 +65,17 @@ def check(drop: str, answer: str, student, *, part=None, show: bool = True) -> l
     pick = (lambda v: v) if part is None else (lambda v: _pick(v, part))
     got_all = [plain(_answer_for(spec, student, case["args"]), spec["form"], _call(spec, case["args"]))
                for case in spec["cases"]]
-    # a sealed exercise stores digests, not values: its answer is one fixed value
-    seen = [sealed(g) for g in got_all] if spec.get("sealed") else got_all
-    wrong = [(case, got, g) for case, got, g in zip(spec["cases"], got_all, seen)
-             if not same(pick(g), pick(case["want"]), rel)]
+    if spec.get("sealed"):       # one fixed answer: its form is checked here, its value when graded
+        return _check_form(spec, got_all, part, show)
+    wrong = [(case, got) for case, got in zip(spec["cases"], got_all)
+             if not same(pick(got), pick(case["want"]), rel)]
     if wrong:
-        case, got, _ = wrong[0]
+        case, got = wrong[0]
         where = _call(spec, case["args"])
         # a mistake is named only if it gives the answer's value on every case it was stored for
         named = [name for name in spec["mistakes"]
                  if all(name in c["mistakes"] and same(pick(g), pick(c["mistakes"][name]), rel)
-                        for c, g in zip(spec["cases"], seen))]
+                        for c, g in zip(spec["cases"], got_all))]
         if named:
             raise AssertionError(f"{where} = {_short(got)}: {spec['mistakes'][named[0]]}")
         failed = _rank_error(got)
@@ -184,28 +189,56 @@ def same(got, want, rel: float = REL) -> bool:
     return False
 
 
-def sealed(value):
-    """A fixed answer as stored: a digest of each part (of each key of a dict, each item
-    of a list), so the package holds no answer a student could read off, while a part
-    can still be compared alone and each catalogued mistake still named."""
+def shape(value):
+    """What a fixed answer's visible check stores: its form without its value (each number
+    as "number" or "positive number", each string as "text", dicts by their keys, lists by
+    their length), so that nothing in the package gives the answer away."""
     if type(value) is dict:
-        return {str(k): _digest(v) for k, v in value.items()}
+        return {str(k): shape(v) for k, v in value.items()}
     if type(value) in (list, tuple):
-        return [_digest(v) for v in value]
-    return _digest(value)
+        return [shape(v) for v in value]
+    if type(value) is bool:
+        return "bool"
+    if type(value) in (int, float):
+        return "positive number" if math.isfinite(value) and value > 0 else "number"
+    if type(value) is str:
+        return "text"
+    return "none" if value is None else type(value).__name__
 
 
-def _digest(value) -> str:
-    def rounded(v):   # 6 significant digits: the same answer computed in another order agrees
-        if type(v) in (int, float):
-            return float(f"{v:.6g}")
-        if type(v) is dict:
-            return {str(k): rounded(x) for k, x in v.items()}
-        if type(v) in (list, tuple):
-            return [rounded(x) for x in v]
-        return v
-    text = json.dumps(rounded(value), sort_keys=True)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:24]
+def _form_error(got, want, name: str) -> str | None:
+    """Where plain value `got` has not the form `want` (a `shape`), said in the student's
+    terms; None where it has."""
+    if type(want) is dict:
+        if type(got) is not dict or set(map(str, got)) != set(want):
+            return f"{name} should be a dict with the keys {', '.join(repr(k) for k in sorted(want))}, got {_short(got)}"
+        return next((e for k in sorted(want) if (e := _form_error(got.get(k), want[k], f"{name}[{k!r}]"))), None)
+    if type(want) is list:
+        if type(got) not in (list, tuple) or len(got) != len(want):
+            return f"{name} should be a list of {len(want)}, got {_short(got)}"
+        return next((e for i, (g, w) in enumerate(zip(got, want)) if (e := _form_error(g, w, f"{name}[{i}]"))), None)
+    kind = shape(got)
+    if kind == want or (want == "number" and kind == "positive number"):
+        return None
+    article = "an" if want[0] in "aeiou" else "a"
+    said = {"text": "a string"}.get(want, f"{article} {want}")
+    return f"{name} should be {said}, got {_short(got)}"
+
+
+def _check_form(spec, got_all, part, show: bool) -> list:
+    for case, got in zip(spec["cases"], got_all):
+        want = case["shape"]
+        name = _call(spec, case["args"])
+        if part is not None:
+            got, want, name = _pick(got, part), _pick(want, part), f"{name}[{part!r}]"
+        error = _form_error(got, want, name)
+        if error:
+            raise AssertionError(error)
+    if show:
+        what = spec["call"] + ("" if part is None else f"[{part!r}]")
+        print(f"{what} has the form it should have; its value is not stored in the package and is "
+              "checked when your notebook is graded")
+    return got_all
 
 
 def signature(value):
