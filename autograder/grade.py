@@ -185,7 +185,7 @@ def grade_submissions(course_root: Path, todo: list[tuple[str, str]], jobs: int,
     queue = ByDrop(todo)
     out = Autograded()
     lock, start, stopping = threading.Lock(), time.perf_counter(), threading.Event()
-    workers = []
+    workers, broken = [], []   # broken: why no worker can start, once two in a row died starting
 
     def start_worker(log):
         worker = subprocess.Popen([sys.executable, "-m", "autograder.grade_worker", str(course_root), *extra],
@@ -210,7 +210,7 @@ def grade_submissions(course_root: Path, todo: list[tuple[str, str]], jobs: int,
         with open(log_path, "ab") as log:
             log.write(f"== {time.strftime('%Y-%m-%d %H:%M:%S')}: worker {number} starts\n".encode())
             log.flush()
-            worker, item, retried = start_worker(log), None, set()
+            worker, item, retried, unstarted = start_worker(log), None, set(), 0
             try:
                 while True:
                     item = queue.take(item[0] if item else None)
@@ -219,24 +219,37 @@ def grade_submissions(course_root: Path, todo: list[tuple[str, str]], jobs: int,
                     began = time.perf_counter()
                     while True:
                         digest, mark = _digest(course_root, *item), log_path.stat().st_size
-                        result = _ask(worker, item)
+                        result = None if broken else _ask(worker, item)
+                        if broken:
+                            result = {"success": False, "died": True, "error": broken[0]}
                         if result is not None or stopping.is_set():
                             break
-                        # the worker died under this submission: a new one for the rest of the queue
                         died = _death(worker)
                         _kill(worker)
-                        worker = start_worker(log)
-                        if item in retried:
+                        said = _since(log_path, mark)
+                        if f"-- grading {item[1]}/{item[0]} (" not in said:
+                            # it died before it took the submission: the worker's trouble, not the student's
+                            unstarted += 1
+                            if unstarted >= 2:   # twice running: no worker can grade here; say why, stop
+                                broken.append(f"no grading worker could start ({died}); the last lines of "
+                                              f"its log: " + " | ".join(_tail(said, 5)))
+                                continue
+                        elif item in retried:
                             result = {"success": False, "died": True,
                                       "error": f"the grading worker died while grading it ({died}), "
                                                f"in two workers one after the other; not tried again"}
+                            worker = start_worker(log)
                             break
-                        retried.add(item)
-                        log.write(f"-- the worker died ({died}) grading {item[1]}/{item[0]}: "
-                                  f"a new worker grades it once more\n".encode())
+                        else:
+                            retried.add(item)
+                        log.write(f"-- the worker died ({died}) by {item[1]}/{item[0]}: "
+                                  f"a new worker takes it\n".encode())
                         log.flush()
+                        worker = start_worker(log)   # for this submission once more and the rest of the queue
                     if result is None:   # stopped (Ctrl-C)
                         return
+                    if result["success"]:
+                        unstarted = 0
                     with lock:
                         out.seconds[item] = time.perf_counter() - began
                         if result["success"]:
@@ -278,6 +291,12 @@ def _ask(worker: subprocess.Popen, item) -> dict | None:
         return json.loads(line) if line else None
     except ValueError:
         return None
+
+
+def _since(path: Path, mark: int) -> str:
+    with open(path, "rb") as f:
+        f.seek(mark)
+        return f.read().decode(errors="replace")
 
 
 def _death(worker: subprocess.Popen) -> str:
@@ -330,9 +349,7 @@ def _failure(course_root: Path, item, result: dict, worker_log: Path, mark: int)
     """The message naming a submission that could not be graded, and the log file it names:
     what nbgrader logged, its traceback, and what the worker logged meanwhile."""
     assignment, student = item
-    with open(worker_log, "rb") as f:
-        f.seek(mark)
-        worker_said = f.read().decode(errors="replace")
+    worker_said = _since(worker_log, mark)
     nbgrader_said = "\n".join(part for part in (result.get("log", ""), result.get("error", "")) if part)
     path = course_root / GRADED / LOGS / f"{student}+{assignment}.log"
     path.write_text(f"{student}/{assignment} could not be graded ({time.strftime('%Y-%m-%d %H:%M:%S')})\n\n"

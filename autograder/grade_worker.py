@@ -33,12 +33,13 @@ def main(argv=None) -> None:
     sys.stdout = sys.stderr
     faulthandler.enable(sys.stderr)
     root, *overrides = argv or sys.argv[1:]
-    from nbgrader.apps.api import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
     from traitlets.config.loader import KVArgParseConfigLoader, PyFileConfigLoader
 
     config = PyFileConfigLoader("nbgrader_config.py", path=root).load_config()
     config.merge(KVArgParseConfigLoader(argv=overrides).load_config())
+    from nbgrader.apps.api import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
     api = NbGraderAPI(coursedir=CourseDirectory(config=config, root=str(Path(root).resolve())), config=config)
     for line in sys.stdin:
         assignment, student = json.loads(line)

@@ -245,6 +245,21 @@ def test_grading_again_after_autograded_and_feedback_were_deleted_regrades_what_
     assert grade.pending(root, todo) == [(DROP, "alice"), (DROP, "bob")]
 
 
+def test_workers_that_cannot_start_stop_the_run_with_the_reason_not_a_retry_each(tmp_path, monkeypatch):
+    """A worker that dies before it takes its submission is not the submission's doing: it
+    is started once more, and when that one dies starting too, every submission left is
+    named with why (here: a course without nbgrader_config.py), without a worker each."""
+    monkeypatch.setattr(grade, "add_students", lambda root, students: None)
+    todo = [("d", "s1"), ("d", "s2"), ("d", "s3")]
+    out = grade.grade_submissions(tmp_path, todo, 1, progress=None)
+    assert sorted(out.failed) == todo
+    for message in out.failed.values():
+        assert "no grading worker could start (exit status 1)" in message, message
+        assert "nbgrader_config.py" in message, message
+    log = (tmp_path / grade.GRADED / grade.LOGS / "worker-1.log").read_text()
+    assert log.count("-- the worker died") == 1   # two workers started in all
+
+
 def test_a_failure_names_the_real_cause_not_nbgraders_see_above():
     log = ("[AutogradeApp | ERROR] There was an error processing assignment: /c/submitted/x/d\n"
            "[AutogradeApp | ERROR] Traceback (most recent call last):\n"
