@@ -330,6 +330,14 @@ def _tail(text: str, lines: int = TAIL_LINES) -> list[str]:
 EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::\s.*)?$")
 
 
+def _leading_to(cause: str, text: str, lines: int = TAIL_LINES) -> list[str]:
+    """The last `lines` lines of `text` up to the last one that says `cause` (the traceback
+    that ends in it, not nbgrader's wrapper after it); its last lines where none does."""
+    kept = _tail(text, 100_000)
+    at = max((k for k, line in enumerate(kept) if cause and cause.strip() in line), default=len(kept) - 1)
+    return kept[max(0, at + 1 - lines):at + 1]
+
+
 def _cause(text: str) -> str:
     """The error a failed autograde ended with: the last exception line of a traceback in
     nbgrader's log that is not nbgrader's own wrapper ("Please see the above traceback"),
@@ -356,7 +364,7 @@ def _failure(course_root: Path, item, result: dict, worker_log: Path, mark: int)
                     f"== nbgrader's log and error\n{nbgrader_said or '(nothing)'}\n\n"
                     f"== the worker's log ({worker_log}) meanwhile\n{worker_said or '(nothing)'}\n")
     cause = result["error"] if result.get("died") else _cause(nbgrader_said or worker_said)
-    shown = _tail(worker_said) or _tail(nbgrader_said)
+    shown = _leading_to(cause.split("; ")[-1], worker_said) or _leading_to(cause, nbgrader_said)
     where = path.relative_to(course_root) if path.is_relative_to(course_root) else path
     return (f"{student}/{assignment}: {cause}\n"
             + "".join(f"    | {line}\n" for line in shown)
