@@ -71,17 +71,35 @@ class SanitizeStudentMarkup(NbGraderPreprocessor):
     def preprocess_cell(self, cell, resources, index):
         clean = getattr(self, "_clean", None) or self._cleaner()
         if cell.cell_type == "code":
-            for out in cell.get("outputs", []):
-                if out.get("output_type") in ("display_data", "execute_result") and "data" in out:
-                    # a mime type's value may be a list of lines (nbformat allows it)
-                    for key, value in list(out["data"].items()):
-                        if isinstance(value, list):
-                            out["data"][key] = "".join(value)
-            clean.sanitize_code_outputs(cell.get("outputs", []))
+            cell.outputs = _clean_outputs(cell.get("outputs", []), clean)
         elif cell.cell_type in ("markdown", "raw") and not _instructors(cell) \
                 and cell.source not in getattr(self, "_instructors", set()):
             cell.source = clean.sanitize_html_tags(cell.source)
         return cell, resources
+
+
+def _clean_outputs(outputs: list, clean: SanitizeHTML) -> list:
+    """The outputs with HTML and markdown cleaned, every type not kept as is dropped, and any
+    output that is not one of nbformat's four kinds (with its data a mapping) dropped whole."""
+    kept = []
+    for out in outputs:
+        kind = out.get("output_type")
+        if kind in ("stream", "error"):
+            kept.append(out)
+            continue
+        data = out.get("data")
+        if kind not in ("display_data", "execute_result") or not isinstance(data, dict):
+            continue
+        for key, value in list(data.items()):
+            value = "".join(value) if isinstance(value, list) else value   # nbformat allows a list of lines
+            if key in KEPT_AS_IS:
+                data[key] = value
+            elif key in ("text/html", "text/markdown") and isinstance(value, str):
+                data[key] = clean.sanitize_html_tags(value)
+            else:
+                del data[key]
+        kept.append(out)
+    return kept
 
 
 def _instructors(cell) -> bool:
