@@ -91,10 +91,10 @@ def _clean_outputs(outputs: list, clean: SanitizeHTML) -> list:
         if kind not in ("display_data", "execute_result") or not isinstance(data, dict):
             continue
         for key, value in list(data.items()):
+            if key in KEPT_AS_IS:   # as they were: nbgrader reads a partial score from text/plain
+                continue
             value = "".join(value) if isinstance(value, list) else value   # nbformat allows a list of lines
-            if key in KEPT_AS_IS:
-                data[key] = value
-            elif key in ("text/html", "text/markdown") and isinstance(value, str):
+            if key in ("text/html", "text/markdown") and isinstance(value, str):
                 data[key] = clean.sanitize_html_tags(value)
             else:
                 del data[key]

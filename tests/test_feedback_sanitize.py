@@ -36,7 +36,7 @@ def test_outputs_keep_text_and_images_and_lose_what_runs(tmp_path, monkeypatch):
     ]
     nb = _cleaned([cell], tmp_path, monkeypatch)
     first, second, stream = nb.cells[0].outputs
-    assert first.data == {"text/html": '<b>bold</b>alert(1)<img src="x">', "text/plain": "a\nb",
+    assert first.data == {"text/html": '<b>bold</b>alert(1)<img src="x">', "text/plain": ["a\n", "b"],
                           "image/png": "iVBOR"}
     assert second.data == {"text/html": "<a>link</a>", "text/plain": "3"}   # the score's text stays
     assert stream.output_type == "stream"
