@@ -18,7 +18,10 @@ API (`nbgrader.apps.api.NbGraderAPI`, what the formgrader calls) in this one
 process, so each costs no new interpreter and nbgrader import (seconds each on
 2 cores). Bad input is refused with what to do about it, and no step deletes a
 submission: one that cannot be graded stays in submitted/ (and in the
-exchange) and is named in the report.
+exchange) and is named in the report, with its cause and the log file under
+.graded/.logs/ that holds the rest (autograder/grade.py); an earlier grading's
+autograded notebook and feedback page of it are removed, so that no stale page
+is released. The others are graded, get their feedback pages and grades.csv.
 """
 from __future__ import annotations
 

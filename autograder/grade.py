@@ -455,7 +455,7 @@ class NotAllGraded(SystemExit):
         self.names = names
 
 
-def grade_all(course_root: Path, jobs: int = 2, force: bool = False, progress=sys.stderr, *extra: str) -> list[str]:
+def grade_all(course_root: Path, jobs: int = 2, force: bool = False, progress=sys.stderr) -> list[str]:
     """Autograde what is new in submitted/, then feedback/ and grades.csv for the whole class.
     A submission that cannot be graded, or whose feedback page cannot be written, is left
     out (its stale autograded/ and feedback/ pages with it) and named at the end, in a
@@ -472,7 +472,7 @@ def grade_all(course_root: Path, jobs: int = 2, force: bool = False, progress=sy
     if progress is not None and len(left) < len(todo):
         progress.write(f"{len(todo) - len(left)} of {len(todo)} submissions already graded (unchanged "
                        f"since); grading the other {len(left)} (--force grades all)\n")
-    graded = grade_submissions(course_root, left, jobs, *extra, progress=progress) if left else Autograded()
+    graded = grade_submissions(course_root, left, jobs, progress=progress) if left else Autograded()
     for assignment, student in graded.failed:
         forget(course_root, assignment, student)
     problems = [graded.failed[k] for k in sorted(graded.failed)]
