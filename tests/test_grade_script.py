@@ -260,6 +260,20 @@ def test_workers_that_cannot_start_stop_the_run_with_the_reason_not_a_retry_each
     assert log.count("-- the worker died") == 1   # two workers started in all
 
 
+def test_a_feedback_page_nbgrader_cannot_write_names_its_student(tmp_path):
+    said = ("[GenerateFeedbackApp | ERROR] There was an error processing assignment: "
+            f"{tmp_path}/autograded/zoe/{DROP}\n"
+            "[GenerateFeedbackApp | ERROR] Traceback (most recent call last):\n"
+            "      File \"x.py\", line 1, in f\n"
+            "    KeyError: 'text/plain'\n"
+            "[GenerateFeedbackApp | ERROR] There was an error processing assignment 'd' for student 'zoe'\n"
+            "[GenerateFeedbackApp | ERROR] Please see the the above traceback for details\n")
+    problems = grade.feedback_failures(tmp_path, DROP, said)
+    assert problems == [f"zoe/{DROP}: no feedback page: KeyError: 'text/plain' "
+                        f"(all of it: {grade.GRADED}/{grade.LOGS}/feedback+{DROP}.log)"]
+    assert (tmp_path / grade.GRADED / grade.LOGS / f"feedback+{DROP}.log").read_text() == said
+
+
 def test_a_failure_names_the_real_cause_not_nbgraders_see_above():
     log = ("[AutogradeApp | ERROR] There was an error processing assignment: /c/submitted/x/d\n"
            "[AutogradeApp | ERROR] Traceback (most recent call last):\n"
