@@ -203,7 +203,7 @@ def _nbgrader_config(lines: list[str]) -> str:
                       "c = get_config()", *lines]) + "\n"
 
 
-def write_role_configs(state: Path, exchange: Path, course: Path) -> None:
+def write_role_configs(state: Path, exchange: Path, course: Path, demo: bool = False) -> None:
     """<state>/jupyter/{student,instructor}/: each role's nbgrader_config.py, its server
     extensions (jupyter_server_config.json, as `jupyter server extension enable` writes) and
     its lab plugins (labconfig/page_config.json, as `jupyter labextension disable` writes)."""
@@ -212,7 +212,9 @@ def write_role_configs(state: Path, exchange: Path, course: Path) -> None:
     every = sorted(set(INSTRUCTOR_SERVER))
     for role, server_on, lab_off, extra in (
         ("student", STUDENT_SERVER, STUDENT_LAB_OFF, []),
-        ("instructor", INSTRUCTOR_SERVER, INSTRUCTOR_LAB_OFF, [f"c.CourseDirectory.root = {str(course)!r}"]),
+        ("instructor", INSTRUCTOR_SERVER, INSTRUCTOR_LAB_OFF, [f"c.CourseDirectory.root = {str(course)!r}"] + (
+            # the demo's submissions all belong to one system user, not to the students they name
+            ["c.ExchangeCollect.check_owner = False"] if demo else [])),
     ):
         folder = state / "jupyter" / role
         (folder / "labconfig").mkdir(parents=True, exist_ok=True)
@@ -254,6 +256,7 @@ class Settings:
     accounts: bool
     ip: str = "127.0.0.1"
     port: int = 8000
+    server_args: tuple = ()      # more arguments for every user's JupyterLab
 
     @property
     def exchange(self) -> Path:
@@ -298,7 +301,11 @@ def prepare(cfg: Settings, done: Install, create_users: bool = False, log=print)
         if saved.exists():
             passwords = json.loads(saved.read_text())
         for name in users:
-            (state / "homes" / name).mkdir(parents=True, exist_ok=True)
+            # one system user for all: nbgrader would take its name as every student's id, so each
+            # home's own nbgrader config names its student (README: the exchange on one account)
+            (state / "homes" / name / ".jupyter").mkdir(parents=True, exist_ok=True)
+            (state / "homes" / name / ".jupyter" / "nbgrader_config.py").write_text(
+                _nbgrader_config([f"c.CourseDirectory.student_id = {name!r}"]))
     if passwords:
         target = state / ("passwords.json" if not cfg.accounts else "passwords.txt")
         text = (json.dumps(passwords) if not cfg.accounts else
@@ -313,7 +320,7 @@ def prepare(cfg: Settings, done: Install, create_users: bool = False, log=print)
     token.chmod(0o600)
     shutil.copy(HUB / "singleuser.py", state / "singleuser.py")
     (state / "singleuser.py").chmod(0o644)
-    write_role_configs(state, exchange, course)
+    write_role_configs(state, exchange, course, demo=not cfg.accounts)
     venv_root = Path(sys.prefix)
     settings = {
         "mode": "accounts" if cfg.accounts else "demo", "state": str(state), "ip": cfg.ip, "port": cfg.port,
@@ -322,11 +329,47 @@ def prepare(cfg: Settings, done: Install, create_users: bool = False, log=print)
         "course": str(course), "exchange": str(exchange),
         "course_config": str(venv_root / "etc" / "jupyter"), "course_data": str(venv_root / "share" / "jupyter"),
         "course_lab": str(venv_root / "share" / "jupyter" / "lab"),
-        "passwords": passwords if not cfg.accounts else {},
+        "passwords": passwords if not cfg.accounts else {}, "server_args": list(cfg.server_args),
+        "code": str(ROOT),
     }
     (state / "settings.json").write_text(json.dumps(settings, indent=1) + "\n")
     (state / "settings.json").chmod(0o600)
     return settings
+
+
+def check_exchange(exchange: Path, course_id: str = COURSE_ID) -> list[str]:
+    """What in the exchange keeps students from listing, fetching or submitting (the
+    Assignments tab then shows nothing, or "Error fetching assignment"), each with its fix."""
+    exchange = Path(exchange)
+    if not exchange.is_dir():
+        return [f"the exchange {exchange} does not exist: sudo mkdir -p {exchange} && sudo chmod ugo+rwx {exchange}"]
+    problems = []
+    if exchange.stat().st_mode & 0o777 != 0o777:
+        problems.append(f"the exchange {exchange} is {oct(exchange.stat().st_mode & 0o777)[2:]}, not writable by "
+                        f"every user: sudo chmod ugo+rwx {exchange}")
+    course = exchange / course_id
+    if not course.is_dir():
+        others = sorted(p.name for p in exchange.iterdir() if p.is_dir())
+        if others:
+            problems.append(f"nothing was released for the course {course_id!r}, but the exchange holds "
+                            f"{', '.join(others)}: students' nbgrader_config.py and the instructor's must name the "
+                            f"same c.CourseDirectory.course_id")
+        return problems
+    for folder, need, what in ((course, 0o005, "enter it"), (course / "inbound", 0o003, "submit into it"),
+                               (course / "outbound", 0o005, "list it"), (course / "feedback", 0o001, "fetch from it")):
+        if folder.is_dir() and folder.stat().st_mode & need != need:
+            problems.append(f"students cannot {what}: {folder} is {oct(folder.stat().st_mode & 0o777)[2:]}; "
+                            f"sudo chmod o+{'rwx'[1:] if need == 0o003 else 'rx' if need == 0o005 else 'x'} {folder}")
+    outbound = course / "outbound"
+    for drop in sorted(outbound.iterdir()) if outbound.is_dir() else []:
+        closed = [p for p in [drop, *drop.rglob("*")]
+                  if p.stat().st_mode & (0o005 if p.is_dir() else 0o004) != (0o005 if p.is_dir() else 0o004)]
+        if closed:
+            problems.append(f"{drop.name} is released but students cannot read {len(closed)} of its files "
+                            f"(first: {closed[0]}), so the tab cannot fetch it: sudo chmod -R o+rX {drop}, or "
+                            f"release it again with a umask of 022 (python -m autograder.exchange release --force "
+                            f"{drop.name})")
+    return problems
 
 
 class Hub:
@@ -417,6 +460,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder.hub", description=__doc__.splitlines()[0])
     steps = parser.add_subparsers(dest="step", required=True)
     steps.add_parser("install", help="jupyterhub and configurable-http-proxy, pinned, into a cache")
+    check = steps.add_parser("check", help="what in the exchange keeps students from listing, fetching or submitting")
+    check.add_argument("--exchange", type=Path, default=None, help="default: the hub's, <state>/exchange")
     start = steps.add_parser("start", help="start the class's hub (Ctrl-C stops it and the users' servers)")
     start.add_argument("--students", default="student1,student2,student3",
                        help="comma-separated login names (default: %(default)s)")
@@ -434,6 +479,11 @@ def main(argv=None) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))   # stop the hub too
     accounts = is_root() and not getattr(args, "demo", False)
+    if args.step == "check":
+        exchange = args.exchange or default_state() / "exchange"
+        problems = check_exchange(exchange)
+        print("\n".join(problems) or f"the exchange {exchange} is ready: every student can list, fetch and submit")
+        return 1 if problems else 0
     done = install(accounts)
     if args.step == "install":
         print(f"jupyterhub: {done.jupyterhub}\nconfigurable-http-proxy: {done.proxy}")

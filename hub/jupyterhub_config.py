@@ -43,8 +43,7 @@ else:
     c.SharedPasswordAuthenticator.admin_password = s["passwords"]["instructor"]
     c.JupyterHub.spawner_class = "simple"
     c.SimpleLocalProcessSpawner.home_dir_template = str(state / "homes" / "{username}")
-    if os.geteuid() == 0:
-        c.Spawner.args = ["--allow-root"]
+root_args = ["--allow-root"] if s["mode"] == "demo" and os.geteuid() == 0 else []
 
 # a service whose token the course's tests and benchmarks use (the hub's REST API, and the
 # users' servers as nbgrader's Assignments tab calls them); readable by the hub's owner only
@@ -55,8 +54,19 @@ c.JupyterHub.load_roles = [{"name": "threeaxes-class", "services": ["threeaxes-c
 # -- every user's server: JupyterLab from the course's environment -------------------
 c.Spawner.cmd = [s["python"], str(state / "singleuser.py")]
 c.Spawner.default_url = "/lab"
+c.Spawner.args = [*root_args, *s.get("server_args", [])]   # e.g. the browser test's expose_app_in_browser
 c.Spawner.start_timeout = 120      # a loaded 2-core machine takes 10 to 30 s to start JupyterLab
 c.Spawner.http_timeout = 120
+
+
+def refuse(message: str):
+    """An error the hub shows the user as it is (the spawn page, the REST API's reply) and logs
+    without a traceback: what is wrong and the command that fixes it."""
+    from tornado import web
+
+    error = web.HTTPError(500, "%s", message)
+    error.jupyterhub_message = message
+    return error
 
 
 def role_environment(spawner):
@@ -75,21 +85,21 @@ def role_environment(spawner):
     }
     if role == "instructor":
         env["THREEAXES_HUB_CWD"] = s["course"]          # the gradebook's path is relative to it
-        env["PYTHONPATH"] = s["course"]                 # the course's autograde preprocessors
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([s["course"], s["code"]]))   # autograder/
         spawner.notebook_dir = s["course"]
     spawner.environment.update(env)
     if s["mode"] == "accounts":
         try:
             home = Path(pwd.getpwnam(name).pw_dir)
         except KeyError:
-            raise RuntimeError(f"{name} has no Unix account on this machine: add it (useradd -m {name}; "
+            raise refuse(f"{name} has no Unix account on this machine: add it (useradd -m {name}; "
                                f"passwd {name}) or take it off the class list") from None
         if not home.is_dir():
-            raise RuntimeError(f"{name}'s home folder {home} does not exist: mkdir -p {home} && "
+            raise refuse(f"{name}'s home folder {home} does not exist: mkdir -p {home} && "
                                f"chown {name}: {home} (as root), then start the server again")
     exchange = Path(s["exchange"])
     if not exchange.is_dir() or (exchange.stat().st_mode & 0o777) != 0o777:
-        raise RuntimeError(f"the exchange {exchange} is missing or not writable by every user, so "
+        raise refuse(f"the exchange {exchange} is missing or not writable by every user, so "
                            f"fetching and submitting would fail: sudo mkdir -p {exchange} && sudo chmod "
                            f"ugo+rwx {exchange} (nothing in it is lost), then start the server again")
 
