@@ -10,8 +10,11 @@ as a share of the planner's best, and how long each search took. Then times
 search() for Llama-2 70B on 64 GPUs with the shape model, the notebook case.
 Held out (not used to fit kernel_time's constants), printed for comparison:
 Narayanan et al. 2021 Table 2's PTD-P rows, and Korthikanti et al. 2022
-Table 5's iteration times. Exits 1 if a row is off by more than 10%, does not fit, falls below 85% of
-the best, or the 70B search takes more than 1 s.
+Table 5's iteration times. Then MT-NLG 530B and GPT-NeoX-20B with their era's techniques:
+each published layout's share of the best. Exits 1 if a row is off by more than 10%, does not
+fit, falls below 85% of the best (the 18.4B row: 80%, for the reason
+tests/test_cost_published.py::test_the_18b_row_... documents), or the 70B search takes more
+than 1 s.
 """
 
 import argparse
@@ -24,7 +27,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 from threeaxes.cost import SHAPES, get_cluster, get_model, search  # noqa: E402
 from threeaxes.cost.published import (KORTHIKANTI_2022_TABLE5, NARAYANAN_2021_TABLE1,  # noqa: E402
-                                      NARAYANAN_2021_TABLE2_PTDP, predict, predict_iteration)
+                                      NARAYANAN_2021_TABLE2_PTDP, OTHER_RUNS, predict,
+                                      predict_iteration, predict_other)
+
+# the one row allowed below 0.85 of its best (tests/test_cost_published.py says why)
+FLOOR = {18.4: 0.80}
 
 SEARCH_LIMIT_S = 1.0
 
@@ -40,7 +47,8 @@ def main(argv=None):
         start = time.perf_counter()
         p = predict(run)
         elapsed = time.perf_counter() - start
-        ok = p.published.fits and 0.9 <= p.ratio <= 1.1 and p.share_of_best >= 0.85
+        ok = (p.published.fits and 0.9 <= p.ratio <= 1.1
+              and p.share_of_best >= FLOOR.get(run.params_billion, 0.85))
         failed |= not ok
         print(f"{run.params_billion:>7}B {run.n_gpus:>5} {p.published.label:<42} "
               f"{'yes' if p.published.fits else 'NO':>4} {p.tflops_per_gpu:>6.1f} "
@@ -62,6 +70,17 @@ def main(argv=None):
               f"({present.time.total / run.present_work_s:.3f}) | speed-up "
               f"{full.time.total / present.time.total:.3f} vs "
               f"{run.full_recompute_s / run.present_work_s:.3f}")
+    print("MT-NLG and GPT-NeoX-20B, their era's techniques (ZeRO-1 at most)")
+    for run in OTHER_RUNS:
+        p = predict_other(run)
+        ok = p.published.fits and p.share_of_best >= 0.85
+        failed |= not ok
+        published = f"{run.tflops_per_gpu:>5}" if run.tflops_per_gpu else "  n/a"
+        ratio = f"{p.ratio:>6.3f}" if run.tflops_per_gpu else "   n/a"
+        print(f"{run.name:>14} {run.cluster.n_gpus:>5} {p.published.label:<42} "
+              f"{'yes' if p.published.fits else 'NO':>4} {p.tflops_per_gpu:>6.1f} {published} "
+              f"{ratio} {p.share_of_best:>7.3f}  {p.best.label}"
+              f"{'' if ok else '  <-- OUT OF BOUNDS'}")
     model, cluster = get_model("llama2-70b"), get_cluster("a100-80gb", n_gpus=64)
     for name, kwargs in (("constant 0.6", {}),
                          ("shapes", dict(compute_efficiency=SHAPES, pp_scatter_gather=True))):

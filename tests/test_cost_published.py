@@ -10,9 +10,12 @@ from threeaxes.cost import (SHAPES, a100_cluster, all_gather_time, custom_model,
                             gemm_efficiency, get_cluster, get_model, layer_time, logits_time,
                             p2p_time, plan, search)
 from threeaxes.cost.kernel_time import GEMM_HALF_DIM, GEMM_PEAK_FRACTION
+from threeaxes.cost import model_state_bytes
 from threeaxes.cost.published import (KORTHIKANTI_2022_TABLE5, MEGATRON_2021,
                                       NARAYANAN_2021_TABLE1, NARAYANAN_2021_TABLE2_PTDP,
-                                      achieved_tflops, predict, predict_iteration, table1_model)
+                                      OTHER_RUNS, achieved_tflops, predict, predict_iteration,
+                                      predict_other, table1_cluster, table1_model,
+                                      takeaway1_fastest_split)
 
 A100_PEAK = 312e12          # A100 datasheet, BF16 dense; the paper's 312 teraFLOP/s (Section 5)
 A100_HBM = 2039e9           # A100 80GB SXM datasheet, bytes/s
@@ -63,14 +66,78 @@ def test_predicted_throughput_within_10_percent_of_published(predictions, key):
                                    f"per GPU, published {p.run.tflops_per_gpu}")
 
 
+# the one row below 0.85 of its era's best, and why (test_the_18b_row_...)
+BELOW_085 = {"18.4B"}
+
+
 @pytest.mark.parametrize("key", IDS)
-def test_published_configuration_within_15_percent_of_the_best(predictions, key):
+def test_published_configuration_near_the_best(predictions, key):
     p = predictions[key]
     assert p.best.fits and p.best.tokens_per_second >= p.published.tokens_per_second
-    # 0.80, not closer: a cross-node group drives one NIC per member (NCCL's parallel
-    # rings, cost.network.nics_per_group), which makes data parallelism over nodes cheap
-    # enough that the search prefers tp = 2 for the 18.4B row (0.81 of its best)
-    assert p.share_of_best >= 0.80, f"{key}: best is {p.best.label}"
+    floor = 0.80 if key in BELOW_085 else 0.85
+    assert p.share_of_best >= floor, f"{key}: {p.share_of_best:.3f} of {p.best.label}"
+
+
+def test_megatron_2021_counts_20_bytes_of_state_per_parameter():
+    # Megatron Core User Guide, "Distributed Optimizer": float16 params and grads, no
+    # distributed optimizer: 20 bytes per parameter (2 + 2, and 16 in the optimizer: fp32
+    # master weights, an fp32 copy of the gradients, Adam's two moments)
+    states = model_state_bytes(1e9, precision="megatron-fp16")
+    assert (states.params, states.grads, states.optimizer) == (2e9, 2e9, 16e9)
+    assert model_state_bytes(1e9, precision="megatron-bf16").total == 18e9
+    assert MEGATRON_2021["precision"] == "megatron-fp16"
+
+
+def test_the_18b_row_is_below_085_only_for_an_interleaved_split_of_the_same_eight_gpus(
+        predictions):
+    """Why the 18.4B run (t8 p1 d32) stands at 0.83 of the best: the search splits the
+    same model-parallel group of 8 GPUs as t = 2, p = 4 with five chunks per GPU.
+
+    - At 20 bytes per parameter (Megatron's fp16 accounting) 18.4B / 4 GPUs holds 92 GB:
+      no split over fewer than 8 GPUs fits, so both keep dp = 32 (Narayanan's Takeaway
+      #2: the smallest model-parallel size that fits, then data parallelism). With the
+      course's 16 bytes the old best, t2 p2 d64 (73.8 GB of states), fit on paper only.
+    - Within 8 GPUs the planner times t = 8's 768-wide shards 9% slower than t = 2's and
+      charges t = 8 six all-reduces of 16 x 2048 x 6144 activations per layer (1.2 s, 12%
+      of its step), while a 4-stage pipeline interleaved over 5 chunks idles 2% of it.
+    - Narayanan et al. measured that trade-off only for t p = 64 (Section 5.4.1, Figure
+      13), where the planner agrees with them (test_takeaway1_...); at t p = 8 they ran
+      no pipeline at all, so no published number says which split is faster. Against the
+      planner's best plain-1F1B layout the published row is above 0.85.
+    """
+    p = predictions["18.4B"]
+    assert 0.80 <= p.share_of_best < 0.85
+    assert (p.best.dp, p.best.tp * p.best.pp) == (p.run.dp, p.run.tp * p.run.pp) == (32, 8)
+    assert p.best.tp < 8 and p.best.virtual_stages > 1
+    model = table1_model(p.run)
+    assert model_state_bytes(model.n_params, tp=4, precision="megatron-fp16").total > 80e9
+    smaller = [r for r in search(model, table1_cluster(p.run), p.run.batch, only_fitting=True,
+                                 **MEGATRON_2021) if r.tp * r.pp < 8]
+    assert smaller == []
+    assert predict(p.run, max_virtual_stages=1).share_of_best >= 0.85
+
+
+@pytest.mark.parametrize("run", OTHER_RUNS, ids=[r.name for r in OTHER_RUNS])
+def test_mt_nlg_and_gpt_neox_are_near_their_eras_best(run):
+    p = predict_other(run)
+    assert p.published.fits and p.published.zero_stage <= 1
+    assert p.share_of_best >= 0.85, f"{run.name}: best is {p.best.label}"
+
+
+@pytest.mark.parametrize("layers, hidden, heads, batch", [(64, 14336, 112, 32),
+                                                          (64, 14336, 112, 128),
+                                                          (96, 12288, 96, 32)])
+def test_takeaway1_tensor_parallelism_fills_the_node_before_pipelining(layers, hidden, heads,
+                                                                       batch):
+    # Narayanan et al. 2021, Section 5.4.1, Figure 13: a GPT model of about 160B on 64
+    # A100s, t x p = 64, batches of 32 and 128, one chunk per GPU; t = 8 (a whole server)
+    # is fastest. The paper's 162.2B shape is not published: these are two GPTs of 159B
+    # and 175B whose layer counts every p divides.
+    model = custom_model("GPT ~160B", layers, hidden, heads, vocab_size=51200, seq_len=2048)
+    best = takeaway1_fastest_split(model, a100_cluster(8), batch, 64)
+    assert {2, 4, 8} <= set(best)
+    fastest = min(best.values(), key=lambda r: r.time.total)
+    assert fastest.tp == 8, {t: round(r.time.total, 2) for t, r in best.items()}
 
 
 def test_achieved_tflops_is_eq3_over_the_step_time(predictions):

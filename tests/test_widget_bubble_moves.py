@@ -19,7 +19,9 @@ START = dict(dp=4, tp=4, pp=8, micro_batch=1, zero_stage=1, recompute="selective
 
 @pytest.fixture
 def explorer():
-    return BubbleMovesExplorer(MODEL, CLUSTER, BATCH, START, bubble_target=0.25)
+    # drop 12's team runs Megatron-LM from before Core 0.10: interleaving in groups of p
+    return BubbleMovesExplorer(MODEL, CLUSTER, BATCH, START, bubble_target=0.25,
+                               interleave="group_p")
 
 
 def test_it_starts_from_the_baseline_with_a_35_percent_bubble(explorer):
@@ -83,6 +85,14 @@ def test_an_invalid_layout_names_every_broken_rule(explorer, values, message):
     explorer.set(**values)
     assert explorer.data is None and explorer.figure is None
     assert message in explorer.error
+
+
+def test_megatron_core_rule_interleaves_13_micro_batches_on_8_stages():
+    # a group of 13 (Megatron Core >= 0.10): (8 - 1)/(2 x 13 + 8 - 1) = 7/33
+    explorer = BubbleMovesExplorer(MODEL, CLUSTER, BATCH, START, bubble_target=0.25,
+                                   virtual_stages=2)
+    d = explorer.data
+    assert d.result.bubble_fraction == pytest.approx(7 / 33) and d.under_target
 
 
 def test_a_target_outside_0_1_is_refused():

@@ -48,8 +48,9 @@ SCENARIOS = {s.key: s for s in (
     Scenario("b", "about 30B parameters, 8 GPUs in one node on NVLink", 30, 8, True, "tp",
              "memory",
              "too big for one GPU, small enough for the node's memory together; NVLink "
-             "carries the per-layer all-reduces of tensor parallelism (ZeRO-3 is the "
-             "other fair answer)."),
+             "carries the per-layer all-reduces of tensor parallelism (ZeRO-3 also fits, "
+             "with full recomputation, but gathers the weights again for every "
+             "micro-batch of the step)."),
     Scenario("c", "about 200B parameters, 64 GPUs in 8 nodes, NVLink inside, InfiniBand "
              "between", 200, 64, True, "3d", "memory and interconnect",
              "even one node's memory is too small: tensor parallelism stays on NVLink, the "

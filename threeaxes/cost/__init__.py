@@ -10,7 +10,8 @@ from .activations import (RECOMPUTE, ActivationBytes, FirstStageActivations,
 from .bubble import SCHEDULES, bubble_fraction, bubble_overhead
 from .compute import (TrainingFlops, flops_per_token, megatron_flops, mfu, step_time,
                       training_flops, training_time)
-from .constraints import Violation, check_config, check_model_split, divisors, valid_tp, violations
+from .constraints import (INTERLEAVE_RULES, Violation, check_config, check_model_split, divisors,
+                          interleave_group, valid_tp, violations)
 from .memory import (GB, GiB, PRECISIONS, STATE_TERMS, ZERO_REGIMES, MemoryBreakdown,
                      ModelStateBytes, bytes_per_param, model_state_bytes)
 from .network import (COLLECTIVES, CommTime, Link, all_gather_time, all_reduce_time,
@@ -40,7 +41,8 @@ __all__ = [
     "transformer_params", "RankParams", "rank_params", "rank_state_bytes", "DEFAULT_COMPUTE_EFFICIENCY", "MemoryBreakdown", "PlanResult",
     "TimeBreakdown", "divisors", "plan", "search", "CLUSTERS", "MODELS", "Cluster", "Model",
     "a100_cluster", "custom_model", "get_cluster", "get_model", "h100_cluster",
-    "check_config", "check_model_split", "Violation", "violations", "CONFIG_KEYS", "Verdict",
+    "check_config", "check_model_split", "Violation", "violations", "interleave_group",
+    "INTERLEAVE_RULES", "CONFIG_KEYS", "Verdict",
     "best_configuration", "judge",
     "valid_tp", "ACTIVATION_SCALE", "stage_memory",
     "SHAPES", "LayerTime", "dim_factor", "gemm_efficiency", "layer_time", "logits_time",

@@ -140,7 +140,8 @@ def llama_layer_bytes(seq_len: int, micro_batch: int, d_model: int, n_heads: int
 
 
 def in_flight_micro_batches(pp: int, micro_batches: int, *, stage: int = 0,
-                            schedule: str = "1f1b", virtual_stages: int = 1) -> float:
+                            schedule: str = "1f1b", virtual_stages: int = 1,
+                            group: int | None = None) -> float:
     """Micro-batches whose activations ``stage`` holds at its peak, counted in
     whole stages' worth (a model chunk of an interleaved schedule is 1/v).
 
@@ -151,6 +152,11 @@ def in_flight_micro_batches(pp: int, micro_batches: int, *, stage: int = 0,
     Interleaved 1F1B (Section 2.2.2, Megatron-LM's warm-up) holds
     2 (p - r - 1) + (v - 1) p + 1 chunks, all m v of them when m = p: for
     stage 0 that is p (1 + (p - 1)/(p v)), Korthikanti's Section 4.2.3 factor.
+    With a micro-batch group of N (``group``, default p; Megatron Core >= 0.10,
+    ``constraints.interleave_group``) the warm-up runs (v - 1) N + 2 (p - r - 1)
+    chunk forwards before the first backward (``get_pp_rank_microbatches`` in
+    Megatron-LM's ``pipeline_parallel/schedules.py``), so 2 (p - r - 1) +
+    (v - 1) N + 1 chunks are held, at most all m v.
     """
     p, m, v = (_check("pp", pp), _check("micro_batches", micro_batches),
                _check("virtual_stages", virtual_stages))
@@ -164,7 +170,8 @@ def in_flight_micro_batches(pp: int, micro_batches: int, *, stage: int = 0,
         raise ValueError(f"schedule={schedule!r}; choose schedule in {{'gpipe', '1f1b'}}")
     if v == 1:
         return min(p - r, m)
-    chunks = m * v if m == p else min(m * v, 2 * (p - r - 1) + (v - 1) * p + 1)
+    n = p if group is None else _check("group", group)
+    chunks = m * v if m == p else min(m * v, 2 * (p - r - 1) + (v - 1) * n + 1)
     return chunks / v
 
 
@@ -186,7 +193,8 @@ def first_stage_activation_bytes(seq_len: int, micro_batch: int, d_model: int,
                                  sequence_parallel: bool = False,
                                  recompute: str = "none",
                                  vocab_size: int | None = None,
-                                 flash_attention: bool = False) -> FirstStageActivations:
+                                 flash_attention: bool = False,
+                                 group: int | None = None) -> FirstStageActivations:
     """Peak activation bytes on the first pipeline stage (the worst one).
 
     Source: Korthikanti et al. 2022, Section 4.2.3. Under 1F1B the first stage
@@ -196,7 +204,8 @@ def first_stage_activation_bytes(seq_len: int, micro_batch: int, d_model: int,
     The interleaved schedule with v model chunks per GPU scales this by
     1 + (p - 1)/(p v) (same section; Narayanan et al. 2021 Section 2.2.2
     gives the schedule; see ``in_flight_micro_batches`` for m = p). GPipe
-    (Huang et al. 2019) keeps all m micro-batches.
+    (Huang et al. 2019) keeps all m micro-batches. ``group``: the interleaved
+    schedule's micro-batch group (default p; ``in_flight_micro_batches``).
 
     With ``vocab_size``, adds Section 4.3's extras on the first stage: the
     embedding dropout mask sbhp/t (one per micro-batch in flight) and, when
@@ -226,7 +235,7 @@ def first_stage_activation_bytes(seq_len: int, micro_batch: int, d_model: int,
                              sequence_parallel=sequence_parallel, recompute=recompute,
                              flash_attention=flash_attention)
     layers_per_stage = n_layers / p
-    in_flight = in_flight_micro_batches(p, m, schedule=schedule, virtual_stages=v)
+    in_flight = in_flight_micro_batches(p, m, schedule=schedule, virtual_stages=v, group=group)
     factor = in_flight / min(p, m) if schedule != "gpipe" else 1.0
     transformer = layer.per_layer * layers_per_stage * in_flight
 

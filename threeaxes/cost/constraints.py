@@ -7,10 +7,19 @@ say what to change.
 - tp stays inside a node unless told otherwise (Narayanan et al. 2021,
   Section 3.2, Takeaway #1: TP's all-reduces need NVLink).
 - pp divides the layers (equal stages), pp * v when interleaving, and the
-  interleaved schedule needs the micro-batch count to be a multiple of pp.
-  That is Megatron-LM's rule (Narayanan et al. 2021, Section 2.2.2), which
-  the planner models; PyTorch's ScheduleInterleaved1F1B relaxes it
-  (threeaxes.pipeline.schedules.interleaved_group).
+  interleaved schedule needs micro-batches it can move through each chunk in
+  groups (``interleave_group``). Which m it accepts is a framework's rule:
+  Megatron-LM sends groups of N micro-batches, and since Megatron Core 0.10
+  (``--microbatch-group-size-per-virtual-pipeline-stage``,
+  ``ModelParallelConfig.microbatch_group_size_per_vp_stage``) N may be any
+  value with p <= N <= m and m % N == 0 or m % N >= p
+  (``megatron/core/pipeline_parallel/schedules.py``,
+  ``forward_backward_pipelining_with_interleaving``): every m >= p runs
+  (``interleave="flexible"``, the planner's default). Its default N is p, the
+  only group before Core 0.10 and the rule of Narayanan et al. 2021, Section
+  2.2.2: m a multiple of p (``interleave="group_p"``). PyTorch's
+  ScheduleInterleaved1F1B has a third rule (max(1, m // p) equal rounds,
+  ``threeaxes.pipeline.schedules.interleaved_group``).
 - the global batch splits evenly over dp replicas and each replica's share
   into micro-batches.
 - ZeRO stages 2 and 3 are not combined with pipelining unless asked
@@ -22,12 +31,43 @@ say what to change.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import NamedTuple
 
 from .activations import RECOMPUTE
 
 __all__ = ["Violation", "violations", "divisors", "fmt_choices", "valid_tp", "check_model_split",
-           "check_config"]
+           "check_config", "INTERLEAVE_RULES", "interleave_group"]
+
+# which micro-batch groups an interleaved schedule may use (module docstring)
+INTERLEAVE_RULES = {
+    "flexible": "Megatron Core >= 0.10 with --microbatch-group-size-per-virtual-pipeline-stage",
+    "group_p": "Megatron-LM's default group of p (its only one before Megatron Core 0.10)",
+}
+
+
+def interleave_group(pp: int, micro_batches: int, rule: str = "flexible"):
+    """The micro-batch group N an interleaved schedule on ``pp`` stages uses for
+    ``micro_batches``, or None when the rule refuses that m.
+
+    ``"group_p"``: N = p, so m must be a multiple of p (Narayanan et al. 2021,
+    Section 2.2.2; Megatron-LM's default). ``"flexible"``: the smallest N with
+    p <= N <= m and m % N == 0 or m % N >= p (Megatron Core >= 0.10), the one
+    that keeps the fewest micro-batches in flight; any m >= p has one (N = m).
+    """
+    if rule not in INTERLEAVE_RULES:
+        raise ValueError(f"interleave={rule!r}; choose interleave in {set(INTERLEAVE_RULES)}")
+    return _group(int(pp), int(micro_batches), rule)
+
+
+@lru_cache(maxsize=4096)
+def _group(p: int, m: int, rule: str):
+    if rule == "group_p":
+        return p if m % p == 0 else None
+    for n in range(p, m + 1):
+        if m % n == 0 or m % n >= p:
+            return n
+    return None
 
 
 def divisors(n: int) -> list:
@@ -113,7 +153,7 @@ def check_model_split(model, tp: int, pp: int, *, zero_stage: int = 0,
 def violations(model, cluster, global_batch: int, *, dp, tp, pp, micro_batch=None,
                micro_batches=None, zero_stage=0, recompute="none", virtual_stages=1,
                allow_tp_across_nodes=False, suggest_flags: bool = True,
-               allow_sharded_pp: bool = False) -> list:
+               allow_sharded_pp: bool = False, interleave: str = "flexible") -> list:
     """Every rule the configuration breaks, as `Violation`s ([] when it follows them all).
 
     Rules (module docstring): "gpus", "tp_heads", "tp_kv_heads", "tp_node",
@@ -162,11 +202,18 @@ def violations(model, cluster, global_batch: int, *, dp, tp, pp, micro_batch=Non
             found.append(Violation("interleave", f"n_layers={model.n_layers} does not split into "
                                                  f"pp*virtual_stages={pp * v} chunks; choose "
                                                  f"virtual_stages in {fmt_choices(choices)}"))
-        if pp > 1 and m is not None and m % pp:
-            found.append(Violation("interleave", f"{m} micro-batches is not a multiple of pp={pp}; "
-                                                 "Megatron's interleaved schedule, which this planner "
-                                                 "models, needs it (change micro_batch or "
-                                                 "virtual_stages=1)"))
+        if pp > 1 and m is not None and interleave_group(pp, m, interleave) is None:
+            if interleave == "group_p":
+                found.append(Violation("interleave", f"{m} micro-batches is not a multiple of pp={pp}; "
+                                                     "Megatron-LM's interleaved schedule with its "
+                                                     "default group of p micro-batches (the only one "
+                                                     "before Megatron Core 0.10) needs it (change "
+                                                     "micro_batch or virtual_stages=1)"))
+            else:
+                found.append(Violation("interleave", f"{m} micro-batches is fewer than pp={pp}; "
+                                                     "Megatron Core's interleaved schedule needs a "
+                                                     "group of at least p micro-batches (change "
+                                                     "micro_batch or virtual_stages=1)"))
     return found
 
 
@@ -193,11 +240,11 @@ def _micro_batch(per_replica, global_batch, dp, micro_batch, micro_batches):
 
 def check_config(model, cluster, global_batch: int, *, dp, tp, pp, micro_batch,
                  micro_batches, zero_stage, recompute, virtual_stages,
-                 allow_tp_across_nodes, allow_sharded_pp=False) -> int:
+                 allow_tp_across_nodes, allow_sharded_pp=False, interleave="flexible") -> int:
     """Raise ValueError naming every broken rule (`violations`), saying what to
     change; otherwise return the micro-batch size."""
     _raise_all(violations(model, cluster, global_batch, dp=dp, tp=tp, pp=pp, micro_batch=micro_batch,
                           micro_batches=micro_batches, zero_stage=zero_stage, recompute=recompute,
                           virtual_stages=virtual_stages, allow_tp_across_nodes=allow_tp_across_nodes,
-                          allow_sharded_pp=allow_sharded_pp))
+                          allow_sharded_pp=allow_sharded_pp, interleave=interleave))
     return _micro_batch(global_batch // dp, global_batch, dp, micro_batch, micro_batches)[0]

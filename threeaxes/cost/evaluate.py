@@ -34,12 +34,31 @@ The step-time model (every assumption is an argument of ``plan``):
   model chunk, counted on the critical path. ``pp_scatter_gather`` splits
   each send over the t tensor-parallel ranks' own InfiniBand cards and
   all-gathers it over NVLink on arrival (Narayanan et al. 2021, Section 4.1).
-- DP communication: a gradient all-reduce per step (ZeRO stages 1 and 2 move
-  the same 2 Psi, stage 3 moves 3 Psi; Rajbhandari et al. 2020, Section 7);
-  ``dp_overlap`` of it hides behind the backward pass. With pipelining
-  (only when ``allow_sharded_pp``) sharded gradients are reduce-scattered
-  after every micro-batch and, at stage 3, the weights all-gathered for
-  every micro-batch's forward and backward: m times the traffic.
+- DP communication, with m micro-batches per replica and step (gradient
+  accumulation), priced as DeepSpeed and PyTorch's FSDP2 run it by default:
+  ZeRO-0/1 accumulate whole gradients locally and reduce them once per step
+  (an all-reduce, or ZeRO-1's reduce-scatter + all-gather: the same 2 Psi,
+  Rajbhandari et al. 2020, Section 7.2.1; Megatron-LM's distributed optimizer
+  is ZeRO-1 of this kind). ZeRO-2 keeps only a shard of the gradients, so it
+  reduce-scatters after every micro-batch's backward ("we cannot wait till
+  grad accumulation boundary", DeepSpeed maintainers, deepspeedai/DeepSpeed
+  #2252) and all-gathers the updated weights once: m RS + AG. ZeRO-3/FSDP
+  frees each unit's weights after its forward and backward, so every
+  micro-batch all-gathers them twice and reduce-scatters its gradients
+  (Section 7.2.2's 3 Psi per forward and backward): m (RS + 2 AG). That is
+  FSDP2's default; keeping the weights and gradients whole between
+  micro-batches (``set_reshard_after_backward(False)``,
+  ``set_requires_gradient_sync(False)``, pytorch/pytorch#126166; what
+  ``torch.distributed.pipelining`` does for non-last micro-batches) holds
+  ZeRO-1's bytes and moves ZeRO-1's traffic, so the planner's ZeRO-1 row
+  prices that choice. The same holds with or without a pipeline.
+- DP overlap: ``dp_overlap`` is the fraction of what *can* hide that does.
+  An exchange overlaps only the backward passes it runs beside: ZeRO-0/1's
+  reduction only the last micro-batch's backward (DDP's ``no_sync`` for the
+  others, Li et al. 2020, Section 3.2.4; Megatron-LM disables grad sync for
+  every micro-batch but the last), ZeRO-2's reduce-scatters every
+  micro-batch's backward, ZeRO-3's prefetched gathers every forward and
+  backward. Hidden = dp_overlap * min(exchange, that window).
 - bubble: ``bubble_overhead`` (Narayanan et al. 2021, Section 2.2) times the
   pipeline's busy time (compute + TP communication).
 """
@@ -49,6 +68,7 @@ from typing import NamedTuple
 
 from .activations import first_stage_activation_bytes
 from .bubble import bubble_fraction, bubble_overhead
+from .constraints import INTERLEAVE_RULES, interleave_group
 from .memory import PRECISIONS, MemoryBreakdown, model_state_bytes
 from .network import (all_gather_time, all_reduce_time, group_link, group_strides, p2p_time,
                       reduce_scatter_time)
@@ -111,7 +131,7 @@ class PlanContext:
 
     def __init__(self, model, cluster, global_batch, seq_len, precision,
                  compute_efficiency, dp_overlap, usable_memory_fraction,
-                 pp_scatter_gather=False, flash_attention=True):
+                 pp_scatter_gather=False, flash_attention=True, interleave="flexible"):
         if precision not in PRECISIONS:
             raise ValueError(f"precision={precision!r}; choose precision in {set(PRECISIONS)}")
         self.shapes = isinstance(compute_efficiency, str)
@@ -122,6 +142,9 @@ class PlanContext:
             raise ValueError(f"compute_efficiency={compute_efficiency} must be in (0, 1] "
                              f"(or {SHAPES!r} to time each layer from its shapes)")
         self.pp_scatter_gather = bool(pp_scatter_gather)
+        if interleave not in INTERLEAVE_RULES:
+            raise ValueError(f"interleave={interleave!r}; choose interleave in {set(INTERLEAVE_RULES)}")
+        self.interleave = interleave
         self.flash_attention = bool(flash_attention)
         self.shaped = {}               # (tp, mbs, recompute, sp) -> (layer s, head s)
         if not 0 <= dp_overlap <= 1:
@@ -165,13 +188,17 @@ def evaluate(ctx: PlanContext, dp, tp, pp, mbs, zero, recompute, v, sp) -> PlanR
     m = ctx.global_batch // (dp * mbs)
     s, h = ctx.seq_len, model.d_model
 
+    # the interleaved schedule's micro-batch group (constraints.interleave_group)
+    group = interleave_group(pp, m, ctx.interleave) if v > 1 else None
+
     # memory per GPU (first pipeline stage, the fullest one)
     states = model_state_bytes(model.n_params, dp=dp, tp=tp, pp=pp, zero_stage=zero,
                                precision=ctx.precision)
     acts = first_stage_activation_bytes(
         s, mbs, h, model.n_heads, n_layers=model.n_layers, tp=tp, pp=pp, micro_batches=m,
         virtual_stages=v, sequence_parallel=sp, recompute=recompute,
-        vocab_size=model.vocab_size, flash_attention=ctx.flash_attention).total * ctx.act_scale
+        vocab_size=model.vocab_size, flash_attention=ctx.flash_attention,
+        group=group).total * ctx.act_scale
     total_mem = states.total + acts
     memory = MemoryBreakdown(states.params, states.grads, states.optimizer, acts, total_mem)
 
@@ -212,23 +239,33 @@ def evaluate(ctx: PlanContext, dp, tp, pp, mbs, zero, recompute, v, sp) -> PlanR
         grad_bytes = ctx.grad_dtype_bytes * model.n_params / (tp * pp)
         rs = reduce_scatter_time(grad_bytes, dp, link.bandwidth, link.latency).total
         ag = all_gather_time(grad_bytes, dp, link.bandwidth, link.latency).total
-        # with pipelining (allow_sharded_pp), sharded state is exchanged per micro-batch
-        per_mb = m if pp > 1 else 1
+        # one micro-batch's backward on this stage: busy time per micro-batch times the
+        # backward's share of the work (4N of 6N per token, plus what recomputation re-runs)
+        busy = ctx.model_flops + ctx.recompute_flops[recompute]
+        backward_mb = (compute + tp_comm) / m * (2 / 3 * ctx.model_flops
+                                                 + ctx.recompute_flops[recompute]) / busy
         if zero == 3:
-            # reduce-scatter the gradients, all-gather the parameters twice (3 Psi)
-            t = per_mb * (rs + 2 * ag)
-        elif zero == 2 and pp > 1:
-            # sharded gradients reduce-scattered after every micro-batch, one all-gather
-            t = per_mb * rs + ag
+            # every micro-batch: all-gather the weights for its forward and again for its
+            # backward, reduce-scatter its gradients (3 Psi per forward and backward)
+            t = m * (rs + 2 * ag)
+            window = compute + tp_comm                 # prefetched beside every pass
+        elif zero == 2:
+            # sharded gradients: reduce-scatter after every micro-batch's backward, then one
+            # all-gather of the updated weights
+            t = m * rs + ag
+            window = m * backward_mb
         else:
-            # all-reduce, or reduce-scatter + all-gather (ZeRO-1/2): the same 2 Psi
+            # whole gradients accumulate; one all-reduce (ZeRO-1: reduce-scatter + all-gather,
+            # the same 2 Psi) after the last micro-batch, beside its backward only
             t = all_reduce_time(grad_bytes, dp, link.bandwidth, link.latency).total
-        dp_comm = (1.0 - ctx.dp_overlap) * t
+            window = backward_mb
+        dp_comm = t - ctx.dp_overlap * min(t, window)
     bubble = 0.0
     frac = 0.0
     if pp > 1:
-        bubble = bubble_overhead(pp, m, virtual_stages=v) * (compute + tp_comm)
-        frac = bubble_fraction(pp, m, virtual_stages=v)
+        bubble = bubble_overhead(pp, m, virtual_stages=v, interleave=ctx.interleave) * (
+            compute + tp_comm)
+        frac = bubble_fraction(pp, m, virtual_stages=v, interleave=ctx.interleave)
     total = compute + tp_comm + pp_comm + dp_comm + bubble
     time = TimeBreakdown(compute, tp_comm, pp_comm, dp_comm, bubble, total)
     return PlanResult(dp, tp, pp, mbs, m, zero, recompute, v, sp, memory, ctx.capacity,

@@ -23,6 +23,12 @@ PRECISIONS = {
     "mixed": (2, 2, 12),
     # plain fp32 Adam: fp32 params and grads, Adam m and v (no separate master copy)
     "fp32": (4, 4, 8),
+    # Megatron-LM's own accounting (Megatron Core User Guide, "Distributed Optimizer",
+    # bytes per parameter without it): fp16 params and grads, and an fp32 copy of the
+    # grads beside the fp32 master params and Adam's two moments, 20 bytes; bf16 params
+    # with grads accumulated and reduced in fp32, 18 bytes
+    "megatron-fp16": (2, 2, 16),
+    "megatron-bf16": (2, 4, 12),
 }
 
 
@@ -53,7 +59,11 @@ def bytes_per_param(precision: str = "mixed", *, optimizer_bytes: float | None =
     """(params, grads, optimizer) bytes per parameter for a precision.
 
     "mixed" is ZeRO Section 3.1's 2 + 2 + K with K = 12 (Adam);
-    "fp32" is 4 + 4 + 8. ``optimizer_bytes`` replaces K, the bytes per
+    "fp32" is 4 + 4 + 8. "megatron-fp16" (2 + 2 + 16) and "megatron-bf16"
+    (2 + 4 + 12) are Megatron-LM's own counts: 20 bytes with fp16 gradients
+    (its optimizer keeps an fp32 copy of them), 18 with bf16 weights and fp32
+    gradients (Megatron Core User Guide, "Distributed Optimizer").
+    ``optimizer_bytes`` replaces K, the bytes per
     parameter the optimizer keeps (ZeRO's K; e.g. 4 + 4 for fp32 SGD with
     momentum and a master copy).
     """

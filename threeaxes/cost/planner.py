@@ -7,13 +7,15 @@ those that fit first, then by tokens per second, then by memory. The model
 both apply, and the papers behind each term, is in ``evaluate``: by default
 attention is memory-efficient (FlashAttention, never storing the s x s
 scores), a group that crosses nodes drives as many NICs as it has members
-per node, and DeepSpeed's rule keeps ZeRO-2/3 away from pipelining unless
-``allow_sharded_pp``.
+per node, DeepSpeed's rule keeps ZeRO-2/3 away from pipelining unless
+``allow_sharded_pp``, ZeRO-2/3 exchange their shards once per micro-batch
+(as DeepSpeed and FSDP2 do by default), and the interleaved schedule takes
+any m >= p (Megatron Core >= 0.10; ``interleave``).
 """
 from __future__ import annotations
 
 from .activations import RECOMPUTE
-from .constraints import check_config, divisors, valid_tp
+from .constraints import check_config, divisors, interleave_group, valid_tp
 from .evaluate import (DEFAULT_COMPUTE_EFFICIENCY, SHAPES, PlanContext, PlanResult,
                        TimeBreakdown, evaluate)
 
@@ -28,7 +30,8 @@ def plan(model, cluster, global_batch: int, seq_len: int | None = None, *, dp: i
          precision: str = "mixed", compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY,
          dp_overlap: float = 0.0, usable_memory_fraction: float = 1.0,
          allow_tp_across_nodes: bool = False, pp_scatter_gather: bool = False,
-         flash_attention: bool = True, allow_sharded_pp: bool = False) -> PlanResult:
+         flash_attention: bool = True, allow_sharded_pp: bool = False,
+         interleave: str = "flexible") -> PlanResult:
     """Evaluate one configuration of ``model`` on ``cluster``.
 
     ``global_batch`` counts sequences of ``seq_len`` tokens (default: the
@@ -42,9 +45,27 @@ def plan(model, cluster, global_batch: int, seq_len: int | None = None, *, dp: i
       (``kernel_time``), the model that reproduces published runs.
     - ``pp_scatter_gather``: pipeline sends split over the TP ranks'
       InfiniBand cards (Narayanan et al. 2021, Section 4.1; off by default).
-    - ``dp_overlap``: fraction of the gradient communication hidden behind
-      the backward pass (0, none; PyTorch DDP's bucketing, Li et al. 2020,
-      hides most of it in practice).
+    - ``dp_overlap``: fraction of the data-parallel exchange that hides, of
+      what can: with m micro-batches a step, the gradient all-reduce runs
+      beside the last micro-batch's backward only (DDP's bucketing, Li et al.
+      2020, overlaps one backward; ``no_sync`` skips the others), so at most
+      that backward's time hides, whatever the fraction (``evaluate``).
+      Default 0, none.
+    - ZeRO-2 and ZeRO-3 with m micro-batches: their shards are exchanged
+      once per micro-batch (ZeRO-2 reduce-scatters every backward's
+      gradients, ZeRO-3 also all-gathers the weights for every forward and
+      backward), as DeepSpeed and FSDP2 do by default; keeping weights and
+      gradients whole between micro-batches instead (FSDP2's
+      ``set_reshard_after_backward(False)`` and
+      ``set_requires_gradient_sync(False)``) costs ZeRO-1's memory for
+      ZeRO-1's traffic, which the ZeRO-1 row prices (``evaluate``).
+    - ``interleave``: which micro-batch counts the interleaved schedule runs
+      (``constraints.interleave_group``): ``"flexible"`` (default), Megatron
+      Core >= 0.10 with a micro-batch group N between p and m
+      (``--microbatch-group-size-per-virtual-pipeline-stage``), any m >= p,
+      the planner taking the smallest N (the fewest micro-batches in flight);
+      ``"group_p"``, Megatron-LM's default group of p, its only one before
+      Core 0.10 (Narayanan et al. 2021, Section 2.2.2): m a multiple of p.
     - ``usable_memory_fraction``: share of the GPU's memory the states and
       activations may fill (1.0; the 80 GB vs 80 GiB gap is the headroom).
     - ``flash_attention``: memory-efficient attention that never stores the
@@ -72,13 +93,14 @@ def plan(model, cluster, global_batch: int, seq_len: int | None = None, *, dp: i
     stays in a node, the batch splits evenly.
     """
     ctx = PlanContext(model, cluster, global_batch, seq_len, precision, compute_efficiency,
-                      dp_overlap, usable_memory_fraction, pp_scatter_gather, flash_attention)
+                      dp_overlap, usable_memory_fraction, pp_scatter_gather, flash_attention,
+                      interleave)
     mbs = check_config(model, cluster, ctx.global_batch, dp=dp, tp=tp, pp=pp,
                        micro_batch=micro_batch, micro_batches=micro_batches,
                        zero_stage=zero_stage, recompute=recompute,
                        virtual_stages=virtual_stages,
                        allow_tp_across_nodes=allow_tp_across_nodes,
-                       allow_sharded_pp=allow_sharded_pp)
+                       allow_sharded_pp=allow_sharded_pp, interleave=interleave)
     return evaluate(ctx, int(dp), int(tp), int(pp), mbs, zero_stage, recompute,
                      int(virtual_stages), bool(sequence_parallel) and tp > 1)
 
@@ -90,7 +112,8 @@ def search(model, cluster, global_batch: int, seq_len: int | None = None, *,
            allow_tp_across_nodes: bool = False, precision: str = "mixed",
            compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY, dp_overlap: float = 0.0,
            usable_memory_fraction: float = 1.0, pp_scatter_gather: bool = False,
-           flash_attention: bool = True, allow_sharded_pp: bool = False) -> list:
+           flash_attention: bool = True, allow_sharded_pp: bool = False,
+           interleave: str = "flexible") -> list:
     """Evaluate every valid configuration and rank them.
 
     Enumerates tp (dividing the heads and, unless allowed, the node), pp
@@ -98,13 +121,14 @@ def search(model, cluster, global_batch: int, seq_len: int | None = None, *,
     batch), every micro-batch size that divides a replica's batch (or those
     in ``micro_batch_sizes``), ZeRO stages (only 0 and 1 with pp > 1, unless
     ``allow_sharded_pp``: see ``plan``),
-    recomputation, virtual stages (dividing the layers per stage, with the
-    micro-batch count a multiple of pp) and sequence parallelism (tp > 1).
+    recomputation, virtual stages (dividing the layers per stage, with a
+    micro-batch count ``interleave`` accepts) and sequence parallelism (tp > 1).
     Returns PlanResults, those that fit first, then fastest first, then
     lightest first; ``only_fitting`` drops the rest, ``top`` keeps the best.
     """
     ctx = PlanContext(model, cluster, global_batch, seq_len, precision, compute_efficiency,
-                      dp_overlap, usable_memory_fraction, pp_scatter_gather, flash_attention)
+                      dp_overlap, usable_memory_fraction, pp_scatter_gather, flash_attention,
+                      interleave)
     n = cluster.n_gpus
     results = []
     for tp in valid_tp(model, cluster, allow_tp_across_nodes):
@@ -123,7 +147,7 @@ def search(model, cluster, global_batch: int, seq_len: int | None = None, *,
             for mbs in sizes:
                 m = per_replica // mbs
                 vs = [1]
-                if pp > 1 and m % pp == 0:
+                if pp > 1 and interleave_group(pp, m, interleave) is not None:
                     vs += [v for v in divisors(model.n_layers // pp)[1:]
                            if max_virtual_stages is None or v <= max_virtual_stages]
                 for v in vs:

@@ -29,7 +29,8 @@ from .compute import megatron_flops
 from .planner import SHAPES, plan, search
 from .presets import a100_cluster, custom_model
 
-__all__ = ["PublishedRun", "NARAYANAN_2021_TABLE1", "NARAYANAN_2021_TABLE2_PTDP",
+__all__ = ["PublishedRun", "NARAYANAN_2021_TABLE1", "OtherRun", "OTHER_RUNS", "predict_other",
+           "takeaway1_fastest_split", "NARAYANAN_2021_TABLE2_PTDP",
            "MEGATRON_2021", "table1_model", "table1_cluster", "achieved_tflops", "Prediction",
            "predict", "PublishedIteration", "KORTHIKANTI_2022_TABLE5", "predict_iteration"]
 
@@ -86,10 +87,15 @@ NARAYANAN_2021_TABLE2_PTDP = (
 # What Megatron-LM did in 2021 (Section 5.1): full recomputation, no sequence
 # parallelism or ZeRO, scatter/gather pipeline sends, gradients reduced after
 # the backward pass, attention that stores its scores (FlashAttention came in
-# 2022); layers timed from their shapes (threeaxes.cost.kernel_time).
+# 2022), the interleaved schedule in groups of p (m a multiple of p, Section
+# 2.2.2), and Megatron-LM's own 20 bytes of state per parameter for fp16
+# training (precision "megatron-fp16": its optimizer keeps an fp32 copy of the
+# fp16 gradients beside the fp32 master weights and Adam's moments; Megatron
+# Core User Guide, "Distributed Optimizer"); layers timed from their shapes
+# (threeaxes.cost.kernel_time).
 MEGATRON_2021 = dict(compute_efficiency=SHAPES, pp_scatter_gather=True, dp_overlap=0.0,
                      recomputes=("full",), sequence_parallel=(False,), zero_stages=(0,),
-                     flash_attention=False)
+                     flash_attention=False, interleave="group_p", precision="megatron-fp16")
 
 
 def table1_model(run: PublishedRun):
@@ -182,3 +188,78 @@ def predict_iteration(run: PublishedIteration) -> tuple:
               compute_efficiency=SHAPES, pp_scatter_gather=True, flash_attention=False)
     return (plan(model, cluster, run.batch, recompute="full", **kw),
             plan(model, cluster, run.batch, recompute="selective", sequence_parallel=True, **kw))
+
+
+class OtherRun(NamedTuple):
+    """A published run outside Narayanan et al.'s tables, planned with its era's
+    techniques (``MEGATRON_2021`` plus ``assumptions``): attention that stores its
+    scores, no sequence parallelism, ZeRO at most 1, full recomputation."""
+    name: str
+    model: object              # custom_model(...)
+    cluster: object            # Cluster
+    batch: int                 # sequences per step
+    dp: int
+    tp: int
+    pp: int
+    tflops_per_gpu: float | None   # published, where the paper gives it
+    source: str
+    assumptions: dict = {}
+
+
+OTHER_RUNS = (
+    # Smith et al. 2022 (MT-NLG, arXiv 2201.11990), Sections 2.3-2.4: 105 layers,
+    # hidden 20480, 128 heads, sequence 2048, batch 1920; 8-way tensor and 35-way
+    # pipeline parallelism, data parallelism over 280 DGX A100 80GB nodes (dp = 8):
+    # 60.1 s per iteration, 126 teraFLOP/s per GPU. Megatron-LM with DeepSpeed's
+    # ZeRO-1 data parallelism. Vocabulary: GPT-2's 50,257, padded to 50,272 here.
+    OtherRun("MT-NLG 530B", custom_model("MT-NLG 530B", 105, 20480, 128, vocab_size=50272,
+                                         seq_len=SEQ_LEN),
+             a100_cluster(280), 1920, 8, 8, 35, 126.0,
+             "Smith et al. 2022, Sections 2.3-2.4", {"zero_stages": (0, 1)}),
+    # Black et al. 2022 (GPT-NeoX-20B, arXiv 2204.06745), Sections 3-3.1 and the
+    # released 20B config: 44 layers, hidden 6144, 64 heads, sequence 2048; tensor
+    # parallelism 2, pipeline 4, ZeRO-1, fp16; twelve nodes of 8 A100-SXM4-40GB
+    # with four HDR InfiniBand cards each (dp = 12); micro-batch 4 x 32 accumulation
+    # steps x 12 replicas = 1,536 sequences (the paper rounds to "about 3.15M
+    # tokens", 1,538). Vocabulary 50,432 (padded). A100 40GB: 1,555 GB/s of HBM.
+    OtherRun("GPT-NeoX-20B", custom_model("GPT-NeoX-20B", 44, 6144, 64, vocab_size=50432,
+                                          seq_len=SEQ_LEN),
+             a100_cluster(12, name="A100 40GB", gpu="A100-SXM4-40GB", hbm_bytes=40e9,
+                          hbm_bandwidth=1555e9, nics_per_node=4),
+             1536, 12, 2, 4, None, "Black et al. 2022, Section 3; the released 20B.yml",
+             {"zero_stages": (0, 1)}),
+)
+
+
+def predict_other(run: OtherRun, **assumptions) -> Prediction:
+    """As ``predict``, for one of ``OTHER_RUNS``: the fastest fitting configuration
+    with the published (dp, tp, pp) beside the best of the era's search. Its
+    ``tflops_per_gpu`` counts eq. 3's FLOPs for that model (NaN where the paper
+    gives no figure to compare, ``ratio`` then NaN as well)."""
+    options = {**MEGATRON_2021, **run.assumptions, **assumptions}
+    results = search(run.model, run.cluster, run.batch, **options)
+    same = [r for r in results if (r.dp, r.tp, r.pp) == (run.dp, run.tp, run.pp)]
+    if not same:
+        raise ValueError(f"the planner finds no valid configuration with dp={run.dp} "
+                         f"tp={run.tp} pp={run.pp} for {run.name}")
+    m = run.model
+    flops = megatron_flops(run.batch, SEQ_LEN, m.n_layers, m.d_model, m.vocab_size,
+                           recompute="full").total
+    tflops = flops / (same[0].time.total * run.cluster.n_gpus) / 1e12
+    proxy = PublishedRun(round(m.n_params / 1e9, 1), m.n_heads, m.d_model, m.n_layers, run.tp,
+                         run.pp, run.cluster.n_gpus, run.batch,
+                         run.tflops_per_gpu if run.tflops_per_gpu else float("nan"), None, None)
+    return Prediction(proxy, same[0], results[0], tflops)
+
+
+def takeaway1_fastest_split(model, cluster, batch: int, model_parallel: int, **assumptions):
+    """{tp: fastest fitting PlanResult} over the splits tp * pp = ``model_parallel``
+    with no data parallelism, under ``MEGATRON_2021`` with one chunk per GPU (plain
+    1F1B): the experiment behind Narayanan et al. 2021's Takeaway #1 (Section 5.4.1,
+    Figure 13: tensor parallelism up to the GPUs of a server, then pipelining)."""
+    options = {**MEGATRON_2021, "max_virtual_stages": 1, **assumptions}
+    out = {}
+    for r in search(model, cluster, batch, only_fitting=True, **options):
+        if r.dp == 1 and r.tp * r.pp == model_parallel:
+            out.setdefault(r.tp, r)
+    return out

@@ -17,7 +17,7 @@ __all__ = ["ACTIVATION_SCALE", "stage_memory"]
 
 # Korthikanti et al. count 16-bit activations (2 bytes, 1 for dropout masks);
 # training in fp32 stores them in 4 bytes, so twice as many bytes.
-ACTIVATION_SCALE = {"mixed": 1.0, "fp32": 2.0}
+ACTIVATION_SCALE = {"mixed": 1.0, "fp32": 2.0, "megatron-fp16": 1.0, "megatron-bf16": 1.0}
 
 
 def stage_memory(model, seq_len: int, micro_batch: int, *, dp: int = 1, tp: int = 1,

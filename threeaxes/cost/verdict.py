@@ -89,6 +89,7 @@ def judge(model, cluster, global_batch: int, seq_len: int | None = None, *, conf
     broken = violations(model, cluster, global_batch, **rules,
                         allow_tp_across_nodes=assumptions.get("allow_tp_across_nodes", False),
                         allow_sharded_pp=assumptions.get("allow_sharded_pp", False),
+                        interleave=assumptions.get("interleave", "flexible"),
                         suggest_flags=False)
     result = None
     if not broken:

@@ -2,7 +2,13 @@
 count is stuck), and how the visible check asks a `bubble` answer.
 
 The scenario: GPT-3 175B on sixteen DGX A100-style nodes (128 A100 80GB
-GPUs), trained with Megatron-LM, a global batch of 52 sequences of its
+GPUs), trained with a Megatron-LM release from before Megatron Core 0.10,
+which the team's cluster image pins: its interleaved schedule moves
+micro-batches through each chunk in groups of exactly p, so it needs m to be
+a multiple of p (Narayanan et al. 2021, Section 2.2.2; since Core 0.10
+``--microbatch-group-size-per-virtual-pipeline-stage`` relaxes it, and p is
+still the default). The planner is told so (``interleave="group_p"`` in the
+scenario's assumptions). A global batch of 52 sequences of its
 2,048-token context (a small recipe: GPT-3 itself used about 3.2M tokens a
 step, Brown et al. 2020, Table 2.1), one sequence per micro-batch. The team
 runs `CURRENT`: dp=4, tp=4, pp=8 with ZeRO-1, selective recomputation and
@@ -22,7 +28,8 @@ from threeaxes.grading import as_number, sizing
 __all__ = ["SCENARIO", "CURRENT", "MICRO_BATCH", "BUBBLE_TARGET", "REFUSED", "BARE_REFUSAL",
            "value_or_refusal"]
 
-SCENARIO = sizing.scenario(get_model("175B"), get_cluster("a100-80gb", n_nodes=16), 52)
+SCENARIO = sizing.scenario(get_model("175B"), get_cluster("a100-80gb", n_nodes=16), 52,
+                           assumptions={"interleave": "group_p"})
 MICRO_BATCH = 1          # sequences per micro-batch: already the smallest there is
 BUBBLE_TARGET = 0.25     # idle share of a step the team will accept
 CURRENT = dict(dp=4, tp=4, pp=8, micro_batch=MICRO_BATCH, zero_stage=1, recompute="selective",

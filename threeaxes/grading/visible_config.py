@@ -62,6 +62,7 @@ def evaluate(spec: dict, config: dict):
 
     s = _scenario(spec["scenario"])
     flags = {k: s["assumptions"].get(k, False) for k in ("allow_tp_across_nodes", "allow_sharded_pp")}
+    flags["interleave"] = s["assumptions"].get("interleave", "flexible")
     rules = {k: v for k, v in config.items() if k != "sequence_parallel"}
     broken = [(v.rule, v.message) for v in violations(s["model"], s["cluster"], s["global_batch"],
                                                       **rules, **flags, suggest_flags=False)]

@@ -30,19 +30,23 @@ class BubbleMovesExplorer(_Explorer):
 
     dp follows from the GPUs, n_gpus / (tp * pp), so m = global_batch / (dp *
     micro_batch) moves only when dp does. A layout that breaks a rule shows every
-    broken rule (``cost.violations``) instead of a plot.
+    broken rule (``cost.violations``) instead of a plot. ``interleave`` is the
+    framework's rule for interleaving (``cost.interleave_group``; default
+    Megatron Core's "flexible", "group_p" for releases before Core 0.10).
     """
 
     title = "Bubble moves: the batch and micro-batch are fixed, the layout is yours"
 
     def __init__(self, model, cluster, global_batch: int, baseline: dict, *,
-                 bubble_target: float, seq_len: int | None = None, **initial):
+                 bubble_target: float, seq_len: int | None = None,
+                 interleave: str = "flexible", **initial):
         if not 0 < bubble_target < 1:
             raise ValueError(f"bubble_target={bubble_target} must be a fraction in (0, 1)")
         self.model, self.cluster = model, cluster
         self.global_batch, self.seq_len = int(global_batch), seq_len
         self.baseline, self.target = dict(baseline), float(bubble_target)
         self.micro_batch = self.baseline["micro_batch"]
+        self.interleave = interleave
         gpus = cluster.gpus_per_node
         c = {
             # tp up to two nodes' worth, so that crossing a node shows its rule
@@ -70,11 +74,13 @@ class BubbleMovesExplorer(_Explorer):
                              "choose a smaller tp or pp")
         config["dp"] = n // (tp * pp)
         rules = {k: x for k, x in config.items() if k != "sequence_parallel"}
-        broken = violations(self.model, self.cluster, self.global_batch, **rules)
+        broken = violations(self.model, self.cluster, self.global_batch, **rules,
+                            interleave=self.interleave)
         if broken:
             raise ValueError(f"dp={config['dp']} tp={tp} pp={pp}: "
                              + " | ".join(v.message for v in broken))
-        return plan(self.model, self.cluster, self.global_batch, self.seq_len, **config)
+        return plan(self.model, self.cluster, self.global_batch, self.seq_len, **config,
+                    interleave=self.interleave)
 
     def compute(self) -> MoveData:
         result = self._plan(self.values())
