@@ -396,6 +396,18 @@ def code_places(nb):
     return list(enumerate(cells))
 
 
+def _matches(known: dict, ids: set, cell, index: int) -> bool:
+    """Whether `cell` at place `index` is the instructor's cell of that place (`known`: the
+    source's instructor cells by place): the same code and grade id, and its own cell id, or
+    one the source does not hold (a notebook saved without cell ids, as an old Jupyter or
+    Colab may, gets new random ones; another instructor cell's id is not its own)."""
+    if _is_written(cell):
+        return False
+    mine, theirs = place_of(cell, index), known.get(index)
+    return (theirs is not None and mine.source == theirs.source and mine.grade_id == theirs.grade_id
+            and (mine.cell_id == theirs.cell_id or mine.cell_id not in ids))
+
+
 def _is_written(cell) -> bool:
     about = cell.get("metadata", {}).get("nbgrader", {}) or {}
     return bool(about.get("solution") or about.get("grade"))
@@ -417,6 +429,8 @@ class Guard:
     def __init__(self, exercises: list[Exercise], instructor_cells=()):
         self.exercises = exercises
         self.instructors = frozenset(instructor_cells)
+        self._known = {p.index: p for p in self.instructors}
+        self._ids = {p.cell_id for p in self.instructors if p.cell_id}
         self.forbidden = {e.answer: {definition(n): n for n in e.forbid} for e in exercises}
         self.judged: set[str] = set()          # test cells already judged
         self.borrowed: dict[str, tuple] = {}   # answer id: (name, where)
@@ -435,7 +449,7 @@ class Guard:
 
     def is_instructors(self, cell, index: int) -> bool:
         """Whether `cell`, the notebook's place `index`, is the instructor's cell of that place."""
-        return not _is_written(cell) and place_of(cell, index) in self.instructors
+        return _matches(self._known, self._ids, cell, index)
 
     def enter(self, cell, index: int) -> bool:
         """`cell` (place `index`) is about to run; whether it is the instructor's. The first
@@ -607,11 +621,12 @@ def instructor_places(nb) -> tuple[Place, ...]:
 def opening_is_instructors(nb, instructors) -> bool:
     """Whether every code cell before `nb`'s first answer or test cell is the instructor's
     cell of its place (`instructors`: `instructor_cells` of the source notebook)."""
-    known = frozenset(instructors)
+    known = {p.index: p for p in instructors}
+    ids = {p.cell_id for p in known.values() if p.cell_id}
     for index, cell in code_places(nb):
         if _is_written(cell):
             return True
-        if place_of(cell, index) not in known:
+        if not _matches(known, ids, cell, index):
             return False
     return True
 

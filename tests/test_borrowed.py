@@ -186,8 +186,12 @@ def test_an_instructor_cell_is_known_by_its_place_and_id_not_its_text():
     guard = borrowed.Guard([_exercise("a_answer", "a_test"), _exercise("b_answer", "b_test")], places)
     assert guard.enter(moved.cells[0], 0)
     assert not guard.enter(copy, 1) and guard.refuses(PATH)               # the copy is the student's
-    renamed = _cell(explore.source, id="another-id")                      # the text at its place, another id
-    assert not borrowed.Guard([], places).is_instructors(renamed, 3)
+    borrowed_id = _cell(explore.source, id="demo")                        # the text at its place, another
+    assert not borrowed.Guard([], places).is_instructors(borrowed_id, 3)   # instructor cell's id
+    fresh_id = _cell(explore.source, id="f00dcafe")     # a notebook saved without ids gets random ones
+    assert borrowed.Guard([], places).is_instructors(fresh_id, 3)
+    assert not borrowed.Guard([], places).is_instructors(_cell("explore() ", id="explore"), 2)   # moved
+    assert not borrowed.Guard([], places).is_instructors(_cell("explore(1)", id="explore"), 3)   # changed
     assert not borrowed.Guard([], places).is_instructors(_cell("demo()", id="demo", grade=True,
                                                                solution=True, grade_id="x"), 0)
 
