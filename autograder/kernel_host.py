@@ -1,6 +1,6 @@
 """The process that holds a drop's kernels, inside the sandbox.
 
-    python -m autograder.kernel_host '<settings JSON>'
+    python -m autograder.kernel_host      # the settings JSON, one line, first on stdin
 
 It isolates itself first (`autograder.sandbox.isolate`), then answers the grader
 one JSON line at a time on stdin:
@@ -37,8 +37,8 @@ from autograder.cell_runner import CellRunner
 from autograder.forked_kernel import TIMEOUT, Kernel, dumps
 
 
-def main(argv=None) -> None:
-    settings = json.loads((argv or sys.argv[1:])[0])
+def main() -> None:
+    settings = json.loads(sys.stdin.readline())
     budget.join(settings.get("cgroup_procs", []))   # before anything starts: all of it in one budget
     sandbox.die_with_parent()
     replies = os.fdopen(os.dup(1), "w", buffering=1)

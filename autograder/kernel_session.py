@@ -81,9 +81,16 @@ class KernelHost:
         settings["cgroup_procs"] = self._budget.procs_files
         self._log = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "autograder.kernel_host", json.dumps(settings)],
+            [sys.executable, "-m", "autograder.kernel_host"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True,
             cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, start_new_session=True)
+        # the settings on the first line of its input, not in argv: the assignment's files
+        # travel in them, and a command line holds no more than about 128 kB
+        try:
+            self._proc.stdin.write(json.dumps(settings) + "\n")
+            self._proc.stdin.flush()
+        except OSError:   # it died at once; the missing reply below says so
+            pass
         self._replies: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self.alive = True
