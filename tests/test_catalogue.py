@@ -48,3 +48,49 @@ def test_solution_passes_and_each_mistake_is_named_without_the_case(path, drop, 
         said = str(caught.value)
         assert says in said or "raised" in said, (name, said)
         assert not any(repr(args) in said for args in drawn), "the hidden case is shown"
+
+
+def _fixed_answers():
+    """(notebook, drop, answer, test cell source) for each exercise whose visible check stores
+    only the form of one fixed answer (threeaxes.grading.visible.shape)."""
+    from threeaxes.grading import visible
+
+    found = []
+    for path in sorted((ROOT / "source").glob("drop*/*.ipynb")):
+        drop = path.parent.name[:6]
+        try:
+            stored = visible.load(drop)
+        except FileNotFoundError:
+            continue
+        cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source
+                 for c in nbformat.read(path, as_version=4).cells}
+        for answer, spec in stored.items():
+            if spec.get("sealed"):
+                found += [(path, drop, answer, cells[test]) for test in catalogue.exercise(drop, answer)["tests"]]
+    return found
+
+
+FIXED = _fixed_answers()
+
+
+@pytest.mark.parametrize("path, drop, answer, source", FIXED, ids=lambda v: str(v)[-30:])
+def test_a_fixed_answers_hidden_test_checks_its_value_and_names_each_mistake(path, drop, answer, source):
+    """Its visible check stores the form alone (issue 32), so the value is checked, and each
+    catalogued mistake named, by the hidden test: `catalogue.judge_fixed`."""
+    hidden = source.split("### BEGIN HIDDEN TESTS")[1]
+    call = re.search(rf'catalogue\.judge_fixed\("{drop}", "{answer}",[^\n]*(\n[^\n]*)?', hidden)
+    assert call, f"{drop} {answer}: the hidden test should check the value with catalogue.judge_fixed"
+    part = re.search(r'part="(\w+)"', call.group(0))
+    part = part.group(1) if part else None
+    nb = nbformat.read(path, as_version=4)
+    spec = catalogue.exercise(drop, answer)["visible"]
+    solution = cases.defined(cases.solution_code(nb, answer), spec["call"], spec.get("setup", []))
+    catalogue.judge_fixed(drop, answer, solution, part=part)
+    named = 0
+    for name, (wrong, says) in catalogue.mistakes(drop, answer).items():
+        try:
+            catalogue.judge_fixed(drop, answer, wrong, part=part)
+        except AssertionError as caught:
+            assert says in str(caught) or "should" in str(caught), (name, str(caught))
+            named += 1
+    assert named >= (1 if part else len(catalogue.mistakes(drop, answer)))

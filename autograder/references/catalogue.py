@@ -102,3 +102,34 @@ def judge(drop: str, answer: str, student, cases) -> None:
         raise AssertionError(f"on a case drawn at grading: {named[0]}")
     raise AssertionError(f"on a case drawn at grading, {spec['call']} is not right; "
                          f"{spec.get('otherwise', 'check it against the text above')}")
+
+
+def judge_fixed(drop: str, answer: str, student, part=None) -> None:
+    """A fixed answer's value, checked here in the grader: its visible check stores only
+    its form (threeaxes.grading.visible.shape), so the value and the catalogued mistakes'
+    values are computed now, from the reference and the mistakes' code. AssertionError
+    naming the mistake the student's value equals (on `part` of it, where given: a dict
+    key or tuple index this test cell grades), or saying what to check."""
+    spec = exercise(drop, answer)["visible"]
+    rel = spec.get("rel", visible.REL)
+    pick = (lambda v: v) if part is None else (lambda v: visible._pick(v, part))
+    reference, wrong = _reference(drop, spec), mistakes(drop, answer)
+    for args in spec["args"]:
+        where = visible._call(spec, args) + ("" if part is None else f"[{part!r}]")
+        got = visible.plain(visible._answer_for(spec, student, args), spec["form"], visible._call(spec, args))
+        want = visible.plain(reference(*args), spec["form"], "reference")
+        if visible.same(pick(got), pick(want), rel):
+            continue
+        named = [says for fn, says in wrong.values()
+                 if visible.same(pick(_fixed_value(spec, fn, args)), pick(got), rel)]
+        if named:
+            raise AssertionError(f"{where} = {visible._short(pick(got))}: {named[0]}")
+        raise AssertionError(f"{where} = {visible._short(pick(got))} is not right; "
+                             f"{spec.get('otherwise', 'check it against the text above')}")
+
+
+def _fixed_value(spec, fn, args):
+    try:
+        return visible.plain(visible._answer_for(spec, fn, args), spec["form"], spec["call"])
+    except Exception:  # noqa: BLE001 - a mistake that raises here is told apart by raising
+        return None
