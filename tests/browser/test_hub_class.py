@@ -1,0 +1,329 @@
+"""A class on the course's JupyterHub, in headless Chromium: the hub `make hub` starts
+(autograder/hub.py, hub/jupyterhub_config.py), on loopback, with real Unix accounts.
+
+1. the instructor releases drop 1 to the exchange (python -m autograder.exchange release);
+2. ada logs in with her password, opens nbgrader's Assignments tab, sees the drop, fetches
+   it, opens it from the tab, writes the solutions and runs it top to bottom (its ranks
+   launch inside her server), saves, and submits from the tab;
+3. bo does the same with a typical mistake (grading.json's forgets_master_copy) in one
+   answer; cy only looks (the drop is listed for her) and hands in nothing;
+4. the instructor collects, grades with the course's grading and releases feedback
+   (python -m autograder.exchange collect, grade, feedback), logs in and sees both
+   scores in the formgrader;
+5. ada and bo fetch their feedback from the tab and read their own score, bo the
+   sentence that names his mistake; neither reaches the other's server, submission or
+   feedback, through the hub or as their own account in a shell;
+6. what goes wrong (section 5 of issue 35): a student without a home folder, and an
+   exchange others cannot write to, are refused with the fix in the message.
+
+Root only (it adds the accounts, and removes them and their homes after); it skips,
+saying why, without root, Chromium, or where jupyterhub and its proxy cannot be
+installed (autograder.hub installs them once into a cache). A screenshot of every step
+lands in the test's own folder (pytest's tmp_path, printed; THREEAXES_HUB_SCREENSHOTS=<dir>
+copies them there too), the last one named after the step that failed.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+from pathlib import Path
+
+import nbformat
+import pytest
+from hub_page import (COURSE, LISTS, OPEN_FROM_TAB, SET_SOURCE, Shots, click, log_in,
+                      open_assignments_tab, row, save)
+from lab_page import (CELL_TEXT, KERNEL_IDLE, RUN_CELL, chromium, open_notebook, require_browser, run_all, wait_for,
+                      wait_for_python)
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from grading_harness import Course, answer_ids, load_drop, solution_of  # noqa: E402
+
+from autograder import hub  # noqa: E402
+
+DROP = "drop01-three-kinds-of-parallel"
+MISTAKE = "forgets_master_copy"
+PREFIX = "taxhub-"
+INSTRUCTOR = PREFIX + "teach"
+ADA, BO, CY, DEE = (PREFIX + n for n in ("ada", "bo", "cy", "dee"))   # dee: an account with no home
+
+
+def _why_not() -> str | None:
+    if not sys.platform.startswith("linux") or os.geteuid() != 0:
+        return "the hub test adds Unix accounts and runs the hub with PAM: it needs root on Linux"
+    if not shutil.which("useradd") or not shutil.which("chpasswd"):
+        return "no useradd/chpasswd here"
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        return "no Node.js/npm for configurable-http-proxy (apt-get install nodejs npm)"
+    return None
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")]
+
+
+def _remove_accounts() -> None:
+    for name in (INSTRUCTOR, ADA, BO, CY, DEE):
+        if hub.has_account(name):
+            home = Path(hub.pwd_entry(name).pw_dir)
+            subprocess.run(["userdel", name], capture_output=True)
+            if home.name == name and home.parent == Path("/home"):
+                shutil.rmtree(home, ignore_errors=True)
+
+
+def _as(name: str, *argv: str) -> subprocess.CompletedProcess:
+    """A command as `name`'s own account, as in a terminal of theirs."""
+    entry = hub.pwd_entry(name)
+    return subprocess.run(list(argv), user=entry.pw_uid, group=entry.pw_gid, extra_groups=[], cwd="/",
+                          env={"HOME": entry.pw_dir, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+                          capture_output=True, text=True, timeout=60)
+
+
+class Instructor:
+    """The instructor's steps, `python -m autograder.exchange release|collect|grade|feedback`, in
+    this process (what its main() calls: a new interpreter and nbgrader import per step costs
+    tens of seconds on a loaded 2-core machine), in the course folder with the hub's nbgrader
+    config; the folder is handed back to the instructor's account after each step (their
+    formgrader writes the gradebook)."""
+
+    def __init__(self, course: Path, state: Path, home: Path):
+        self.course, self.state, self.home = course, state, home
+        home.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, step, *args):
+        from autograder import exchange
+
+        t0 = time.perf_counter()
+        saved, here = dict(os.environ), os.getcwd()
+        for var in [v for v in os.environ if v.startswith("JUPYTER")]:
+            del os.environ[var]
+        os.environ.update(HOME=str(self.home), JUPYTER_CONFIG_PATH=str(self.state / "jupyter" / "instructor"))
+        os.chdir(self.course)
+        try:
+            course = exchange.load_course(self.course)
+            if step == "roster":
+                with course.gradebook() as gb:
+                    for name in args:
+                        gb.update_or_create_student(name, first_name=name.split("-")[1].title(), last_name="Student")
+                return ""
+            steps = {"release": exchange.release, "collect": exchange.collect,
+                     "feedback": exchange.release_feedback}
+            if step == "grade":
+                return str(exchange.grade(course, list(args), 2, progress=None))
+            return steps[step](course, list(args))
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+            os.chdir(here)
+            entry = hub.pwd_entry(INSTRUCTOR)
+            subprocess.run(["chown", "-R", f"{entry.pw_uid}:{entry.pw_gid}", str(self.course)], check=True)
+            print(f"instructor: {step} {time.perf_counter() - t0:.1f} s", flush=True)
+
+
+def _spawn_refused(class_hub: hub.Hub, name: str) -> str:
+    """The message the hub gives for a server that may not start (the page shows the same)."""
+    try:
+        class_hub.api("POST", f"/users/{name}/server")
+    except urllib.error.HTTPError as error:
+        return error.read().decode()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:    # a slow refusal arrives as a failed spawn
+        user = class_hub.api("GET", f"/users/{name}")
+        if not (user.get("servers") or {}).get(""):
+            break
+        time.sleep(0.3)
+    progress = class_hub.request("GET", f"/hub/api/users/{name}/server/progress", raw=True, timeout=30)
+    return progress
+
+
+def test_a_class_on_the_hub_in_chromium(released, tmp_path):
+    require_browser()
+    try:
+        done = hub.install(accounts=True, log=lambda line: print(line, flush=True))
+    except hub.HubError as why:
+        pytest.skip(f"jupyterhub and configurable-http-proxy could not be installed: {why}")
+    base = Path(tempfile.mkdtemp(prefix="threeaxes-hub-test-"))
+    base.chmod(0o755)
+    shots_dir = tmp_path / "screenshots"            # the test's own folder: pytest keeps the last runs'
+    print(f"\nscreenshots of each step: {shots_dir}", flush=True)
+    times, t0 = {}, time.perf_counter()
+
+    def lap(name):
+        times[name] = time.perf_counter() - t0 - sum(times.values())
+
+    drop = load_drop(ROOT / "source" / DROP)
+    mistake = next(m for m in drop.mistakes if m.name == MISTAKE)
+    _remove_accounts()          # left over from a run that was killed
+    passwords = {name: f"pw-{name}-{os.urandom(4).hex()}" for name in (INSTRUCTOR, ADA, BO, CY, DEE)}
+    class_hub, driver, shots, step = None, None, None, "setting up"
+    try:
+        for name, password in passwords.items():
+            hub.make_account(name, password)
+        shutil.rmtree(hub.pwd_entry(DEE).pw_dir)               # section 5: a student whose home is gone
+        course = Course(base / "instructor", [DROP], released=released).root
+        instructor = Instructor(course, base / "state", base / "instructor")
+        entry = hub.pwd_entry(INSTRUCTOR)
+        subprocess.run(["chown", "-R", f"{entry.pw_uid}:{entry.pw_gid}", str(course)], check=True)
+        cfg = hub.Settings(state=base / "state", students=[ADA, BO, CY, DEE], instructor=INSTRUCTOR,
+                           course=course, accounts=True, port=hub.free_port(),
+                           server_args=("--LabApp.expose_app_in_browser=True",))
+        settings = hub.prepare(cfg, done)
+        class_hub = hub.Hub(settings, done)
+        lap("accounts made, hub started")
+
+        step = "what goes wrong: no home, an exchange closed to others"
+        said = _spawn_refused(class_hub, DEE)
+        assert "home folder" in said and f"chown {DEE}" in said, said
+        exchange = Path(settings["exchange"])
+        exchange.chmod(0o755)
+        said = _spawn_refused(class_hub, CY)
+        exchange.chmod(0o777)
+        assert "chmod ugo+rwx" in said and str(exchange) in said, said
+
+        step = "spawning every server through the REST API"
+        spawned = {}
+        threads = [threading.Thread(target=lambda n=n: spawned.update({n: class_hub.spawn(n)}))
+                   for n in (ADA, BO, CY, INSTRUCTOR)]
+        for thread in threads:
+            thread.start()
+        step = "releasing the drop"
+        instructor("roster", ADA, BO, CY)             # nbgrader db student import roster.csv
+        instructor("release", DROP)
+        driver = chromium(base)
+        shots = Shots(driver, shots_dir)
+        for thread in threads:
+            thread.join()
+        assert set(spawned) == {ADA, BO, CY, INSTRUCTOR}, spawned
+        lap("drop released, browser and four servers started")
+
+        notebook = f"{DROP}/{DROP}.ipynb"
+        source = nbformat.read(course / "source" / DROP / f"{DROP}.ipynb", as_version=4)
+        for name in (ADA, BO, CY):
+            step = f"{name}: log in, the Assignments tab"
+            log_in(driver, class_hub.url, name, passwords[name])
+            shots(f"{name} logged in")
+            open_assignments_tab(driver)
+            listed = row(driver, "released", DROP)
+            shots(f"{name} assignments tab")
+            assert listed["buttons"] == ["Fetch"], listed
+            if name == CY:
+                continue                                   # cy hands in nothing
+            step = f"{name}: fetch, open from the tab"
+            click(driver, "released", DROP, "Fetch")
+            row(driver, "fetched", DROP)
+            wait_for(driver, OPEN_FROM_TAB, DROP, DROP, what="the notebook's link in the fetched row")
+            open_notebook(driver, notebook)
+            shots(f"{name} opened the drop")
+            if name == ADA:
+                step = "ada: the solutions, Run All (ranks launch in her server)"
+                for grade_id in answer_ids(source):
+                    assert driver.execute_script(SET_SOURCE, notebook, grade_id, solution_of(source, grade_id)) is None
+                run_all(driver, notebook)
+            else:
+                step = "bo: a typical mistake, its check names it"
+                wait_for(driver, KERNEL_IDLE, notebook, what="bo's kernel to start")
+                shown = driver.execute_async_script(RUN_CELL, notebook, mistake.answer, mistake.code)
+                assert "error" not in shown, shown
+                wait_for(driver, KERNEL_IDLE, notebook, what="bo's kernel to run his answer")
+                checked = driver.execute_async_script(RUN_CELL, notebook, mistake.loses[0], None)
+                wait_for(driver, KERNEL_IDLE, notebook, what="bo's kernel to run the check")
+                seen = []
+                wait_for_python(lambda: mistake.feedback in (seen.append(driver.execute_script(
+                    CELL_TEXT, notebook, checked["index"])) or seen[-1]), what="the check's message", timeout=60)
+            save(driver, notebook)
+            shots(f"{name} answered and saved")
+            step = f"{name}: submit from the tab"
+            open_assignments_tab(driver)
+            click(driver, "fetched", DROP, "Submit")
+            row(driver, "submitted", DROP)
+            shots(f"{name} submitted")
+            lap(f"{name} fetched, worked and submitted")
+
+        step = "the instructor: collect, grade, feedback"
+        collected = instructor("collect", DROP)
+        assert ADA in collected and BO in collected and CY not in collected, collected
+        graded = instructor("grade", DROP)
+        scores = {line.split()[0]: line.split(": ", 1)[1].split(" / ")
+                  for line in graded.splitlines() if line.startswith(PREFIX)}
+        assert float(scores[ADA][0]) == sum(drop.points.values()) > float(scores[BO][0]), graded
+        instructor("feedback", DROP)
+        lap("collected, graded, feedback released")
+
+        step = "the instructor sees the scores in the formgrader"
+        log_in(driver, class_hub.url, INSTRUCTOR, passwords[INSTRUCTOR])
+        driver.get(f"{class_hub.url}/user/{INSTRUCTOR}/formgrader/manage_submissions/{DROP}")
+        table = wait_for(driver, "const t = document.body.innerText; return t.includes(arguments[0]) "
+                         "&& t.includes(arguments[1]) ? t : null;", ADA, BO,
+                         what="the formgrader's submissions of the drop")
+        shots("formgrader submissions")
+        for name in (ADA, BO):
+            line = next(ln for ln in table.splitlines() if name in ln)
+            assert f"{float(scores[name][0]):g}" in line.replace(".0 ", " ").replace(".00", ""), (name, line)
+        lap("formgrader shows the scores")
+
+        for name in (ADA, BO):
+            step = f"{name}: fetch feedback from the tab, read it"
+            log_in(driver, class_hub.url, name, passwords[name])
+            open_assignments_tab(driver)
+            click(driver, "submitted", DROP, "Fetch Feedback")
+            wait_for(driver, "const t = document.getElementById(arguments[0]); "
+                     "return t && t.innerText.includes('view feedback');", LISTS["submitted"],
+                     what=f"{name}'s '(view feedback)' link")
+            shots(f"{name} fetched feedback")
+            listing = class_hub.request("GET", f"/user/{name}/assignments?course_id={COURSE}")
+            path = next(sub["local_feedback_path"] for a in listing["value"] if a["status"] == "submitted"
+                        for sub in a.get("submissions", [a]) if sub.get("local_feedback_path"))
+            home = hub.pwd_entry(name).pw_dir
+            path = os.path.relpath(path, home) if os.path.isabs(path) else path
+            path = f"{path}/{DROP}.html"                       # feedback/<timestamp>/<notebook>.html
+            driver.get(f"{class_hub.url}/user/{name}/files/{path}")
+            page = wait_for(driver, "return document.body && document.body.innerText;", what="the feedback page")
+            shots(f"{name} reads feedback")
+            assert f"{float(scores[name][0]):g}" in page or scores[name][0] in page, page[:2000]
+            assert (mistake.feedback in page) == (name == BO), (name, mistake.feedback)
+            other = BO if name == ADA else ADA
+            assert other not in page
+            step = f"{name}: the other's server and feedback are out of reach"
+            driver.get(f"{class_hub.url}/user/{other}/files/{path.replace(name, other)}")
+            time.sleep(1)
+            assert "Score" not in driver.execute_script("return document.body.innerText;")
+            shots(f"{name} tries {other}'s feedback")
+        lap("feedback fetched and read")
+
+        step = "as their own accounts (a terminal): no one lists another's work"
+        inbound = exchange / COURSE / "inbound"
+        feedback_folder = exchange / COURSE / "feedback"
+        assert len(os.listdir(inbound)) == 2
+        for name, other in ((ADA, BO), (BO, ADA), (CY, ADA)):
+            for folder in (inbound, feedback_folder, Path(hub.pwd_entry(other).pw_dir)):
+                done_ls = _as(name, "ls", str(folder))
+                assert done_ls.returncode != 0, (name, folder, done_ls.stdout)
+        assert not list(Path(hub.pwd_entry(CY).pw_dir).glob(f"{DROP}*"))
+        browser_console = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        print("browser console errors (not failing the test):", len(browser_console))
+        for entry in browser_console[:10]:
+            print("  ", entry["message"][:300])
+        lap("isolation checked")
+    except BaseException:
+        if shots is not None:
+            shots(f"FAILED at {step}")
+        print(f"\nfailed at: {step}; screenshots in {shots_dir}; the hub's log: {base / 'state' / 'jupyterhub.log'}")
+        if (base / "state" / "jupyterhub.log").exists():
+            print((base / "state" / "jupyterhub.log").read_text()[-6000:])
+        raise
+    finally:
+        if driver is not None:
+            driver.quit()
+        if class_hub is not None:
+            class_hub.stop()
+        _remove_accounts()
+        total = time.perf_counter() - t0
+        print(f"\nhub class session {total:.1f} s: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
+        if os.environ.get("THREEAXES_HUB_SCREENSHOTS") and shots_dir.exists():   # a folder to copy them to
+            shutil.copytree(shots_dir, os.environ["THREEAXES_HUB_SCREENSHOTS"], dirs_exist_ok=True)
+        shutil.rmtree(base, ignore_errors=True)
