@@ -48,11 +48,28 @@ DROPS = [
     (14, 4, "Defend a (DP, TP, PP) tuple for a 70B model on 64 GPUs", "drop14-defend-70b-on-64"),
 ]
 
+# The minutes of each drop's core, as the course plan gives them (autograder/drop_minutes.py
+# measures the cores against them, tests/test_drop_minutes.py too).
+MINUTES = {1: 6, 2: 6, 3: 7, 4: 7, 5: 7, 6: 7, 7: 7, 8: 8, 9: 7, 10: 7, 11: 7, 12: 8, 13: 8, 14: 8}
+
+# Each drop's points, (core, extra credit): the graded cells of its core are the drop's grade,
+# those of its "Going deeper" sections extra credit (hand-graded written answers included).
+# Drops 7, 9, 10, 12, 13 and 14 are not split yet (issue 34): all their points are the grade.
+POINTS = {1: (2, 5), 2: (3, 3), 3: (3, 3), 4: (2, 5), 5: (1, 6), 6: (2, 3), 7: (5, 0), 8: (2, 4),
+          9: (6, 0), 10: (8, 0), 11: (3, 5), 12: (8, 0), 13: (9, 0), 14: (9, 0)}
+
+
+def points_text(number: int) -> str:
+    core, extra = POINTS[number]
+    return f"{core} + {extra} extra credit" if extra else f"{core}"
+
 
 def course_map_markdown(link_prefix: str = "release/") -> str:
-    """The course map as a Markdown table; released drops link to their notebook."""
-    rows = ["| phase | drop | title |", "| --- | --- | --- |"]
+    """The course map as a Markdown table; released drops link to their notebook. Each row
+    gives the minutes of the drop's core and its points: the core's, which are the drop's
+    grade, and the "Going deeper" sections', which are extra credit."""
+    rows = ["| phase | drop | title | minutes | points |", "| --- | --- | --- | --- | --- |"]
     for number, phase, title, folder in DROPS:
         cell = f"[{title}]({link_prefix}{folder}/{folder}.ipynb)" if folder else f"{title} *(not written yet)*"
-        rows.append(f"| {phase} {PHASES[phase]} | {number} | {cell} |")
+        rows.append(f"| {phase} {PHASES[phase]} | {number} | {cell} | {MINUTES[number]} | {points_text(number)} |")
     return "\n".join(rows)
