@@ -11,8 +11,10 @@ writes a marker of their own into an answer cell through the contents API; half 
 the drop, half hand it in blank, and student 0 submits twice (blank, then solved). It
 then checks that every submission was collected once and graded, the later one of the
 student who submitted twice, and that every feedback page came back to its owner only
-(its marker, its score), and prints the times: hub start, a server's spawn (median and
-slowest, `--batch` at once), fetch and submit under load, collect, grade, feedback.
+(its marker, its score). Between submit and collect the hub is restarted, as in the middle
+of a class: its users and every submission must still be there. It prints the times: hub
+start, a server's spawn (median and slowest, `--batch` at once), fetch and submit under
+load, the restart, collect, grade, feedback.
 """
 from __future__ import annotations
 
@@ -144,6 +146,22 @@ def main(argv=None) -> int:
             figures["submit, 20 at once (all done)"] = time.perf_counter() - t0
         assert all(r["success"] for r, _ in submitted), [r for r, _ in submitted if not r["success"]][:2]
         figures["submit, slowest request"] = max(t for _, t in submitted)
+
+        # the hub restarted in the middle of the class: its users, their logins and everything
+        # submitted stay; the servers start again on the next visit (here: through the REST API)
+        t0 = time.perf_counter()
+        class_hub.stop()
+        class_hub = hub.Hub(settings, done)
+        figures["hub restart (stop, start)"] = time.perf_counter() - t0
+        known = {u["name"] for u in class_hub.api("GET", "/users")}
+        assert set(students) <= known, sorted(set(students) - known)
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(args.batch) as pool:
+            list(pool.map(class_hub.spawn, students))
+        figures["all servers started again after the restart"] = time.perf_counter() - t0
+        for name in students[:3]:
+            listing = class_hub.request("GET", f"/user/{name}/assignments?course_id={hub.COURSE_ID}")
+            assert any(a["status"] == "submitted" for a in listing["value"]), (name, listing)
 
         collected = instructor("-m", "autograder.exchange", "collect", DROP)
         graded = instructor("-m", "autograder.exchange", "grade", DROP, "--jobs", "2")

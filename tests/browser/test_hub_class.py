@@ -6,7 +6,7 @@
    it, opens it from the tab, writes the solutions and runs it top to bottom (its ranks
    launch inside her server), saves, and submits from the tab;
 3. bo does the same with a typical mistake (grading.json's forgets_master_copy) in one
-   answer; cy only looks (the drop is listed for her) and hands in nothing;
+   answer; cy, on the roster, hands in nothing;
 4. the instructor collects, grades with the course's grading and releases feedback
    (python -m autograder.exchange collect, grade, feedback), logs in and sees both
    scores in the formgrader;
@@ -64,7 +64,9 @@ def _why_not() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why_not() is not None, reason=_why_not() or ""),
+              # nbgrader's own release_feedback (a typo of its own in 0.9.6), as in test_exchange_accounts.py
+              pytest.mark.filterwarnings("ignore:Passing unrecognized arguments to super\\(ExchangeReleaseFeedback")]
 
 
 def _remove_accounts() -> None:
@@ -186,9 +188,9 @@ def test_a_class_on_the_hub_in_chromium(released, tmp_path):
         assert "chmod ugo+rwx" in said and str(exchange) in said, said
 
         step = "spawning every server through the REST API"
-        spawned = {}
+        spawned = {}            # the three servers start while the drop is released and the browser starts
         threads = [threading.Thread(target=lambda n=n: spawned.update({n: class_hub.spawn(n)}))
-                   for n in (ADA, BO, CY, INSTRUCTOR)]
+                   for n in (ADA, BO, INSTRUCTOR)]
         for thread in threads:
             thread.start()
         step = "releasing the drop"
@@ -196,14 +198,11 @@ def test_a_class_on_the_hub_in_chromium(released, tmp_path):
         instructor("release", DROP)
         driver = chromium(base)
         shots = Shots(driver, shots_dir)
-        for thread in threads:
-            thread.join()
-        assert set(spawned) == {ADA, BO, CY, INSTRUCTOR}, spawned
-        lap("drop released, browser and four servers started")
+        lap("drop released, browser started")
 
         notebook = f"{DROP}/{DROP}.ipynb"
         source = nbformat.read(course / "source" / DROP / f"{DROP}.ipynb", as_version=4)
-        for name in (ADA, BO, CY):
+        for name in (ADA, BO):                             # cy never comes: she hands in nothing
             step = f"{name}: log in, the Assignments tab"
             log_in(driver, class_hub.url, name, passwords[name])
             shots(f"{name} logged in")
@@ -211,8 +210,6 @@ def test_a_class_on_the_hub_in_chromium(released, tmp_path):
             listed = row(driver, "released", DROP)
             shots(f"{name} assignments tab")
             assert listed["buttons"] == ["Fetch"], listed
-            if name == CY:
-                continue                                   # cy hands in nothing
             step = f"{name}: fetch, open from the tab"
             click(driver, "released", DROP, "Fetch")
             row(driver, "fetched", DROP)
@@ -255,6 +252,9 @@ def test_a_class_on_the_hub_in_chromium(released, tmp_path):
         lap("collected, graded, feedback released")
 
         step = "the instructor sees the scores in the formgrader"
+        for thread in threads:
+            thread.join()
+        assert set(spawned) == {ADA, BO, INSTRUCTOR}, spawned
         log_in(driver, class_hub.url, INSTRUCTOR, passwords[INSTRUCTOR])
         driver.get(f"{class_hub.url}/user/{INSTRUCTOR}/formgrader/manage_submissions/{DROP}")
         table = wait_for(driver, "const t = document.body.innerText; return t.includes(arguments[0]) "
