@@ -4,7 +4,8 @@
     python -m autograder.judge_check --no-isolate ...    # no sandbox (quicker to debug)
 
 The notebook's own cells run in a (sandboxed) kernel, its test cells in this
-process against the kernel's answers (autograder/execute.py). For a drop's
+process against the kernel's answers (autograder/execute.py), with the drop's
+withheld functions answered and guarded as in grading (autograder/borrowed.py). For a drop's
 author: a solved notebook must pass every test cell here, as it does in
 JupyterLab.
 """
@@ -12,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 
 def main(argv=None) -> int:
@@ -20,6 +23,7 @@ def main(argv=None) -> int:
     # again, and nbgrader's import would cost each of them seconds
     import nbformat
 
+    from autograder import borrowed
     from autograder.execute import run_notebook
     from autograder.judge import is_test_cell
     from autograder.kernel_session import KernelSession
@@ -31,9 +35,22 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     nb = nbformat.read(args.notebook, as_version=4)
     start = time.perf_counter()
-    with KernelSession(isolate=not args.no_isolate, timeout=args.timeout) as kernel:
-        print("sandbox:", kernel.sandbox)
-        run_notebook(nb, kernel, args.timeout)
+    # the drop's withheld functions and its guard, as grading has them (autograder/borrowed.py):
+    # an instructor's cell that calls one an open exercise forbids fails here as it does there
+    path = Path(args.notebook).resolve()
+    instructors = borrowed.instructors_cells_of(path.parent.name, path.stem, Path.cwd())
+    guard = borrowed.guard_for(path.parent.name, instructors, Path.cwd())
+    with tempfile.TemporaryDirectory(prefix="threeaxes-oracle-") as folder:
+        oracle = borrowed.Oracle(guard.paths, Path(folder)) if guard else None
+        try:
+            with KernelSession(isolate=not args.no_isolate, timeout=args.timeout,
+                               package=borrowed.package_for(guard.paths) if guard else None,
+                               oracle_socket=oracle.socket_path if oracle else None) as kernel:
+                print("sandbox:", kernel.sandbox)
+                run_notebook(nb, kernel, args.timeout, guard, oracle)
+        finally:
+            if oracle:
+                oracle.close()
     failed = 0
     for cell in nb.cells:
         if cell.cell_type == "code" and not is_test_cell(cell):
