@@ -122,6 +122,20 @@ def measure(number: int, root: Path = ROOT) -> dict:
                        "extra": sum(c["metadata"]["nbgrader"].get("points", 0) for c in graded(depth))}}
 
 
+def grade_ids(number: int, root: Path = ROOT) -> dict:
+    """{"core": [...], "extra": [...]}: the grade ids of the drop's graded cells (test cells and
+    written answers), those of its core (the drop's grade) and of its optional sections (extra
+    credit), for whatever presents the points (grades.csv, the class report)."""
+    name = folder(number)
+    core, depth, _ = split(json.loads((root / "source" / name / f"{name}.ipynb").read_text()))
+
+    def ids(cells):
+        return [c["metadata"]["nbgrader"]["grade_id"] for _, c in cells
+                if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
+
+    return {"core": ids(core), "extra": ids(depth)}
+
+
 def problems(m: dict) -> list[str]:
     found = []
     if m["core_minutes"] > m["promised"]:

@@ -115,3 +115,14 @@ def test_jupyterlab_ends_a_section_at_a_heading_in_the_middle_of_a_cell():
                   ("code", "x = 1", {}))
     assert [k for k, _ in drop_minutes.split(nb)[1]] == [1, 2, 3]                 # the model's reading
     assert [k for k, _ in drop_minutes.split(nb, anywhere=True)[1]] == [1]       # what JupyterLab folds
+
+
+@pytest.mark.parametrize("number", [n for n in NUMBERS if n not in NOT_YET_CUT])
+def test_grade_ids_split_the_drops_graded_cells_into_grade_and_extra_credit(number):
+    ids = drop_minutes.grade_ids(number)
+    name = drop_minutes.folder(number)
+    nb = json.loads((drop_minutes.ROOT / "source" / name / f"{name}.ipynb").read_text())
+    points = {c["metadata"]["nbgrader"]["grade_id"]: c["metadata"]["nbgrader"]["points"] for c in nb["cells"]
+              if c.get("metadata", {}).get("nbgrader", {}).get("grade")}
+    assert sorted(ids["core"] + ids["extra"]) == sorted(points) and ids["core"]
+    assert (sum(points[i] for i in ids["core"]), sum(points[i] for i in ids["extra"])) == POINTS[number]
