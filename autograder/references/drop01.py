@@ -92,7 +92,7 @@ def largest_model_mistake(got) -> str | None:
                 "training also keeps Adam's moments and the master copy, 16 bytes in all",
         80 / 8: "8 bytes per parameter: that leaves out the optimizer's state; mixed-precision "
                 "Adam needs 2 + 2 + 12 = 16 bytes per parameter",
-        80 * 2**30 / 16 / 1e9: "80 GiB (80 x 2^30 bytes) where the GPU has 80 GB = 80e9 bytes",
+        80 * 2**30 / 16 / 1e9: "80 GiB (80 x 2^30 bytes) where the course counts 80 GB = 80e9 bytes",
         80e9 / 16 / 2**30: "billions of 2^30 parameters; a billion here is 1e9",
     }
     for wrong, why in named.items():
