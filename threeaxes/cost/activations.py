@@ -65,7 +65,7 @@ def activation_bytes(seq_len: int, micro_batch: int, d_model: int, n_heads: int,
     tensor + sequence parallel                sbh/t (34 + 5as/h)    eq. 4
     tensor parallel + selective recompute     sbh (10 + 24/t)
     tensor + sequence + selective recompute   sbh (34/t)            eq. 6
-    full recompute                            2 sbh  (Section 4.4)
+    full recompute                            2 sbh  (Section 5, Table 2)
     ========================================  ===========================
 
     With t = 1 the tensor-parallel rows fall back to the no-parallelism row.

@@ -1,7 +1,9 @@
 """The autograd maps that put tensor parallelism's collectives into the graph.
 
 Megatron-LM names each map by what it does going forward; its backward is the
-conjugate (Shoeybi et al. 2020, section 3, the f and g operators of figure 3):
+conjugate (Shoeybi et al. 2019, section 3, the f and g operators of figure 3). The
+course shortens Megatron's names (``copy_to_tensor_model_parallel_region`` and so on,
+``megatron/core/tensor_parallel/mappings.py``):
 
     copy_to_tp_region        forward: identity      backward: all-reduce   ("f")
     reduce_from_tp_region    forward: all-reduce    backward: identity     ("g")
