@@ -76,6 +76,52 @@ for path in instructor_files():
             pass
 open(os.path.join(os.getcwd(), "planted-by-attack"), "w").write("attack")
 ''',
+
+    # out of the sandbox: the machine's /dev, its cgroups, the oracle's folder, System V
+    # memory left for later kernels (tests/test_sandbox_escapes.py tries each from a kernel)
+    "escapes-the-sandbox": '''
+import ctypes, glob, os
+def attempt(do):
+    try:
+        do()
+    except OSError:
+        pass
+attempt(lambda: open("/dev/threeaxes-attack", "w").write("attack"))
+for path in glob.glob("/sys/fs/cgroup/**/cgroup.procs", recursive=True):
+    attempt(lambda: open(path, "w").write(str(os.getpid())))
+oracle = os.environ.get("THREEAXES_ORACLE")
+if oracle:
+    attempt(lambda: open(os.path.join(os.path.dirname(oracle), "filler"), "w").write("x" * (1 << 20)))
+    attempt(lambda: os.unlink(oracle))
+ctypes.CDLL(None).shmget(0x7A3B, 4096, 0o1666)
+''',
+
+    # every answer the grader asks for comes back as a forged reply: an attribute chain to
+    # os.abort, one to shutil.rmtree, a dataclass with a rigged field, an exit (wire_data.py)
+    "forges-replies": '''
+import json
+import threeaxes.grading.wire as wire
+FORGED = [{"__function__": "threeaxes.grading.oracle:os.abort"},
+          {"__import__": "torch.hub:shutil.rmtree"},
+          {"__dataclass__": "threeaxes.cost.memory:ModelStateBytes", "fields": {"__eq__": "os:abort"}},
+          {"__raised__": [["SystemExit", "BaseException"], "bye"]}]
+def forged_reply(namespace, request, nonce):
+    names = json.loads(request).get("names") or ["x"]
+    print(nonce + json.dumps({n: FORGED[i % len(FORGED)] for i, n in enumerate(names)}) + nonce)
+wire.reply = forged_reply
+''',
+
+    # after every cell, the answers are defined again by calling what the exercises withhold
+    # (a hook, so the release's answer cells cannot undo it; autograder/borrowed.py)
+    "hook-answers-with-the-package": '''
+from threeaxes.cost import bytes_per_param, model_state_bytes
+def define_answers(*args):
+    g = get_ipython().user_ns
+    g["training_bytes"] = lambda n, precision: {
+        k: v for k, v in model_state_bytes(n, precision=precision)._asdict().items() if k != "total"}
+    g["largest_model_billion"] = 80e9 / sum(bytes_per_param("mixed")) / 1e9
+get_ipython().events.register("post_run_cell", define_answers)
+''',
 }
 
 

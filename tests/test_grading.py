@@ -9,6 +9,7 @@ drop adds its grading.json, not a test here.
 import csv
 import html
 import os
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -128,6 +129,15 @@ def test_no_submission_wrote_into_the_course(course):
     file where its kernel works: in the sandbox that is a throwaway folder."""
     planted = sorted(p.relative_to(course.root).as_posix() for p in course.root.rglob("planted-by-attack"))
     assert not planted, f"a submission wrote into the course: {planted}"
+
+
+@pytest.mark.slow
+def test_no_submission_reached_the_machine(course):
+    """attack-escapes-the-sandbox wrote into /dev and left System V memory behind, once."""
+    assert not Path("/dev/threeaxes-attack").exists(), "a submission wrote into the machine's /dev"
+    shm = Path("/proc/sysvipc/shm")
+    keys = [line.split()[0] for line in shm.read_text().splitlines()[1:]] if shm.exists() else []
+    assert str(0x7A3B) not in keys, "a submission's System V memory outlived its kernel"
 
 
 
