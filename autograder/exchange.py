@@ -349,6 +349,10 @@ def main(argv=None) -> int:
     else:
         report = grade(course, args.drops, args.jobs)
         print(report)
+        from autograder import report as class_report   # make report's page, for the class graded so far
+        if report.graded:
+            print(f"the class's report: {class_report.write(class_report.graded(course.root), course.root / 'report')}"
+                  f"/index.html")
         print("scores in grades.csv, feedback pages in feedback/; "
               "next: python -m autograder.exchange feedback " + " ".join(args.drops))
         return 1 if report.problems else 0

@@ -12,7 +12,10 @@ written), or `other: <error>` when no check named it. Writes to `--out`:
 
     scores.csv     drop, exercise, student, score, max
     mistakes.csv   drop, exercise, mistake, count, students
-    index.html     per drop: the exercises from worst to best, the mistakes with counts
+    index.html     what to do next (the written answers waiting in the formgrader, then the
+                   feedback); the exercises below full marks, worst first; per drop each
+                   mistake as the sentence the students read (its name small), a failure
+                   no check named with its message, and who made it
     <drop>.png     per drop: the share of the points earned per exercise, and the
                    five commonest mistakes per exercise
 """
@@ -65,6 +68,23 @@ def name_of(said: dict | None, exercise: dict, blank: bool = False) -> str | Non
     return f"other: {error.get('ename', 'error')}"
 
 
+def sentence_of(name: str | None, said: dict | None, exercise: dict) -> str:
+    """What the student read for the mistake `name`: the catalogue's sentence, the reason a
+    forbidden call scores 0, or, for a failure no check named, its error and message."""
+    if not name:
+        return ""
+    for mistake in exercise.get("mistakes", []):
+        if mistake["name"] == name:
+            return mistake["says"]
+    if name == "blank":
+        return "left the answer as released (it still raises NotImplementedError or was never defined)"
+    error = (said or {}).get("error") or {}
+    message = " ".join(str(error.get("evalue", "")).split())[:240]
+    if name.startswith("borrowed: "):
+        return f"called {name.split(': ', 1)[1]}, which this exercise may not use, so it scores 0"
+    return f"{error.get('ename', 'error')}: {message}" if message else error.get("ename", name)
+
+
 def graded(course_root: Path) -> list[dict]:
     """One row per (drop, exercise, student): score, max, and the mistake named."""
     from nbgrader.api import Gradebook
@@ -91,8 +111,14 @@ def graded(course_root: Path) -> list[dict]:
                         said = {**said, "partial": score < top}
                     blank = "NotImplementedError" in (cells.get(exercise["answer"], {}).get("error") or {}).get(
                         "ename", "")
+                    name = name_of(said, exercise, blank)
                     rows.append({"drop": assignment, "exercise": exercise["answer"], "student": student,
-                                 "score": score, "max": top, "mistake": name_of(said, exercise, blank)})
+                                 "score": score, "max": top, "mistake": name,
+                                 "says": sentence_of(name, said, exercise)})
+                pending = sum(1 for nb in submission.notebooks for g in nb.grades if g.needs_manual_grade)
+                if pending:
+                    rows.append({"drop": assignment, "exercise": "", "student": student, "score": 0.0,
+                                 "max": 0.0, "mistake": None, "says": "", "written_waiting": pending})
     return rows
 
 
@@ -113,17 +139,33 @@ def _cells(path: Path) -> dict:
 
 
 def summary(rows: list[dict]) -> dict:
-    """{drop: {exercise: {"share": points earned / points possible, "mistakes": {name: [students]}}}}."""
-    out = defaultdict(lambda: defaultdict(lambda: {"earned": 0.0, "max": 0.0, "mistakes": defaultdict(list)}))
+    """{drop: {exercise: {"share": points earned / points possible, "mistakes": {name: [students]},
+    "says": {name: [what the students read, each once]}}}}."""
+    out = defaultdict(lambda: defaultdict(lambda: {"earned": 0.0, "max": 0.0, "mistakes": defaultdict(list),
+                                                   "says": defaultdict(list)}))
     for r in rows:
+        if not r["exercise"]:
+            continue                 # a written answer waiting: waiting() counts those
         entry = out[r["drop"]][r["exercise"]]
         entry["earned"] += r["score"]
         entry["max"] += r["max"]
         if r["mistake"]:
             entry["mistakes"][r["mistake"]].append(r["student"])
+            if r.get("says") and r["says"] not in entry["says"][r["mistake"]]:
+                entry["says"][r["mistake"]].append(r["says"])
     return {drop: {ex: {"share": e["earned"] / e["max"] if e["max"] else 0.0,
-                        "mistakes": dict(sorted(e["mistakes"].items(), key=lambda kv: -len(kv[1])))}
+                        "mistakes": dict(sorted(e["mistakes"].items(), key=lambda kv: -len(kv[1]))),
+                        "says": dict(e["says"])}
                    for ex, e in exs.items()} for drop, exs in out.items()}
+
+
+def waiting(rows: list[dict]) -> dict:
+    """{drop: [students whose written answers wait for the instructor in the formgrader]}."""
+    out = defaultdict(list)
+    for r in rows:
+        if r.get("written_waiting"):
+            out[r["drop"]].append(r["student"])
+    return dict(out)
 
 
 def write(rows: list[dict], out: Path) -> Path:
@@ -133,7 +175,7 @@ def write(rows: list[dict], out: Path) -> Path:
         w = csv.writer(f)
         w.writerow(["drop", "exercise", "student", "score", "max", "mistake"])
         w.writerows([r["drop"], r["exercise"], r["student"], r["score"], r["max"], r["mistake"] or ""]
-                    for r in rows)
+                    for r in rows if r["exercise"])
     table = summary(rows)
     with open(out / "mistakes.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -144,7 +186,7 @@ def write(rows: list[dict], out: Path) -> Path:
                     w.writerow([drop, ex, name, len(students), " ".join(sorted(students))])
     for drop, exs in table.items():
         _chart(drop, exs).savefig(out / f"{drop}.png", dpi=90)
-    (out / "index.html").write_text(_page(table))
+    (out / "index.html").write_text(_page(table, waiting(rows)))
     return out
 
 
@@ -172,20 +214,66 @@ def _chart(drop: str, exs: dict):
     return fig
 
 
-def _page(table: dict) -> str:
-    parts = ["<html><head><meta charset='utf-8'><title>The class's mistakes</title></head><body>",
-             "<h1>The class's mistakes</h1>"]
-    worst = sorted(((e["share"], d, ex) for d, exs in table.items() for ex, e in exs.items()))[:5]
-    parts.append("<h2>Where the class did worst</h2><ol>" + "".join(
-        f"<li>{html.escape(d)} {html.escape(ex)}: {s:.0%} of the points</li>" for s, d, ex in worst) + "</ol>")
-    for drop, exs in sorted(table.items()):
-        parts.append(f"<h2>{html.escape(drop)}</h2><img src='{html.escape(drop)}.png'><table border=1>"
-                     "<tr><th>exercise</th><th>points earned</th><th>mistake</th><th>students</th></tr>")
+STYLE = """
+body { font: 15px/1.5 system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; padding: 0 1rem; color: #222; }
+h1 { font-size: 1.6rem; } h2 { font-size: 1.25rem; margin-top: 2rem; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; width: 100%; margin: .5rem 0 1rem; }
+th, td { text-align: left; vertical-align: top; padding: .35rem .5rem; border-bottom: 1px solid #eee; }
+th { background: #f6f6f6; font-weight: 600; }
+small code { color: #777; font-size: .8em; }
+.next { background: #eef5ff; border: 1px solid #b8d2f5; border-radius: 6px; padding: .5rem 1rem; }
+img { max-width: 100%; }
+"""
+
+
+def _formgrader_url(page: str) -> str:
+    """The formgrader's `page` from where the instructor opens the report: under their
+    server's prefix on a hub (JUPYTERHUB_SERVICE_PREFIX), at the root of a local Jupyter."""
+    import os
+
+    return os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/").rstrip("/") + f"/formgrader/{page}"
+
+
+def _page(table: dict, written: dict | None = None) -> str:
+    written = written or {}
+    drops = sorted(table)
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>The class's mistakes</title>",
+             f"<style>{STYLE}</style></head><body>", "<h1>The class's mistakes</h1>"]
+    waiting_n = sum(len(v) for v in written.values())
+    steps = []
+    if waiting_n:
+        steps.append(f"Grade the written answers: {waiting_n} submission{'s' * (waiting_n != 1)} "
+                     f"({', '.join(f'{d}: {len(s)}' for d, s in sorted(written.items()))}) "
+                     f"{'waits' if waiting_n == 1 else 'wait'} in the "
+                     f"<a href='{_formgrader_url('manual_grading')}'>formgrader's Manual Grading</a>.")
+    steps.append("Generate and release the feedback: <code>python -m autograder.exchange feedback "
+                 + html.escape(" ".join(drops)) + "</code> (or <code>nbgrader generate_feedback</code>, then "
+                 "<code>nbgrader release_feedback</code>); students fetch it from the Assignments tab.")
+    parts.append("<div class='next'><h2>Next</h2><ol>" + "".join(f"<li>{x}</li>" for x in steps) + "</ol></div>")
+    below = [(e["share"], d, ex) for d, exs in table.items() for ex, e in exs.items() if e["share"] < 1]
+    parts.append("<h2>Where the class did worst</h2>")
+    if below:
+        parts.append("<ol>" + "".join(f"<li>{html.escape(d)} <code>{html.escape(ex)}</code>: {s:.0%} of the "
+                                      f"points</li>" for s, d, ex in sorted(below)[:5]) + "</ol>")
+    else:
+        parts.append("<p>Every exercise earned full marks.</p>")
+    if written:
+        parts.append("<h2>Written answers waiting</h2><ul>" + "".join(
+            f"<li>{html.escape(d)}: {html.escape(', '.join(sorted(s)))} (<a href='"
+            f"{_formgrader_url('gradebook/' + d)}'>grade them</a>)</li>" for d, s in sorted(written.items()))
+            + "</ul>")
+    for drop in drops:
+        exs = table[drop]
+        parts.append(f"<h2>{html.escape(drop)}</h2><img src='{html.escape(drop)}.png' alt='{html.escape(drop)}'>"
+                     "<table><tr><th>exercise</th><th>points earned</th><th>what the students were told</th>"
+                     "<th>students</th></tr>")
         for ex, e in sorted(exs.items(), key=lambda kv: kv[1]["share"]):
             named = e["mistakes"] or {"": []}
             for name, students in named.items():
-                parts.append(f"<tr><td>{html.escape(ex)}</td><td>{e['share']:.0%}</td>"
-                             f"<td>{html.escape(name)}</td><td>{len(students)}: "
+                says = "<br>".join(html.escape(t) for t in e.get("says", {}).get(name, [])[:3])
+                told = f"{says} <small><code>{html.escape(name)}</code></small>" if name else "(no mistakes)"
+                parts.append(f"<tr><td><code>{html.escape(ex)}</code></td><td>{e['share']:.0%}</td>"
+                             f"<td>{told}</td><td>{len(students) or ''}{': ' if students else ''}"
                              f"{html.escape(', '.join(sorted(students)))}</td></tr>")
         parts.append("</table>")
     return "\n".join(parts + ["</body></html>"]) + "\n"
