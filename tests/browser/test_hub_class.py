@@ -8,8 +8,9 @@
 3. bo does the same with a typical mistake (grading.json's forgets_master_copy) in one
    answer; cy, on the roster, hands in nothing;
 4. the instructor collects, grades with the course's grading and releases feedback
-   (python -m autograder.exchange collect, grade, feedback), logs in and sees both
-   scores in the formgrader;
+   (python -m autograder.exchange collect, grade, feedback), logs in, sees both scores
+   in the formgrader, and reads the class's report (bo's mistake as the sentence he
+   read, the written answers waiting, what to do next);
 5. ada and bo fetch their feedback from the tab and read their own score, bo the
    sentence that names his mistake; neither reaches the other's server, submission or
    feedback, through the hub or as their own account in a shell;
@@ -69,6 +70,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why_not() is not None, reaso
               pytest.mark.filterwarnings("ignore:Passing unrecognized arguments to super\\(ExchangeReleaseFeedback")]
 
 
+def load_exercises() -> list[dict]:
+    import json
+
+    return json.loads((ROOT / "source" / DROP / "grading.json").read_text())["exercises"]
+
+
 def _remove_accounts() -> None:
     for name in (INSTRUCTOR, ADA, BO, CY, DEE):
         if hub.has_account(name):
@@ -116,7 +123,10 @@ class Instructor:
             steps = {"release": exchange.release, "collect": exchange.collect,
                      "feedback": exchange.release_feedback}
             if step == "grade":
-                return str(exchange.grade(course, list(args), 2, progress=None))
+                from autograder import report
+                graded = exchange.grade(course, list(args), 2, progress=None)
+                report.write(report.graded(course.root), course.root / "report")   # as exchange.main does
+                return str(graded)
             return steps[step](course, list(args))
         finally:
             os.environ.clear()
@@ -220,6 +230,9 @@ def test_a_class_on_the_hub_in_chromium(released, tmp_path):
                 step = "ada: the solutions, Run All (ranks launch in her server)"
                 for grade_id in answer_ids(source):
                     assert driver.execute_script(SET_SOURCE, notebook, grade_id, solution_of(source, grade_id)) is None
+                written = next(c.metadata["nbgrader"]["grade_id"] for c in source.cells if c.cell_type == "markdown"
+                               and c.metadata.get("nbgrader", {}).get("solution"))
+                assert driver.execute_script(SET_SOURCE, notebook, written, "Data parallelism splits the batch.") is None
                 run_all(driver, notebook)
             else:
                 step = "bo: a typical mistake, its check names it"
@@ -264,7 +277,15 @@ def test_a_class_on_the_hub_in_chromium(released, tmp_path):
         for name in (ADA, BO):
             line = next(ln for ln in table.splitlines() if name in ln)
             assert f"{float(scores[name][0]):g}" in line.replace(".0 ", " ").replace(".00", ""), (name, line)
-        lap("formgrader shows the scores")
+        step = "the instructor reads the class's report"
+        driver.get(f"{class_hub.url}/user/{INSTRUCTOR}/files/report/index.html")
+        page = wait_for(driver, "return document.body && document.body.innerText.includes('Next') "
+                        "&& document.body.innerText;", what="the class's report")
+        shots("class report")
+        bo_says = next(m["says"] for ex in load_exercises() for m in ex["mistakes"] if m["name"] == MISTAKE)
+        assert bo_says in page and MISTAKE in page, page[:3000]          # the sentence, its name small
+        assert "Manual Grading" in page and "autograder.exchange feedback" in page, page[:3000]   # ada's written answer
+        lap("formgrader shows the scores, the report says what is next")
 
         for name in (ADA, BO):
             step = f"{name}: fetch feedback from the tab, read it"
