@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -66,7 +67,20 @@ def main(argv=None) -> int:
     teach = PREFIX + "teach"
     base = Path(tempfile.mkdtemp(prefix="threeaxes-hub-bench-"))
     base.chmod(0o755)
-    figures, class_hub = {}, None
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))   # clean up on kill
+
+    class Figures(dict):
+        """Each figure printed (and written to --out) as soon as it is measured: a run cut short
+        still leaves what it measured."""
+        def __setitem__(self, name, seconds):
+            super().__setitem__(name, seconds)
+            print(f"{name}: {seconds:.1f} s", flush=True)
+            if args.out:
+                args.out.write_text("partial: " + "; ".join(f"{k} {v:.1f} s" for k, v in self.items()) + "\n")
+
+    figures, class_hub = Figures(), None
     try:
         done = hub.install(accounts)
         if accounts:
@@ -184,8 +198,10 @@ def main(argv=None) -> int:
                     for sub in a.get("submissions", [a]) if sub.get("local_feedback_path")]
             newest = max(subs, key=lambda sub: sub["timestamp"])
             home = settings["state"] + f"/homes/{name}" if not accounts else hub.pwd_entry(name).pw_dir
-            rel = os.path.relpath(newest["local_feedback_path"], home)
-            page = class_hub.request("GET", f"/user/{name}/api/contents/{rel}/{DROP}.html?content=1")["content"]
+            rel = newest["local_feedback_path"]           # relative to the server's root, or absolute
+            rel = os.path.relpath(rel, home) if os.path.isabs(rel) else rel
+            quoted = urllib.parse.quote(f"{rel}/{DROP}.html")   # the timestamp folder has spaces
+            page = class_hub.request("GET", f"/user/{name}/api/contents/{quoted}?content=1")["content"]
             others = [s for s in students if s != name and f"marker-{s}" in page]
             assert f"marker-{name}" in page and not others, (name, others)
         print(f"{len(students)} students: every submission collected once, graded, returned to its owner; "
