@@ -31,6 +31,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder import core_points
 from autograder.grade import (feedback_failures, forget, grade_submissions, gradebook_url, pending,
                               register_assignments)
 
@@ -305,6 +306,7 @@ def export_csv(course: Course) -> Path:
     plugin.to = str(course.root / "grades.csv")
     with course.gradebook() as gb:
         plugin.export(gb)
+    core_points.add_columns(course.root / "grades.csv", course.db_url, course.course_id)
     return course.root / "grades.csv"
 
 

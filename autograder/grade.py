@@ -44,6 +44,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder import core_points
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = Path(__file__).resolve().parent / "samples"
 GRADED = ".graded"   # in the course root: one note per graded submission
@@ -481,6 +483,11 @@ def grade_all(course_root: Path, jobs: int = 2, force: bool = False, progress=sy
     if exported.returncode:
         problems.append("grades.csv could not be written: " + _cause(exported.stderr) + "\n"
                         + "".join(f"    | {line}\n" for line in _tail(exported.stderr)).rstrip())
+    else:   # each drop's grade (its core) and extra credit (its optional sections) beside nbgrader's total
+        from traitlets.config.loader import PyFileConfigLoader
+
+        config = PyFileConfigLoader("nbgrader_config.py", path=str(course_root)).load_config()
+        core_points.add_columns(Path(course_root) / "grades.csv", gradebook_url(course_root, config))
     if problems:
         raise NotAllGraded(names, "NOT GRADED (feedback/ and grades.csv hold everyone else):\n"
                            + "\n".join(problems))

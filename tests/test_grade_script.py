@@ -123,6 +123,17 @@ def graded(tmp_path_factory):
                                rows={r["student_id"]: r for r in csv.DictReader((course / "grades.csv").open())})
 
 
+def test_grades_csv_gives_each_drops_grade_and_extra_credit_apart(graded):
+    """Drop 1's core (its grade) holds 2 points, its optional sections 5 (the course map's
+    POINTS, tested against the notebook): the two columns add up to nbgrader's raw score."""
+    from threeaxes.course import POINTS
+
+    for student, row in graded.rows.items():
+        assert float(row["core_max"]) == POINTS[1][0], student
+        assert float(row["core_score"]) + float(row["extra_credit"]) == float(row["raw_score"]), student
+    assert float(graded.rows["alice"]["core_score"]) == POINTS[1][0]   # she answered the core's exercise
+
+
 def test_grade_all_autogrades_writes_feedback_and_exports_csv(graded):
     # alice typed in the solutions (5 auto points) and a written answer still to be marked by hand;
     # bob forgot the fp32 master copy, which costs the 2 points of that one cell.
