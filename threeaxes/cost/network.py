@@ -18,20 +18,25 @@ all-reduce        2 (n - 1) alpha     2 (n - 1)/n * S / B
 all-gather        (n - 1) alpha       (n - 1)/n * S / B
 reduce-scatter    (n - 1) alpha       (n - 1)/n * S / B
 point-to-point    alpha               S / B
+all-to-all        (n - 1) alpha       (n - 1)/n * S / B
 ================  ==================  =====================
 
-S is the full (unsharded) tensor for all-gather and reduce-scatter.
+S is the full (unsharded) tensor for all-gather and reduce-scatter, and one
+rank's whole input for all-to-all: n chunks of S/n, n - 1 of which leave it, one
+to each other rank (Thakur et al. 2005's pairwise-exchange algorithm for
+MPI_Alltoall; context parallelism's Ulysses and expert parallelism use it).
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
 __all__ = ["CommTime", "Link", "COLLECTIVES", "bytes_sent_per_gpu", "all_reduce_time",
-           "all_gather_time", "reduce_scatter_time", "p2p_time", "collective_time",
+           "all_gather_time", "reduce_scatter_time", "p2p_time", "all_to_all_time",
+           "collective_time",
            "group_strides", "group_inside_node", "members_per_node", "nics_per_group",
            "group_link"]
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "p2p")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "p2p", "all_to_all")
 
 
 class CommTime(NamedTuple):
@@ -54,7 +59,8 @@ def _check(size_bytes: float, n: int, bandwidth: float, latency: float) -> None:
 def bytes_sent_per_gpu(op: str, size_bytes: float, n: int) -> float:
     """Bytes each GPU sends in a ring collective over n GPUs (Thakur et al.
     2005, Section 2): all-reduce 2(n-1)/n S, all-gather and reduce-scatter
-    (n-1)/n S, point-to-point S. A traced "send" or "recv"
+    (n-1)/n S, point-to-point S; all-to-all (n-1)/n S, its n - 1 chunks of S/n sent
+    pairwise (Thakur et al. 2005's pairwise exchange). A traced "send" or "recv"
     (threeaxes.comms) is one point-to-point message: the S bytes that cross the link."""
     op = "p2p" if op in ("send", "recv") else op
     if op not in COLLECTIVES:
@@ -99,6 +105,14 @@ def reduce_scatter_time(size_bytes, n, bandwidth, latency=0.0) -> CommTime:
     """Ring reduce-scatter of a tensor of S bytes: (n-1) alpha + (n-1)/n S/B
     (Thakur et al. 2005, Section 2)."""
     return collective_time("reduce_scatter", size_bytes, n, bandwidth, latency)
+
+
+def all_to_all_time(size_bytes, n, bandwidth, latency=0.0) -> CommTime:
+    """All-to-all of the S bytes one GPU holds, 1/n of it for each peer: (n-1)
+    alpha + (n-1)/n S/B (Thakur et al. 2005's pairwise exchange for long messages).
+    Expert parallelism's dispatch and combine (Lepikhin et al. 2021) and
+    DeepSpeed-Ulysses' head-for-sequence swap (Jacobs et al. 2023) use it."""
+    return collective_time("all_to_all", size_bytes, n, bandwidth, latency)
 
 
 def p2p_time(size_bytes, bandwidth, latency=0.0) -> CommTime:
