@@ -19,11 +19,18 @@ collective is about, as one rank sees it:
     all_gather              the gathered output (n times the local shard)
     reduce_scatter          the full input (n times the shard kept)
     send, recv              the message
+    all_to_all              the whole input (n equal chunks, chunk j for the j-th rank
+                            of the group; this rank's own chunk never leaves it)
 
 This is the S of `threeaxes.cost.network`'s table, so for every op but
 broadcast `network.bytes_sent_per_gpu(event.op, event.bytes, len(event.group))`
 is what the ring algorithm (or the one message of a send/recv) puts on the
-wire per rank.
+wire per rank; for all_to_all it is the (n - 1)/n S of the n - 1 chunks sent
+to the others (the pairwise exchange).
+
+Beyond the three axes, cp and ep run here too, each on a one-axis layout passed
+as `dims=` (`threeaxes.extra_axes.axis_layout("cp")`): the whole world, or one
+process group, as that axis. Without one, naming "cp" or "ep" says how to make it.
 """
 from __future__ import annotations
 
@@ -35,9 +42,10 @@ import torch.distributed as dist
 
 from threeaxes import trace
 from threeaxes.dims import ParallelDims, check_axis, resolve
+from threeaxes.extra_axes import EXTRA_AXES, AxisLayout
 
-__all__ = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "isend", "recv",
-           "Pending"]
+__all__ = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send", "isend",
+           "recv", "Pending"]
 
 
 def _nbytes(tensor: torch.Tensor) -> int:
@@ -92,6 +100,11 @@ class Pending:
 
 
 def _layout(axis, dims):
+    if isinstance(dims, AxisLayout):   # cp or ep: the one axis it holds
+        return dims.check_axis(axis), dims
+    if axis in EXTRA_AXES:
+        raise ValueError(f"axis={axis!r} runs on its one-axis layout; pass "
+                         f"dims=threeaxes.extra_axes.axis_layout({axis!r}) (made on every rank)")
     return check_axis(axis), resolve(dims)
 
 
@@ -168,6 +181,25 @@ def reduce_scatter(tensor, axis: str, *, dims=None, dim: int = 0, async_op: bool
         else:
             dist.reduce_scatter(out, chunks, group=group)
     return out
+
+
+def all_to_all(tensor, axis: str, *, dims=None, dim: int = 0):
+    """Split `tensor` into n equal chunks along `dim`; chunk j goes to the j-th rank of the
+    `axis` group, and the result concatenates, in axis order along `dim`, the chunk each rank
+    sent here. (Ulysses exchanges heads for sequence with it; expert parallelism sends each
+    token to its expert's rank.) Traced with bytes = the whole input (the module docstring)."""
+    axis, dims = _layout(axis, dims)
+    n, group = dims.size(axis), dims.group(axis)
+    if tensor.shape[dim] % n:
+        raise ValueError(f"all_to_all over {axis}={n} ranks needs dim {dim} "
+                         f"({tensor.shape[dim]}) to be a multiple of {n}; pad the tensor")
+    # all_to_all_single splits dim 0: move `dim` to the front and back again
+    moved = tensor.movedim(dim, 0).contiguous()
+    out = torch.empty_like(moved)
+    # communication: every rank sends chunk j to rank j of the group and receives chunk i from each
+    with _traced("all_to_all", axis, dims, _nbytes(tensor)):
+        dist.all_to_all_single(out, moved, group=group)
+    return out.movedim(0, dim).contiguous()
 
 
 def _check_member(peer, axis, dims, what):

@@ -21,7 +21,10 @@ Two ways to hold a layout:
 * with no layout at all, on launched ranks: `dp_layout()` is the whole world as
   one dp axis on the default process group (`world_layout()`), the group
   PyTorch's DDP, ZeroRedundancyOptimizer and fully_shard use when given none.
-  The data-parallel helpers and the sharding classes ask `dp_layout(dims)`.
+  The data-parallel helpers and the sharding classes ask `dp_layout(dims)`;
+* beyond the three axes: `threeaxes.extra_axes.axis_layout("cp")` (or "ep") is
+  the whole world (or one process group) as a single context- or expert-parallel
+  axis, which comms takes as `dims=`; ParallelDims never holds cp or ep.
 
 Vocabulary: an "axis" is one of dp, tp, pp; a "dim" is a tensor dimension.
 """

@@ -36,7 +36,8 @@ class Event:
     what ran ("stage 1", "blocks.2", "model"), with the pipeline `stage` and
     `microbatch` when there is one.
     kind "comm": `op` is the collective ("all_reduce", "all_gather", "reduce_scatter",
-    "broadcast", "send", "recv"), `axis` the mesh axis it ran on, `group` that
+    "broadcast", "send", "recv", "all_to_all"), `axis` the mesh axis it ran on (or "cp", "ep"
+    on a one-axis layout, `threeaxes.extra_axes`), `group` that
     axis group's global ranks, `bytes` the size under `threeaxes.comms`'s
     convention, `peer` the other global rank of a send or recv.
     """
