@@ -14,12 +14,17 @@ from .constraints import (INTERLEAVE_RULES, Violation, check_config, check_model
                           interleave_group, valid_tp, violations)
 from .memory import (GB, GiB, PRECISIONS, STATE_TERMS, ZERO_REGIMES, MemoryBreakdown,
                      ModelStateBytes, bytes_per_param, model_state_bytes)
+from .context import (CP_MODES, ContextBytes, context_parallel_bytes, context_parallel_time,
+                      context_violations)
+from .experts import (MoE, active_params, expert_all_to_all_bytes, expert_all_to_all_time,
+                      expert_params, expert_violations)
 from .network import (COLLECTIVES, CommTime, Link, all_gather_time, all_reduce_time,
+                      all_to_all_time,
                       bytes_sent_per_gpu, collective_time, group_inside_node, group_link,
                       group_strides, members_per_node, nics_per_group,
                       p2p_time, reduce_scatter_time)
 from .params import ParamCount, transformer_params
-from .placement import RankParams, rank_params, rank_state_bytes
+from .placement import LAYOUT_ORDER, RankParams, layout_strides, rank_params, rank_state_bytes
 from .kernel_time import LayerTime, dim_factor, gemm_efficiency, layer_time, logits_time
 from .planner import DEFAULT_COMPUTE_EFFICIENCY, SHAPES, PlanResult, TimeBreakdown, plan, search
 from .presets import (CLUSTERS, MODELS, Cluster, Model, a100_cluster, custom_model,
@@ -46,4 +51,8 @@ __all__ = [
     "best_configuration", "judge",
     "valid_tp", "ACTIVATION_SCALE", "stage_memory",
     "SHAPES", "LayerTime", "dim_factor", "gemm_efficiency", "layer_time", "logits_time",
+    "CP_MODES", "ContextBytes", "context_parallel_bytes", "context_parallel_time",
+    "context_violations", "MoE", "active_params", "expert_all_to_all_bytes",
+    "expert_all_to_all_time", "expert_params", "expert_violations", "all_to_all_time",
+    "LAYOUT_ORDER", "layout_strides",
 ]

@@ -35,6 +35,8 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from .activations import RECOMPUTE
+from .context import context_violations
+from .experts import expert_violations
 
 __all__ = ["Violation", "violations", "divisors", "fmt_choices", "valid_tp", "check_model_split",
            "check_config", "INTERLEAVE_RULES", "interleave_group"]
@@ -153,24 +155,55 @@ def check_model_split(model, tp: int, pp: int, *, zero_stage: int = 0,
 def violations(model, cluster, global_batch: int, *, dp, tp, pp, micro_batch=None,
                micro_batches=None, zero_stage=0, recompute="none", virtual_stages=1,
                allow_tp_across_nodes=False, suggest_flags: bool = True,
-               allow_sharded_pp: bool = False, interleave: str = "flexible") -> list:
+               allow_sharded_pp: bool = False, interleave: str = "flexible", cp: int = 1,
+               ep: int = 1, etp: int | None = None, cp_mode: str = "ring",
+               seq_len: int | None = None, flash_attention: bool = True,
+               sequence_parallel: bool = False) -> list:
     """Every rule the configuration breaks, as `Violation`s ([] when it follows them all).
 
     Rules (module docstring): "gpus", "tp_heads", "tp_kv_heads", "tp_node",
     "pp_layers", "zero_stage", "zero_pp", "batch_dp", "micro_batch",
-    "recompute", "interleave". Values that are not positive integers are not
-    a configuration at all: they raise ValueError. `suggest_flags=False` leaves
-    out the hints to pass allow_tp_across_nodes or allow_sharded_pp (a student's
-    configuration has no such key: the rule is the point).
+    "recompute", "interleave"; with context parallelism (``cp`` > 1, the
+    sequence of ``seq_len``, default the model's, split ``cp_mode``'s way)
+    ``context.context_violations``'s "cp_seq" and "cp_heads" and "cp_flash"
+    (Megatron-LM's context parallelism runs on fused attention, which never
+    stores the scores: ``flash_attention``); with experts (``ep``, ``etp``:
+    default tp) ``experts.expert_violations``'s "ep_moe", "ep_experts" and
+    "ep_fold", and "ep_sp": with tp > 1 Megatron Core needs sequence parallelism
+    for expert parallelism (its MoE README). dp * tp * cp * pp = GPUs. Values that
+    are not positive integers are not a configuration at all: they raise
+    ValueError. `suggest_flags=False` leaves out the hints to pass
+    allow_tp_across_nodes or allow_sharded_pp (a student's configuration has no
+    such key: the rule is the point).
     """
-    for name, value in (("dp", dp), ("tp", tp), ("pp", pp), ("virtual_stages", virtual_stages)):
+    for name, value in (("dp", dp), ("tp", tp), ("pp", pp), ("virtual_stages", virtual_stages),
+                        ("cp", cp), ("ep", ep)):
         _positive(name, value)
     n, v = cluster.n_gpus, virtual_stages
     found = []
-    if dp * tp * pp != n:
+    if cp == 1 and dp * tp * pp != n:
         hint = f"; try dp={n // (tp * pp)}" if n % (tp * pp) == 0 else ""
         found.append(Violation("gpus", f"dp({dp}) * tp({tp}) * pp({pp}) = {dp * tp * pp} != "
                                        f"n_gpus({n}){hint}"))
+    elif cp > 1 and dp * tp * cp * pp != n:
+        hint = f"; try dp={n // (tp * cp * pp)}" if n % (tp * cp * pp) == 0 else ""
+        found.append(Violation("gpus", f"dp({dp}) * tp({tp}) * cp({cp}) * pp({pp}) = "
+                                       f"{dp * tp * cp * pp} != n_gpus({n}){hint}"))
+    if cp > 1:
+        found += [Violation(*x) for x in context_violations(
+            model.n_heads, model.kv_heads, model.seq_len if seq_len is None else seq_len,
+            cp=cp, tp=tp, mode=cp_mode)]
+        if not flash_attention:
+            found.append(Violation("cp_flash", f"cp={cp} needs memory-efficient attention "
+                                               "(Megatron-LM's context parallelism runs on fused "
+                                               "attention); use flash_attention=True or cp=1"))
+    found += [Violation(*x) for x in expert_violations(getattr(model, "moe", None), ep=ep,
+                                                       etp=tp if etp is None else etp, tp=tp,
+                                                       cp=cp, dp=dp)]
+    if ep > 1 and tp > 1 and not sequence_parallel:
+        found.append(Violation("ep_sp", f"ep={ep} with tp={tp} needs sequence parallelism "
+                                        "(Megatron Core's rule for MoE with tensor parallelism); "
+                                        "use sequence_parallel=True or tp=1"))
     good_tp = valid_tp(model, cluster, allow_tp_across_nodes)
     found += _split_violations(model, tp, pp, zero_stage, good_tp, allow_sharded_pp, suggest_flags)
     if not allow_tp_across_nodes and (tp > cluster.gpus_per_node or cluster.gpus_per_node % tp):
@@ -240,11 +273,13 @@ def _micro_batch(per_replica, global_batch, dp, micro_batch, micro_batches):
 
 def check_config(model, cluster, global_batch: int, *, dp, tp, pp, micro_batch,
                  micro_batches, zero_stage, recompute, virtual_stages,
-                 allow_tp_across_nodes, allow_sharded_pp=False, interleave="flexible") -> int:
+                 allow_tp_across_nodes, allow_sharded_pp=False, interleave="flexible",
+                 **beyond) -> int:
     """Raise ValueError naming every broken rule (`violations`), saying what to
-    change; otherwise return the micro-batch size."""
+    change; otherwise return the micro-batch size. ``beyond``: cp, ep, etp,
+    cp_mode, seq_len, flash_attention, sequence_parallel (`violations`)."""
     _raise_all(violations(model, cluster, global_batch, dp=dp, tp=tp, pp=pp, micro_batch=micro_batch,
                           micro_batches=micro_batches, zero_stage=zero_stage, recompute=recompute,
                           virtual_stages=virtual_stages, allow_tp_across_nodes=allow_tp_across_nodes,
-                          allow_sharded_pp=allow_sharded_pp, interleave=interleave))
+                          allow_sharded_pp=allow_sharded_pp, interleave=interleave, **beyond))
     return _micro_batch(global_batch // dp, global_batch, dp, micro_batch, micro_batches)[0]

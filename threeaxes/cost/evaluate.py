@@ -69,9 +69,10 @@ from typing import NamedTuple
 from .activations import first_stage_activation_bytes
 from .bubble import bubble_fraction, bubble_overhead
 from .constraints import INTERLEAVE_RULES, interleave_group
-from .memory import PRECISIONS, MemoryBreakdown, model_state_bytes
-from .network import (all_gather_time, all_reduce_time, group_link, group_strides, p2p_time,
-                      reduce_scatter_time)
+from .cp_ep_terms import cp_comm_time, ep_comm_time, gradient_groups, state_bytes
+from .memory import PRECISIONS, MemoryBreakdown
+from .network import all_gather_time, all_reduce_time, group_link, p2p_time, reduce_scatter_time
+from .placement import layout_strides
 from .kernel_time import layer_time, logits_time
 from .stage_memory import ACTIVATION_SCALE
 
@@ -96,6 +97,8 @@ class TimeBreakdown(NamedTuple):
     dp_comm: float
     bubble: float
     total: float
+    cp_comm: float = 0.0       # context parallelism's exchange (cp_ep_terms)
+    ep_comm: float = 0.0       # expert parallelism's all-to-alls (cp_ep_terms)
 
 
 class PlanResult(NamedTuple):
@@ -115,10 +118,18 @@ class PlanResult(NamedTuple):
     tokens_per_second: float
     mfu: float
     bubble_fraction: float     # idle share of the step's wall time
+    cp: int = 1                # context-parallel ranks (the sequence split)
+    ep: int = 1                # expert-parallel ranks
+    etp: int | None = None     # the experts' tensor parallelism (None: tp)
+    cp_mode: str = "ring"
 
     @property
     def label(self) -> str:
-        extras = [f"zero{self.zero_stage}" if self.zero_stage else "",
+        extras = [f"cp={self.cp}" + ("" if self.cp_mode == "ring" else f"({self.cp_mode})")
+                  if self.cp > 1 else "",
+                  f"ep={self.ep}" if self.ep > 1 else "",
+                  f"etp={self.etp}" if self.etp not in (None, self.tp) else "",
+                  f"zero{self.zero_stage}" if self.zero_stage else "",
                   f"rc={self.recompute}" if self.recompute != "none" else "",
                   f"v={self.virtual_stages}" if self.virtual_stages > 1 else "",
                   "sp" if self.sequence_parallel else ""]
@@ -169,31 +180,41 @@ class PlanContext:
         l, h, s = model.n_layers, model.d_model, self.seq_len
         self.tokens = self.global_batch * s
         attention_per_token = 12.0 * l * h * s            # PaLM App. B
-        self.model_flops = self.tokens * (6.0 * model.n_params + attention_per_token)
+        # a mixture of experts runs only the weights a token meets (experts.active_params)
+        self.active = getattr(model, "active_params", model.n_params)
+        self.model_flops = self.tokens * (6.0 * self.active + attention_per_token)
         # extra work per token that recomputation re-runs (Korthikanti App. A:
         # eq. 8 for selective, a second forward of the layers for full, eq. 3)
         self.recompute_flops = {
             "none": 0.0,
             "selective": self.tokens * 12.0 * l * h * s,
-            "full": self.tokens * (2.0 * model.layer_params + 4.0 * l * h * s),
+            "full": self.tokens * (2.0 * (model.layer_params - (model.n_params - self.active))
+                                   + 4.0 * l * h * s),
         }
         self.n_gpus = cluster.n_gpus
         self.peak = cluster.peak_flops
 
 
-def evaluate(ctx: PlanContext, dp, tp, pp, mbs, zero, recompute, v, sp) -> PlanResult:
+def evaluate(ctx: PlanContext, dp, tp, pp, mbs, zero, recompute, v, sp, cp=1, ep=1, etp=None,
+             cp_mode="ring") -> PlanResult:
     """Memory and step time of one configuration (already checked against the
-    rules) under the assumptions ``ctx`` holds."""
+    rules) under the assumptions ``ctx`` holds. cp and ep's terms are
+    ``cp_ep_terms``'s; with cp = ep = 1 they add nothing."""
     model, cluster = ctx.model, ctx.cluster
+    etp = tp if etp is None else etp
+    if ctx.shapes and (cp > 1 or model.expert_params):
+        raise ValueError("compute_efficiency='shapes' times dense layers of a whole sequence "
+                         "only; give a fraction of peak for cp > 1 or a mixture of experts")
     m = ctx.global_batch // (dp * mbs)
-    s, h = ctx.seq_len, model.d_model
+    h = model.d_model
+    s = ctx.seq_len // cp                 # this rank's share of each sequence
 
     # the interleaved schedule's micro-batch group (constraints.interleave_group)
     group = interleave_group(pp, m, ctx.interleave) if v > 1 else None
 
     # memory per GPU (first pipeline stage, the fullest one)
-    states = model_state_bytes(model.n_params, dp=dp, tp=tp, pp=pp, zero_stage=zero,
-                               precision=ctx.precision)
+    states = state_bytes(model, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, zero_stage=zero,
+                         precision=ctx.precision)
     acts = first_stage_activation_bytes(
         s, mbs, h, model.n_heads, n_layers=model.n_layers, tp=tp, pp=pp, micro_batches=m,
         virtual_stages=v, sequence_parallel=sp, recompute=recompute,
@@ -210,7 +231,8 @@ def evaluate(ctx: PlanContext, dp, tp, pp, mbs, zero, recompute, v, sp) -> PlanR
             ctx.n_gpus * ctx.peak * ctx.efficiency)
     act_bytes = ctx.act_dtype_bytes * mbs * s * h          # one micro-batch's b s h
     layers_here = model.n_layers / pp
-    groups = group_strides(dp, tp, pp)   # (stride, size) per axis, tp fastest
+    # (stride, size) per group, ranks numbered tp fastest, then cp, dp, pp (Megatron-LM's order)
+    groups = layout_strides(tp, cp, dp, pp, ep=ep, etp=etp)
     tp_comm = 0.0
     if tp > 1:
         link = group_link(cluster, *groups["tp"])
@@ -233,22 +255,28 @@ def evaluate(ctx: PlanContext, dp, tp, pp, mbs, zero, recompute, v, sp) -> PlanR
             one = p2p_time(act_bytes, link.bandwidth, link.latency).total
         # communication: send the activation forward and its gradient back, per chunk
         pp_comm = 2 * v * m * one
+    # communication: the sequence's keys and values (cp), the tokens to their experts (ep)
+    cp_comm = cp_comm_time(ctx, groups, tp=tp, cp=cp, mbs=mbs, m=m, layers_here=layers_here,
+                           cp_mode=cp_mode)
+    ep_comm = ep_comm_time(ctx, groups, tp=tp, cp=cp, ep=ep, mbs=mbs, m=m, pp=pp,
+                           sequence_parallel=sp)
     dp_comm = 0.0
-    if dp > 1:
-        link = group_link(cluster, *groups["dp"])
-        grad_bytes = ctx.grad_dtype_bytes * model.n_params / (tp * pp)
-        rs = reduce_scatter_time(grad_bytes, dp, link.bandwidth, link.latency).total
-        ag = all_gather_time(grad_bytes, dp, link.bandwidth, link.latency).total
+    grads = gradient_groups(model, cluster, groups, tp=tp, pp=pp, ep=ep, etp=etp,
+                            grad_dtype_bytes=ctx.grad_dtype_bytes)
+    if grads:
+        # communication: each group reduces its gradients (dense over dp x cp, experts over edp)
+        rs = sum(reduce_scatter_time(g, n, ln.bandwidth, ln.latency).total for g, n, ln in grads)
+        ag = sum(all_gather_time(g, n, ln.bandwidth, ln.latency).total for g, n, ln in grads)
         # one micro-batch's backward on this stage: busy time per micro-batch times the
         # backward's share of the work (4N of 6N per token, plus what recomputation re-runs)
         busy = ctx.model_flops + ctx.recompute_flops[recompute]
-        backward_mb = (compute + tp_comm) / m * (2 / 3 * ctx.model_flops
+        backward_mb = (compute + tp_comm + cp_comm + ep_comm) / m * (2 / 3 * ctx.model_flops
                                                  + ctx.recompute_flops[recompute]) / busy
         if zero == 3:
             # every micro-batch: all-gather the weights for its forward and again for its
             # backward, reduce-scatter its gradients (3 Psi per forward and backward)
             t = m * (rs + 2 * ag)
-            window = compute + tp_comm                 # prefetched beside every pass
+            window = compute + tp_comm + cp_comm + ep_comm   # prefetched beside every pass
         elif zero == 2:
             # sharded gradients: reduce-scatter after every micro-batch's backward, then one
             # all-gather of the updated weights
@@ -257,20 +285,21 @@ def evaluate(ctx: PlanContext, dp, tp, pp, mbs, zero, recompute, v, sp) -> PlanR
         else:
             # whole gradients accumulate; one all-reduce (ZeRO-1: reduce-scatter + all-gather,
             # the same 2 Psi) after the last micro-batch, beside its backward only
-            t = all_reduce_time(grad_bytes, dp, link.bandwidth, link.latency).total
+            t = sum(all_reduce_time(g, n, ln.bandwidth, ln.latency).total for g, n, ln in grads)
             window = backward_mb
         dp_comm = t - ctx.dp_overlap * min(t, window)
     bubble = 0.0
     frac = 0.0
     if pp > 1:
         bubble = bubble_overhead(pp, m, virtual_stages=v, interleave=ctx.interleave) * (
-            compute + tp_comm)
+            compute + tp_comm + cp_comm + ep_comm)
         frac = bubble_fraction(pp, m, virtual_stages=v, interleave=ctx.interleave)
-    total = compute + tp_comm + pp_comm + dp_comm + bubble
-    time = TimeBreakdown(compute, tp_comm, pp_comm, dp_comm, bubble, total)
+    total = compute + tp_comm + pp_comm + dp_comm + bubble + cp_comm + ep_comm
+    time = TimeBreakdown(compute, tp_comm, pp_comm, dp_comm, bubble, total, cp_comm, ep_comm)
     return PlanResult(dp, tp, pp, mbs, m, zero, recompute, v, sp, memory, ctx.capacity,
                       total_mem <= ctx.capacity, time, ctx.tokens / total,
-                      ctx.model_flops / (total * ctx.n_gpus * ctx.peak), frac)
+                      ctx.model_flops / (total * ctx.n_gpus * ctx.peak), frac,
+                      cp, ep, None if etp == tp else etp, cp_mode)
 
 
 def _shaped_compute(ctx: PlanContext, tp, pp, mbs, m, recompute, sp) -> float:

@@ -29,7 +29,14 @@ from typing import NamedTuple
 
 from .memory import ModelStateBytes, model_state_bytes
 
-__all__ = ["RankParams", "rank_params", "rank_state_bytes"]
+__all__ = ["RankParams", "rank_params", "rank_state_bytes", "LAYOUT_ORDER", "layout_strides"]
+
+# The order in which ranks are numbered, fastest first: Megatron-LM's default,
+# ``initialize_model_parallel(..., order="tp-cp-ep-dp-pp")`` in
+# megatron/core/parallel_state.py (its RankGenerator; the unit tests also run
+# "tp-cp-pp-ep-dp"). With cp = ep = 1 it is the course's tp-dp-pp
+# (``network.group_strides``, ``threeaxes.dims``).
+LAYOUT_ORDER = ("tp", "cp", "ep", "dp", "pp")
 
 
 class RankParams(NamedTuple):
@@ -118,3 +125,27 @@ def rank_state_bytes(params_on_rank: int, *, dp: int = 1, zero_stage: int = 0,
     (`model_state_bytes`) applied to what this rank really holds."""
     return model_state_bytes(params_on_rank, dp=dp, zero_stage=zero_stage, precision=precision,
                              optimizer_bytes=optimizer_bytes)
+
+
+def layout_strides(tp: int, cp: int, dp: int, pp: int, *, ep: int = 1,
+                   etp: int | None = None) -> dict:
+    """{group: (stride, size)} when ranks are numbered in ``LAYOUT_ORDER``, as
+    Megatron-LM's RankGenerator builds them.
+
+    Megatron builds two generators over the same ranks. The attention's (its ep
+    is 1): tp stride 1, cp stride tp, dp stride tp * cp, pp stride tp * cp * dp;
+    ``"dp_cp"``, stride tp and size dp * cp, is the group that reduces the
+    dense gradients (the ranks that hold the same weights and see different
+    tokens). The experts' (MoE parallel folding, Liu et al. 2025, Section 3):
+    ``"etp"`` stride 1, ``"ep"`` stride etp, ``"edp"`` stride etp * ep and size
+    tp * cp * dp / (etp * ep), the group that reduces the expert gradients. With
+    cp = ep = 1 and etp = tp the tp, dp and pp entries are ``group_strides``'s.
+    """
+    etp = tp if etp is None else etp
+    folded = tp * cp * dp
+    if folded % (etp * ep):
+        raise ValueError(f"etp({etp}) * ep({ep}) does not divide tp({tp}) * cp({cp}) * dp({dp}) "
+                         f"= {folded}; choose etp * ep dividing {folded}")
+    return {"tp": (1, tp), "cp": (tp, cp), "dp": (tp * cp, dp), "pp": (folded, pp),
+            "dp_cp": (tp, cp * dp), "etp": (1, etp), "ep": (etp, ep),
+            "edp": (etp * ep, folded // (etp * ep))}

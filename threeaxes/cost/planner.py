@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from .activations import RECOMPUTE
 from .constraints import check_config, divisors, interleave_group, valid_tp
+from .context import context_violations
+from .experts import expert_violations
 from .evaluate import (DEFAULT_COMPUTE_EFFICIENCY, SHAPES, PlanContext, PlanResult,
                        TimeBreakdown, evaluate)
 
@@ -31,7 +33,8 @@ def plan(model, cluster, global_batch: int, seq_len: int | None = None, *, dp: i
          dp_overlap: float = 0.0, usable_memory_fraction: float = 1.0,
          allow_tp_across_nodes: bool = False, pp_scatter_gather: bool = False,
          flash_attention: bool = True, allow_sharded_pp: bool = False,
-         interleave: str = "flexible") -> PlanResult:
+         interleave: str = "flexible", cp: int = 1, cp_mode: str = "ring", ep: int = 1,
+         etp: int | None = None) -> PlanResult:
     """Evaluate one configuration of ``model`` on ``cluster``.
 
     ``global_batch`` counts sequences of ``seq_len`` tokens (default: the
@@ -88,9 +91,21 @@ def plan(model, cluster, global_batch: int, seq_len: int | None = None, *, dp: i
       group that crosses nodes drives up to as many NICs as it has members
       per node (``network.group_link``).
 
+    - ``cp``: context parallelism, each sequence split over cp ranks (then
+      dp*tp*cp*pp = GPUs), their keys and values exchanged ``cp_mode``'s way:
+      ``"ring"`` (overlapped with attention), ``"all_gather"`` (Llama 3) or
+      ``"all_to_all"`` (DeepSpeed-Ulysses); activations and the per-token work
+      of each rank divided by cp (``context``, ``cp_ep_terms``).
+    - ``ep``, ``etp``: a mixture-of-experts model's (``Model.moe``) experts split
+      over ep ranks, each expert over etp (default tp), folded over the tp*cp*dp
+      ranks as Megatron Core does; four all-to-alls per MoE layer and
+      micro-batch (``experts``, ``cp_ep_terms``). Ranks are numbered in
+      Megatron-LM's order tp-cp-ep-dp-pp (``placement.LAYOUT_ORDER``).
+
     Raises ValueError, saying what to change, when the configuration breaks a
-    constraint: dp*tp*pp = GPUs, tp divides the heads, pp the layers, tp
-    stays in a node, the batch splits evenly.
+    constraint: dp*tp*pp (*cp) = GPUs, tp divides the heads, pp the layers, tp
+    stays in a node, the batch splits evenly, and cp's and ep's rules
+    (``constraints.violations``).
     """
     ctx = PlanContext(model, cluster, global_batch, seq_len, precision, compute_efficiency,
                       dp_overlap, usable_memory_fraction, pp_scatter_gather, flash_attention,
@@ -100,9 +115,13 @@ def plan(model, cluster, global_batch: int, seq_len: int | None = None, *, dp: i
                        zero_stage=zero_stage, recompute=recompute,
                        virtual_stages=virtual_stages,
                        allow_tp_across_nodes=allow_tp_across_nodes,
-                       allow_sharded_pp=allow_sharded_pp, interleave=interleave)
+                       allow_sharded_pp=allow_sharded_pp, interleave=interleave, cp=cp, ep=ep,
+                       etp=etp, cp_mode=cp_mode, seq_len=ctx.seq_len,
+                       flash_attention=ctx.flash_attention,
+                       sequence_parallel=bool(sequence_parallel) and tp > 1)
     return evaluate(ctx, int(dp), int(tp), int(pp), mbs, zero_stage, recompute,
-                     int(virtual_stages), bool(sequence_parallel) and tp > 1)
+                    int(virtual_stages), bool(sequence_parallel) and tp > 1, int(cp), int(ep),
+                    None if etp is None else int(etp), cp_mode)
 
 
 def search(model, cluster, global_batch: int, seq_len: int | None = None, *,
@@ -113,7 +132,8 @@ def search(model, cluster, global_batch: int, seq_len: int | None = None, *,
            compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY, dp_overlap: float = 0.0,
            usable_memory_fraction: float = 1.0, pp_scatter_gather: bool = False,
            flash_attention: bool = True, allow_sharded_pp: bool = False,
-           interleave: str = "flexible") -> list:
+           interleave: str = "flexible", cps=(1,), cp_modes=("ring",), eps=(1,),
+           etps=None) -> list:
     """Evaluate every valid configuration and rank them.
 
     Enumerates tp (dividing the heads and, unless allowed, the node), pp
@@ -122,7 +142,10 @@ def search(model, cluster, global_batch: int, seq_len: int | None = None, *,
     in ``micro_batch_sizes``), ZeRO stages (only 0 and 1 with pp > 1, unless
     ``allow_sharded_pp``: see ``plan``),
     recomputation, virtual stages (dividing the layers per stage, with a
-    micro-batch count ``interleave`` accepts) and sequence parallelism (tp > 1).
+    micro-batch count ``interleave`` accepts) and sequence parallelism (tp > 1);
+    with ``cps``, ``cp_modes``, ``eps`` and ``etps`` (None: etp = tp) also every
+    context- and expert-parallel split among them that follows the rules
+    (``plan``); the defaults search the three axes alone.
     Returns PlanResults, those that fit first, then fastest first, then
     lightest first; ``only_fitting`` drops the rest, ``top`` keeps the best.
     """
@@ -131,32 +154,56 @@ def search(model, cluster, global_batch: int, seq_len: int | None = None, *,
                       interleave)
     n = cluster.n_gpus
     results = []
-    for tp in valid_tp(model, cluster, allow_tp_across_nodes):
-        for pp in divisors(n // tp):
-            if model.n_layers % pp:
-                continue
-            dp = n // (tp * pp)
-            if ctx.global_batch % dp:
-                continue
-            per_replica = ctx.global_batch // dp
-            sizes = [b for b in divisors(per_replica)
-                     if micro_batch_sizes is None or b in micro_batch_sizes]
-            zeros = [z for z in zero_stages if pp == 1 or z < 2 or allow_sharded_pp]
-            sps = [sp for sp in dict.fromkeys(bool(x) for x in sequence_parallel)
-                   if tp > 1 or not sp]
-            for mbs in sizes:
-                m = per_replica // mbs
-                vs = [1]
-                if pp > 1 and interleave_group(pp, m, interleave) is not None:
-                    vs += [v for v in divisors(model.n_layers // pp)[1:]
-                           if max_virtual_stages is None or v <= max_virtual_stages]
-                for v in vs:
-                    for recompute in recomputes:
-                        for sp in sps:
-                            for zero in zeros:
-                                results.append(evaluate(ctx, dp, tp, pp, mbs, zero,
-                                                        recompute, v, sp))
+    for tp, cp, cp_mode, pp, dp, ep, etp in _layouts(ctx, valid_tp(model, cluster,
+                                                                   allow_tp_across_nodes),
+                                                     cps, cp_modes, eps, etps):
+        per_replica = ctx.global_batch // dp
+        sizes = [b for b in divisors(per_replica)
+                 if micro_batch_sizes is None or b in micro_batch_sizes]
+        zeros = [z for z in zero_stages if pp == 1 or z < 2 or allow_sharded_pp]
+        sps = [sp for sp in dict.fromkeys(bool(x) for x in sequence_parallel)
+               if (tp > 1 or not sp) and (sp or ep == 1 or tp == 1)]
+        for mbs in sizes:
+            m = per_replica // mbs
+            vs = [1]
+            if pp > 1 and interleave_group(pp, m, interleave) is not None:
+                vs += [v for v in divisors(model.n_layers // pp)[1:]
+                       if max_virtual_stages is None or v <= max_virtual_stages]
+            for v in vs:
+                for recompute in recomputes:
+                    for sp in sps:
+                        for zero in zeros:
+                            results.append(evaluate(ctx, dp, tp, pp, mbs, zero,
+                                                    recompute, v, sp, cp, ep, etp,
+                                                    cp_mode))
     if only_fitting:
         results = [r for r in results if r.fits]
     results.sort(key=lambda r: (not r.fits, -r.tokens_per_second, r.memory.total))
     return results[:top] if top is not None else results
+
+
+def _layouts(ctx, tps, cps, cp_modes, eps, etps):
+    """(tp, cp, cp_mode, pp, dp, ep, etp) of every layout the rules allow, in the
+    three-axis search's order when cp = ep = 1 (so its ties rank as before)."""
+    model, n = ctx.model, ctx.n_gpus
+    for tp in tps:
+        for cp in cps:
+            if n % (tp * cp):
+                continue
+            # cp = 1 exchanges nothing: one mode; cp > 1 needs fused attention (cp_flash)
+            modes = ["ring"] if cp == 1 else [
+                c for c in cp_modes if ctx.flash_attention and not context_violations(
+                    model.n_heads, model.kv_heads, ctx.seq_len, cp=cp, tp=tp, mode=c)]
+            for cp_mode in modes:
+                for pp in divisors(n // (tp * cp)):
+                    if model.n_layers % pp:
+                        continue
+                    dp = n // (tp * cp * pp)
+                    if ctx.global_batch % dp:
+                        continue
+                    for ep in eps:
+                        for etp in (tp,) if etps is None else etps:
+                            if expert_violations(getattr(model, "moe", None), ep=ep, etp=etp,
+                                                 tp=tp, cp=cp, dp=dp):
+                                continue
+                            yield tp, cp, cp_mode, pp, dp, ep, (None if etp == tp else etp)

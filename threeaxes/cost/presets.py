@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from .experts import active_params, expert_params
 from .memory import GB
 from .params import transformer_params
 
@@ -164,6 +165,7 @@ class Model:
     n_kv_heads: int | None = None     # grouped-query attention (None: = n_heads)
     ffn_hidden: int | None = None
     source: str = field(default="", compare=False)
+    moe: object = None                # experts.MoE for a mixture-of-experts model (None: dense)
 
     def __post_init__(self):
         for name in ("n_layers", "d_model", "n_heads", "vocab_size", "seq_len"):
@@ -180,24 +182,58 @@ class Model:
     def kv_heads(self) -> int:
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
+    @property
+    def expert_params(self) -> int:
+        """Parameters in the routed experts (0 for a dense model): what ep splits."""
+        return 0 if self.moe is None else expert_params(self.moe, self.d_model, self.n_layers)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token meets (all of them for a dense model)."""
+        if self.moe is None:
+            return self.n_params
+        return active_params(self.n_params, self.moe, self.d_model, self.n_layers)
+
     def __str__(self) -> str:
-        return (f"{self.name}: {self.n_params / 1e9:.1f}B params, {self.n_layers} layers, "
+        experts = "" if self.moe is None else (
+            f" ({self.active_params / 1e9:.1f}B active, {self.moe.n_experts} experts, "
+            f"top-{self.moe.top_k})")
+        return (f"{self.name}: {self.n_params / 1e9:.1f}B params{experts}, {self.n_layers} layers, "
                 f"d_model {self.d_model}, {self.n_heads} heads")
 
 
 def custom_model(name: str, n_layers: int, d_model: int, n_heads: int, *,
                  vocab_size: int = 51200, seq_len: int = 2048,
                  learned_positions: bool = True, n_kv_heads: int | None = None,
-                 **param_options) -> Model:
+                 moe=None, **param_options) -> Model:
     """A model from its shape; parameters counted by ``transformer_params``
     (GPT-style by default: Megatron-LM eq. 2 with V = 51,200, Narayanan et al.
-    2021's vocabulary). ``param_options`` go to ``transformer_params``."""
+    2021's vocabulary). ``param_options`` go to ``transformer_params``.
+
+    ``moe`` (``experts.MoE``): every layer's MLP is ``moe.n_experts`` experts of
+    width ``moe.expert_hidden`` (gated as ``gated_mlp`` says) and a router of h x E
+    (Jiang et al. 2024, Section 2.1); ``moe_layers`` below n_layers is not
+    counted here (give a dense model's ``ffn_hidden`` layers another way)."""
+    if moe is not None:
+        if moe.moe_layers not in (None, n_layers) or moe.shared_experts:
+            raise ValueError("custom_model counts a MoE in every layer without shared "
+                             "experts; use moe_layers=None and shared_experts=0")
+        if param_options.get("gated_mlp", False) != moe.gated:
+            raise ValueError(f"moe.gated={moe.gated} but gated_mlp="
+                             f"{param_options.get('gated_mlp', False)}; make them agree")
+        param_options = {**param_options, "ffn_hidden": moe.expert_hidden}
     count = transformer_params(n_layers, d_model, vocab_size,
                                seq_len if learned_positions else 0,
                                n_heads=n_heads, n_kv_heads=n_kv_heads, **param_options)
-    return Model(name, n_layers, d_model, n_heads, vocab_size, seq_len, int(count),
-                 count.layers, n_kv_heads, param_options.get("ffn_hidden"),
-                 source="custom")
+    total, layers = int(count), count.layers
+    if moe is not None:
+        # one expert is counted as the layer's MLP: add the other E - 1 and the router
+        more = n_layers * ((moe.n_experts - 1) * moe.per_expert(d_model)
+                           + d_model * moe.n_experts)
+        total, layers = total + more, layers + more
+    return Model(name, n_layers, d_model, n_heads, vocab_size, seq_len, total,
+                 layers, n_kv_heads, param_options.get("ffn_hidden"),
+                 source="custom", moe=moe)
 
 
 def _llama(name, n_layers, d_model, n_heads, ffn_hidden, seq_len, source, n_kv_heads=None):

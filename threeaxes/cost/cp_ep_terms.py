@@ -1,0 +1,86 @@
+"""The planner's terms for context parallelism (cp) and expert parallelism (ep):
+what ``evaluate`` adds to a (dp, tp, pp) configuration when cp or ep > 1. With
+cp = ep = 1 (and etp = tp) each function gives what the three-axis planner
+always gave, so every three-axis result is unchanged.
+
+- model states: the dense weights are split by tp and pp and, under ZeRO,
+  sharded over the dp x cp ranks that hold the same weights (Megatron-LM's
+  distributed optimizer shards over its data-parallel group with context
+  parallelism); the routed experts are split by etp, ep and pp and sharded
+  over the experts' data-parallel group edp (``placement.layout_strides``).
+- gradients: the dense ones reduced over dp x cp, the experts' over edp, each
+  group at the link its ranks reach (``network.group_link``).
+- context parallelism, per layer and micro-batch: ``context.context_parallel_time``
+  for this rank's heads (the tp rank's h/t query and k/t key/value widths); the
+  ring hides behind the attention it overlaps (Liu et al. 2023, Section 3).
+- expert parallelism, per MoE layer and micro-batch: four all-to-alls of the
+  tokens this rank holds, b s / (cp t) with sequence parallelism, k copies each
+  (``experts.expert_all_to_all_time``; Lepikhin et al. 2021, Section 2.3).
+"""
+from __future__ import annotations
+
+from .context import context_parallel_time
+from .experts import expert_all_to_all_time
+from .memory import ModelStateBytes, model_state_bytes
+from .network import group_link
+
+__all__ = ["state_bytes", "gradient_groups", "cp_comm_time", "ep_comm_time"]
+
+
+def state_bytes(model, *, dp, tp, pp, cp, ep, etp, zero_stage, precision) -> ModelStateBytes:
+    """Parameters, gradients and optimizer states per GPU (ZeRO's accounting,
+    Rajbhandari et al. 2020, Section 5 and Figure 1, applied to each part)."""
+    experts = model.expert_params
+    dense = model_state_bytes(model.n_params - experts, dp=dp * cp, tp=tp, pp=pp,
+                              zero_stage=zero_stage, precision=precision)
+    if not experts:
+        return dense
+    edp = tp * cp * dp // (etp * ep)
+    exp = model_state_bytes(experts, dp=edp, tp=etp * ep, pp=pp, zero_stage=zero_stage,
+                            precision=precision)
+    return ModelStateBytes(*(a + b for a, b in zip(dense, exp)))
+
+
+def gradient_groups(model, cluster, groups, *, tp, pp, ep, etp, grad_dtype_bytes) -> list:
+    """[(gradient bytes, group size, Link)] of each data-parallel reduction a step
+    runs: the dense weights over dp x cp, the experts' over edp."""
+    experts = model.expert_params
+    out = []
+    stride, size = groups["dp_cp"]
+    if size > 1:
+        out.append((grad_dtype_bytes * (model.n_params - experts) / (tp * pp), size,
+                    group_link(cluster, stride, size)))
+    stride, size = groups["edp"]
+    if experts and size > 1:
+        out.append((grad_dtype_bytes * experts / (etp * ep * pp), size,
+                    group_link(cluster, stride, size)))
+    return out
+
+
+def cp_comm_time(ctx, groups, *, tp, cp, mbs, m, layers_here, cp_mode) -> float:
+    """Seconds of context-parallel exchange on the critical path of one step: every
+    layer of this stage, every micro-batch, forward and backward."""
+    if cp == 1:
+        return 0.0
+    model, s = ctx.model, ctx.seq_len
+    link = group_link(ctx.cluster, *groups["cp"])
+    kv = model.d_model * model.kv_heads // model.n_heads
+    # this rank's attention, forward and backward: 12 h s FLOPs per token and layer
+    # (PaLM App. B) over its b s / cp tokens and h / t of the width
+    attention = 12 * model.d_model * s * mbs * s / (cp * tp) / (ctx.peak * ctx.efficiency)
+    per_layer = context_parallel_time(s, mbs, model.d_model // tp, cp, link, mode=cp_mode,
+                                      kv_width=max(1, kv // tp), dtype_bytes=ctx.act_dtype_bytes,
+                                      attention_seconds=attention)
+    return layers_here * m * per_layer
+
+
+def ep_comm_time(ctx, groups, *, tp, cp, ep, mbs, m, pp, sequence_parallel) -> float:
+    """Seconds of the MoE layers' all-to-alls in one step on this stage."""
+    moe = ctx.model.moe
+    if moe is None or ep == 1:
+        return 0.0
+    link = group_link(ctx.cluster, *groups["ep"])
+    tokens = mbs * ctx.seq_len // cp // (tp if sequence_parallel else 1)
+    per_layer = expert_all_to_all_time(tokens, ctx.model.d_model, moe.top_k, ep, link,
+                                       dtype_bytes=ctx.act_dtype_bytes)
+    return moe.layers(ctx.model.n_layers) / pp * m * per_layer
