@@ -11,10 +11,14 @@ search() for Llama-2 70B on 64 GPUs with the shape model, the notebook case.
 Held out (not used to fit kernel_time's constants), printed for comparison:
 Narayanan et al. 2021 Table 2's PTD-P rows, and Korthikanti et al. 2022
 Table 5's iteration times. Then MT-NLG 530B and GPT-NeoX-20B with their era's techniques:
-each published layout's share of the best. Exits 1 if a row is off by more than 10%, does not
-fit, falls below 85% of the best (the 18.4B row: 80%, for the reason
-tests/test_cost_published.py::test_the_18b_row_... documents), or the 70B search takes more
-than 1 s.
+each published layout's share of the best. Then the runs beyond three axes
+(threeaxes.cost.published_4d): Llama 3 405B's Table 4 (tensor, context, pipeline and data
+parallelism) and a Megatron Core mixture-of-experts run, each with its predicted/reported
+ratio and share of its era's best, the documented exceptions marked as such. Exits 1 if a
+row is off by more than 10% (15% for the 4D runs), does not fit, falls below 85% of the best
+(the 18.4B row: 80%, for the reason tests/test_cost_published.py::test_the_18b_row_...
+documents; the 4D exceptions as tests/test_cost_published_4d.py documents), or the 70B
+search takes more than 1 s.
 """
 
 import argparse
@@ -29,6 +33,13 @@ from threeaxes.cost import SHAPES, get_cluster, get_model, search  # noqa: E402
 from threeaxes.cost.published import (KORTHIKANTI_2022_TABLE5, NARAYANAN_2021_TABLE1,  # noqa: E402
                                       NARAYANAN_2021_TABLE2_PTDP, OTHER_RUNS, predict,
                                       predict_iteration, predict_other)
+from threeaxes.cost.published_4d import PUBLISHED_4D, predict_4d  # noqa: E402
+
+# the 4D runs outside the 15% band or below 0.85 of the best, and their documented bands
+# (tests/test_cost_published_4d.py says why for each)
+EXCEPTIONS_4D = {"Llama 3 405B, 8192 GPUs, 8K": ((0.65, 0.85), (0.55, 0.85)),
+                 "Llama 3 405B, 16384 GPUs, 8K": ((0.65, 0.85), (0.55, 0.85)),
+                 "Qwen3-235B-A22B, 256 GPUs": ((0.35, 0.6), (0.35, 0.85))}
 
 # the one row allowed below 0.85 of its best (tests/test_cost_published.py says why)
 FLOOR = {18.4: 0.80}
@@ -81,6 +92,21 @@ def main(argv=None):
               f"{'yes' if p.published.fits else 'NO':>4} {p.tflops_per_gpu:>6.1f} {published} "
               f"{ratio} {p.share_of_best:>7.3f}  {p.best.label}"
               f"{'' if ok else '  <-- OUT OF BOUNDS'}")
+    print("beyond three axes: Llama 3 405B (Dubey et al. 2024, Table 4) and a Megatron Core "
+          "MoE run, H100 80GB; predicted/reported teraFLOP/s per GPU, share of the era's best")
+    for run in PUBLISHED_4D:
+        start = time.perf_counter()
+        p = predict_4d(run)
+        elapsed = time.perf_counter() - start
+        ratio_band, best_band = EXCEPTIONS_4D.get(run.name, ((0.85, 1.15), (0.85, 1.0)))
+        ok = (p.published.fits and ratio_band[0] <= p.ratio <= ratio_band[1]
+              and best_band[0] <= p.share_of_best <= 1.0)
+        failed |= not ok
+        note = "  (documented exception)" if run.name in EXCEPTIONS_4D else ""
+        print(f"{run.name:>30} {p.published.label:<58} "
+              f"{'yes' if p.published.fits else 'NO':>4} {p.tflops_per_gpu:>6.1f} "
+              f"{run.tflops_per_gpu:>5.0f} {p.ratio:>6.3f} {p.share_of_best:>7.3f} "
+              f"{elapsed:>6.1f}s  {p.best.label}{note}{'' if ok else '  <-- OUT OF BOUNDS'}")
     model, cluster = get_model("llama2-70b"), get_cluster("a100-80gb", n_gpus=64)
     for name, kwargs in (("constant 0.6", {}),
                          ("shapes", dict(compute_efficiency=SHAPES, pp_scatter_gather=True))):

@@ -100,7 +100,12 @@ def plan(model, cluster, global_batch: int, seq_len: int | None = None, *, dp: i
       over ep ranks, each expert over etp (default tp), folded over the tp*cp*dp
       ranks as Megatron Core does; four all-to-alls per MoE layer and
       micro-batch (``experts``, ``cp_ep_terms``). Ranks are numbered in
-      Megatron-LM's order tp-cp-ep-dp-pp (``placement.LAYOUT_ORDER``).
+      Megatron-LM's order tp-cp-ep-dp-pp (``placement.LAYOUT_ORDER``). FLOPs
+      count the active parameters; activations keep Korthikanti et al.'s
+      GPT-layer count (a 4h MLP per token, not k experts' widths), an
+      approximation for a mixture of experts. ``compute_efficiency="shapes"``
+      times dense layers of whole sequences only: give a fraction with cp > 1
+      or experts.
 
     Raises ValueError, saying what to change, when the configuration breaks a
     constraint: dp*tp*pp (*cp) = GPUs, tp divides the heads, pp the layers, tp

@@ -17,7 +17,11 @@ the 126 layers fill 128 slots, 8 on each of 16 stages. The planner sees those
 128 equal slots (``llama3_405b_pipeline``): it times the bottleneck stage's 8
 layers and counts parameters and FLOPs for the real 126. The micro-batch is one
 sequence (not published; with 16 or 32 sequences per replica and 16 stages the
-pipeline needs them all as micro-batches).
+pipeline needs them all as micro-batches). Llama 3 numbers its ranks TP, CP,
+PP, DP (Section 3.3.2, pipeline inside data parallelism); the planner uses
+Megatron-LM's tp-cp-(ep)-dp-pp. With tp = 8 filling a server, every cp, pp and
+dp group of these runs has one member per server in either order, so each
+reaches the same link.
 
 The mixture of experts: Qwen3-235B-A22B trained with Megatron Core on 256 H100s
 (NVIDIA's Megatron-MoE-ModelZoo, best_practice/Qwen3/readme.md, "Intra-node EP
