@@ -4,8 +4,9 @@ The toy's first attention layer (float64) runs on cp = 2 and cp = 4 ranks, each 
 its load-balanced share of the sequence, two ways (ring, all-to-all). Its output, the
 gradient of its input and the summed weight gradients equal one process running the toy's
 own `CausalSelfAttention` (PyTorch's scaled_dot_product_attention) on the whole sequence.
-The bytes each rank's trace shows equal `predict`'s formulas, checked here against counts
-derived by hand; the attention activations a rank saves fall by cp.
+The bytes each rank's trace shows equal the cost model's formula
+(`threeaxes.cost.context.context_parallel_bytes`), and both equal counts derived by hand
+here; the attention activations a rank saves fall by cp.
 """
 import sys
 
@@ -14,8 +15,8 @@ import pytest
 import torch
 
 from threeaxes.context_parallel import (attention_activation_bytes, causal_pairs, gather_sequence,
-                                        ring_bytes_sent, sequence_positions, split_sequence,
-                                        ulysses_bytes_sent)
+                                        sequence_positions, split_sequence)
+from threeaxes.cost.context import context_parallel_bytes
 from threeaxes.launch import launch
 from threeaxes.toy import ToyConfig, ToyTransformer
 
@@ -122,9 +123,11 @@ def test_forward_and_backward_equal_one_process(run, one_process, method):
 def test_ring_bytes_sent_per_rank_equal_the_formula_and_a_hand_count(run):
     cp, ranks = run
     block = BATCH * (CFG.seq_len // cp) * CFG.d_model * F64     # one rank's k (or v)
-    # by hand: forward, cp - 1 messages of k and v; backward, cp - 1 of k and v, cp of dk and dv
-    by_hand = {"forward": (cp - 1) * 2 * block, "backward": (2 * cp - 1) * 2 * block}
-    assert ring_bytes_sent(BATCH, CFG.seq_len, CFG.d_model, cp) == by_hand
+    # by hand: forward, cp - 1 messages of k and v; backward, cp - 1 of k and v and cp - 1 of
+    # dk and dv (each block's gradient starts on the rank after its owner and ends at home)
+    by_hand = {"forward": (cp - 1) * 2 * block, "backward": 2 * (cp - 1) * 2 * block}
+    model = context_parallel_bytes(CFG.seq_len, BATCH, CFG.d_model, cp, mode="ring", dtype_bytes=F64)
+    assert (model.forward, model.backward) == (by_hand["forward"], by_hand["backward"])
     for rank, r in enumerate(ranks):
         for phase, t in (("forward", r["ring"]["fwd"]), ("backward", r["ring"]["bwd"])):
             sends = t.comms(op="send")
@@ -140,7 +143,8 @@ def test_ulysses_bytes_sent_per_rank_equal_the_formula_and_a_hand_count(run):
     b = BATCH * (CFG.seq_len // cp) * CFG.d_model * F64
     # by hand: q, k, v (3b) and the output (b) each keep 1/cp at home and send the rest
     by_hand = 4 * b * (cp - 1) // cp
-    assert ulysses_bytes_sent(BATCH, CFG.seq_len, CFG.d_model, cp) == {"forward": by_hand, "backward": by_hand}
+    model = context_parallel_bytes(CFG.seq_len, BATCH, CFG.d_model, cp, mode="all_to_all", dtype_bytes=F64)
+    assert (model.forward, model.backward) == (by_hand, by_hand)
     for r in ranks:
         for t in (r["ulysses"]["fwd"], r["ulysses"]["bwd"]):
             events = t.comms(op="all_to_all")
@@ -194,8 +198,8 @@ def test_bad_sizes_say_what_to_change():
     with pytest.raises(ValueError, match=r"^seq_len=16 does not split into 2 \* cp = 6 chunks .*"
                                          r"2 \* cp in \{1, 2, 4, 8, 16\}$"):
         sequence_positions(0, 3, 16)
-    with pytest.raises(ValueError, match=r"^seq_len=16 does not split over 1 \* cp = 3"):
-        ulysses_bytes_sent(1, 16, 32, 3)
+    with pytest.raises(ValueError, match=r"^cp=3 does not divide seq_len=16; choose cp dividing"):
+        attention_activation_bytes(1, 16, 32, 4, 3)
 
 
 def test_ulysses_needs_whole_heads_per_rank():

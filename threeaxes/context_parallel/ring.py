@@ -9,14 +9,14 @@ Megatron-LM's context parallelism run the same ring with the causal mask).
 
 The backward is written out (an explicit autograd Function, not autograd through
 the sends, not recomputation of the forward's ring): it sends the key/value
-blocks round the ring again, and each block's gradient (dk, dv) travels with it,
-collecting every rank's share; after cp hops that gradient is back with the rank
-that owns the block (the FlashAttention backward per block, Dao et al. 2022,
-Algorithm 2, from the lse the forward saved).
+blocks round the ring again, and each block's gradient (dk, dv) follows it one
+rank behind, collecting every other rank's share; its last hop takes it home to
+the rank that owns the block, which adds its own share (the FlashAttention
+backward per block, Dao et al. 2022, Algorithm 2, from the lse the forward saved).
 
 Messages per rank (each one rank's k and v, stacked: 2 * batch * seq/cp * d_model
-numbers): forward cp - 1; backward cp - 1 key/value blocks and cp gradient blocks.
-`threeaxes.context_parallel.predict.ring_bytes_sent` counts them.
+numbers): forward cp - 1; backward cp - 1 key/value blocks and cp - 1 gradient
+blocks: `threeaxes.cost.context.context_parallel_bytes(mode="ring")`.
 
 Shapes: q, k, v (batch, heads, seq/cp, head_dim), the rank's tokens in the order
 `split.sequence_positions` gives.
@@ -32,14 +32,14 @@ from threeaxes.context_parallel.split import sequence_positions
 __all__ = ["ring_attention"]
 
 
-def _pass_along(block, cp):
+def _pass_along(block, cp, tag: int):
     """Send `block` to the next rank on the ring; return the one the previous rank sent."""
     prev, nxt = cp.ring_neighbours()
     got = torch.empty_like(block)
     # communication: post the send to the next rank, then wait for the previous rank's block
     # (every rank posts before it waits, so the ring cannot deadlock)
-    work = comms.isend(block, dst=nxt, axis="cp", dims=cp)
-    comms.recv(got, src=prev, axis="cp", dims=cp)
+    work = comms.isend(block, dst=nxt, axis="cp", dims=cp, tag=tag)
+    comms.recv(got, src=prev, axis="cp", dims=cp, tag=tag)
     work.wait()
     return got
 
@@ -57,7 +57,7 @@ class _RingAttention(torch.autograd.Function):
             owner = (me - step) % n              # whose block this rank holds now (its own first)
             state = online_softmax.add_block(state, q, kv[0], kv[1], owner_pos[me], owner_pos[owner])
             if step < n - 1:
-                kv = _pass_along(kv, cp)         # communication: next block round the ring
+                kv = _pass_along(kv, cp, tag=1)  # communication: next block round the ring
         out, lse = online_softmax.finish(state)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.cp, ctx.owner_pos = cp, owner_pos
@@ -71,18 +71,24 @@ class _RingAttention(torch.autograd.Function):
         delta = (d_out * out).sum(dim=-1)       # rowsum(dO * O), (batch, heads, seq/cp)
         dq = torch.zeros_like(q)
         kv = torch.stack([k, v])
-        d_kv = torch.zeros_like(kv)              # the gradient of the block this rank holds now
+        d_kv_in = None                           # a block's gradient so far, from the previous rank
         for step in range(n):
-            owner = (me - step) % n
+            owner = (me - step) % n              # whose block this rank holds now (its own first)
             dq_b, dk_b, dv_b = online_softmax.block_grads(
                 q, kv[0], kv[1], owner_pos[me], owner_pos[owner], lse, d_out, delta)
             dq += dq_b
-            d_kv = d_kv + torch.stack([dk_b, dv_b])
+            share = torch.stack([dk_b, dv_b])
+            if step == 0:
+                own = share                      # this rank's share of its own block's gradient
+            else:
+                # the block's gradient gathers one share per rank; it started on the rank after
+                # its owner, and this rank passes it on, so after the last step it reaches home
+                total = share if d_kv_in is None else d_kv_in + share
+                d_kv_in = _pass_along(total, cp, tag=2)   # communication: the gradient follows its block
             if step < n - 1:
-                kv = _pass_along(kv, cp)         # communication: the next block, as in the forward
-            if n > 1:
-                d_kv = _pass_along(d_kv, cp)     # communication: the block's gradient follows it
-        # after n hops the gradient this rank holds is that of its own block
+                kv = _pass_along(kv, cp, tag=1)  # communication: the next block, as in the forward
+        # what came in last is every other rank's share of this rank's own block
+        d_kv = own if d_kv_in is None else own + d_kv_in
         return dq, d_kv[0], d_kv[1], None, None
 
 

@@ -7,7 +7,8 @@ runs the same two exchanges the other way round (the all-to-all's gradient is th
 inverse all-to-all). cp must divide the number of heads.
 
 Per layer and rank: forward, one all-to-all of q, k, v stacked and one of the
-output; backward, the same two mirrored. `predict.ulysses_bytes_sent` counts them.
+output; backward, the same two mirrored:
+`threeaxes.cost.context.context_parallel_bytes(mode="all_to_all")`.
 
 Shapes: q, k, v (batch, heads, seq/cp, head_dim), the rank's tokens in the order
 `split.sequence_positions` gives; after the exchange (batch, heads/cp, seq, head_dim).
