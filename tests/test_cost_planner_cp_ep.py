@@ -183,3 +183,14 @@ def test_search_over_cp_and_ep_keeps_to_the_rules_and_the_defaults_to_three_axes
         assert r.ep == 1 or r.tp == 1 or r.sequence_parallel
     # the three-axis rows are the same PlanResults either way
     assert [r for r in more if (r.cp, r.ep) == (1, 1)] == three
+
+
+def test_expert_tensor_parallelism_pays_the_mlp_half_of_the_regions():
+    # tp = 1 for attention, etp = 2 for the experts: of the 4 regions per layer (2 in
+    # attention, 2 in the MLP, Shoeybi et al. 2019), the MLP's 2 run over ranks {0, 1} (a
+    # node, 1e3 B/s): all-reduce of b s h = 64 values, 128 bytes, 2 (1/2) 128 / 1e3 each;
+    # 4 layers
+    r = plan(MOE_TOY, TINY, 8, dp=8, tp=1, pp=1, ep=2, etp=2, micro_batch=1,
+             compute_efficiency=0.5)
+    assert r.time.tp_comm == pytest.approx(4 * 2 * 128 / 1e3)
+    assert r.etp == 2 and "etp=2" in r.label

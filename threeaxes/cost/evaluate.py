@@ -234,9 +234,16 @@ def evaluate(ctx: PlanContext, dp, tp, pp, mbs, zero, recompute, v, sp, cp=1, ep
     # (stride, size) per group, ranks numbered tp fastest, then cp, dp, pp (Megatron-LM's order)
     groups = layout_strides(tp, cp, dp, pp, ep=ep, etp=etp)
     tp_comm = 0.0
-    if tp > 1:
+    per_layer = 6 if recompute == "full" else 4
+    if model.expert_params and etp != tp:
+        # the attention's half of the regions runs over tp, the experts' half over etp
+        # (Megatron Core's folding: the MoE layer gathers and scatters its tokens in etp)
+        tp_comm = sum(layers_here * m * per_layer / 2 * all_reduce_time(
+            act_bytes, size, link.bandwidth, link.latency).total
+            for size, link in ((tp, group_link(cluster, *groups["tp"])),
+                               (etp, group_link(cluster, *groups["etp"]))) if size > 1)
+    elif tp > 1:
         link = group_link(cluster, *groups["tp"])
-        per_layer = 6 if recompute == "full" else 4
         # communication: all-reduce (or reduce-scatter + all-gather) of b s h per TP region
         tp_comm = layers_here * m * per_layer * all_reduce_time(
             act_bytes, tp, link.bandwidth, link.latency).total
