@@ -117,12 +117,13 @@ def test_llama3_8k_rows_are_underpredicted_because_they_must_recompute_or_shard_
 
 
 def test_qwen3_moe_run_is_underpredicted_because_its_expert_gradients_cross_nodes(predictions):
-    """The MoE run comes out at 0.44 of the published 276 teraFLOP/s and its layout at 0.43
+    """The MoE run comes out at 0.45 of the published 276 teraFLOP/s and its layout at 0.42
     of the planner's best. The planner's reason is the data-parallel exchange: with ep = 8
-    and expert TP 1, each rank holds 28.4B expert parameters; under Megatron FSDP (ZeRO-3)
-    every micro-batch all-gathers them twice and reduce-scatters their FP32 gradients over
+    and expert TP 1, each rank's experts are 28.4B parameters; under Megatron FSDP (ZeRO-3)
+    every micro-batch all-gathers them twice and reduce-scatters their FP32 gradients (the
+    planner prices every ZeRO exchange at the gradients' 4 bytes) over
     the expert data-parallel group edp = 32, whose ranks sit one per node (stride 8), so
-    at one 50 GB/s NIC that is 27 s of the predicted 41 s, more than the published 17.6 s
+    at one 50 GB/s NIC that is 27 s of the predicted 40 s, more than the published 17.6 s
     step. Megatron must move fewer bytes or hide them (BF16 gathers, keeping weights
     gathered across micro-batches, overlap with compute; the ModelZoo row does not say).
     The planner's best spreads the experts over ep = 128 so that each rank holds 16 times
