@@ -33,49 +33,12 @@ def _inputs():
     return x, dy
 
 
-def _saved_bytes(fn, *args):
-    """Bytes of the distinct tensors autograd saves while fn runs."""
-    seen = {}
-
-    def pack(t):
-        seen[(t.data_ptr(), t.numel(), t.dtype)] = t.numel() * t.element_size()
-        return t
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = fn(*args)
-    return out, sum(seen.values())
-
-
 def _on_cp_ranks(rank, cp_size):
-    import torch
-
-    from threeaxes import trace
-    from threeaxes.context_parallel import (ContextParallelAttention, ring_attention, split_sequence,
-                                            ulysses_attention)
+    from threeaxes.context_parallel import cp_attention_run
     from threeaxes.extra_axes import axis_layout
 
-    cp = axis_layout("cp")
-    me = cp.coord("cp")
-    attn = ToyTransformer(CFG, seed=0).blocks[0].attn
-    x, dy = _inputs()
-    out = {}
-    for method in ("ring", "ulysses"):
-        attn.zero_grad()
-        x_local = split_sequence(x, me, cp_size).requires_grad_()
-        layer = ContextParallelAttention(attn, cp, method)
-        with trace.record() as fwd:
-            y = layer(x_local)
-        with trace.record() as bwd:
-            y.backward(split_sequence(dy, me, cp_size))
-        out[method] = {"y": y.detach(), "dx": x_local.grad,
-                       "dw": {n: p.grad.clone() for n, p in attn.named_parameters()},
-                       "fwd": fwd, "bwd": bwd}
-        # the attention core alone: what it saves for the backward
-        h, d = CFG.n_heads, CFG.head_dim
-        q, k, v = (torch.randn(BATCH, h, CFG.seq_len // cp_size, d, dtype=torch.float64,
-                               requires_grad=True) for _ in range(3))
-        core = ring_attention if method == "ring" else ulysses_attention
-        _, out[method]["saved"] = _saved_bytes(core, q, k, v, cp)
-    out["torch_cp"] = _torch_context_parallel(cp)
+    out = cp_attention_run(rank, cp_size, CFG, BATCH, seed=1)
+    out["torch_cp"] = _torch_context_parallel(axis_layout("cp"))
     return out
 
 
@@ -112,6 +75,7 @@ def one_process():
 def test_forward_and_backward_equal_one_process(run, one_process, method):
     cp, ranks = run
     got = [r[method] for r in ranks]
+    assert [r["positions"] for r in ranks] == [sequence_positions(i, cp, CFG.seq_len).tolist() for i in range(cp)]
     torch.testing.assert_close(gather_sequence([g["y"] for g in got]), one_process["y"])
     torch.testing.assert_close(gather_sequence([g["dx"] for g in got]), one_process["dx"])
     for name, expected in one_process["dw"].items():
@@ -129,7 +93,7 @@ def test_ring_bytes_sent_per_rank_equal_the_formula_and_a_hand_count(run):
     model = context_parallel_bytes(CFG.seq_len, BATCH, CFG.d_model, cp, mode="ring", dtype_bytes=F64)
     assert (model.forward, model.backward) == (by_hand["forward"], by_hand["backward"])
     for rank, r in enumerate(ranks):
-        for phase, t in (("forward", r["ring"]["fwd"]), ("backward", r["ring"]["bwd"])):
+        for phase, t in (("forward", r["ring"]["forward"]), ("backward", r["ring"]["backward"])):
             sends = t.comms(op="send")
             assert {e.peer for e in sends} == {(rank + 1) % cp}, "the ring sends to the next rank"
             assert all(e.axis == "cp" for e in t.events)
@@ -146,7 +110,7 @@ def test_ulysses_bytes_sent_per_rank_equal_the_formula_and_a_hand_count(run):
     model = context_parallel_bytes(CFG.seq_len, BATCH, CFG.d_model, cp, mode="all_to_all", dtype_bytes=F64)
     assert (model.forward, model.backward) == (by_hand, by_hand)
     for r in ranks:
-        for t in (r["ulysses"]["fwd"], r["ulysses"]["bwd"]):
+        for t in (r["ulysses"]["forward"], r["ulysses"]["backward"]):
             events = t.comms(op="all_to_all")
             assert [e.bytes for e in events] in ([3 * b, b], [b, 3 * b]) and len(t.comms()) == 2
             assert sum(network.bytes_sent_per_gpu(e.op, e.bytes, len(e.group)) for e in events) == by_hand
