@@ -27,6 +27,7 @@ from pathlib import Path
 MEMORY_BYTES = 6 << 30   # a drop's eight ranks use under 3 GiB; the machines have 24
 TASKS = 1024             # processes and threads: eight ranks hold ~30 threads each
 CGROUP = Path("/sys/fs/cgroup")
+PREFIX = "threeaxes-grade-"
 
 
 class Budget:
@@ -39,7 +40,9 @@ class Budget:
 
     @classmethod
     def make(cls) -> "Budget":
-        name = f"threeaxes-grade-{uuid.uuid4().hex[:12]}"
+        sweep()
+        # the grader's pid in the name: a group left by a grader that was killed is known as such
+        name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
         refused = []
         for attempt in (_version_1, _version_2):
             try:
@@ -64,6 +67,39 @@ class Budget:
                     break
                 except (ProcessLookupError, OSError):
                     time.sleep(0.05)
+
+
+def sweep() -> list[Path]:
+    """Remove the empty groups that graders killed before they could remove them (a worker
+    killed mid-submission leaves its budget behind): those whose grader, named by the pid in
+    the group's name, is gone. A live grader's groups are never touched. Returns those removed."""
+    removed = []
+    for controller in ("memory", "pids", "cpu", ""):
+        try:
+            parent = CGROUP / controller / _own_group(controller) if controller else CGROUP / _own_group("")
+            groups = list(parent.glob(f"{PREFIX}*"))
+        except OSError:
+            continue
+        for group in groups:
+            owner = group.name[len(PREFIX):].split("-", 1)[0]
+            if owner.isdigit() and _alive(int(owner)):
+                continue
+            try:
+                group.rmdir()        # refused while a task is still in it
+                removed.append(group)
+            except OSError:
+                pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def join(procs_files: list[str]) -> None:

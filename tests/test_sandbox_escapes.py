@@ -307,3 +307,28 @@ def test_the_questions_of_one_test_cell_share_its_time_limit(host):
         # every later question fails
         assert answers[0] == "1\n" and len(refused) >= 3 and set(refused) == {None}, answers
         assert printed(kernel, "print(slow_answer())") == "1\n"   # the next cell runs as usual
+
+
+def test_a_killed_graders_empty_budget_is_swept_and_a_live_graders_is_kept():
+    """A grading worker killed mid-submission cannot remove its budget's control group; the
+    next budget made sweeps those whose grader (the pid in the name) is gone."""
+    from autograder import budget
+
+    mine = budget.Budget.make()
+    if not mine.folders:
+        pytest.skip(f"no control group here: {mine.how}")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()      # a pid whose process has ended
+    left = [folder.parent / f"{budget.PREFIX}{gone}-{uuid.uuid4().hex[:12]}" for folder in mine.folders]
+    for folder in left:
+        folder.mkdir()
+    try:
+        removed = budget.sweep()
+        assert set(left) <= set(removed), "the dead grader's empty groups stay"
+        assert all(folder.is_dir() for folder in mine.folders), "a live grader's group was removed"
+    finally:
+        for folder in left:
+            if folder.is_dir():
+                folder.rmdir()
+        mine.remove()
+    assert not any(folder.exists() for folder in mine.folders)
