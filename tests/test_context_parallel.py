@@ -71,7 +71,7 @@ def one_process():
     return {"y": y.detach(), "dx": x.grad, "dw": {n: p.grad.clone() for n, p in attn.named_parameters()}}
 
 
-@pytest.mark.parametrize("method", ["ring", "ulysses"])
+@pytest.mark.parametrize("method", ["ring", "all_to_all"])
 def test_forward_and_backward_equal_one_process(run, one_process, method):
     cp, ranks = run
     got = [r[method] for r in ranks]
@@ -110,7 +110,7 @@ def test_ulysses_bytes_sent_per_rank_equal_the_formula_and_a_hand_count(run):
     model = context_parallel_bytes(CFG.seq_len, BATCH, CFG.d_model, cp, mode="all_to_all", dtype_bytes=F64)
     assert (model.forward, model.backward) == (by_hand, by_hand)
     for r in ranks:
-        for t in (r["ulysses"]["forward"], r["ulysses"]["backward"]):
+        for t in (r["all_to_all"]["forward"], r["all_to_all"]["backward"]):
             events = t.comms(op="all_to_all")
             assert [e.bytes for e in events] in ([3 * b, b], [b, 3 * b]) and len(t.comms()) == 2
             assert sum(network.bytes_sent_per_gpu(e.op, e.bytes, len(e.group)) for e in events) == by_hand
@@ -124,7 +124,7 @@ def test_attention_activations_per_rank_fall_by_cp(run):
     assert attention_activation_bytes(BATCH, CFG.seq_len, CFG.d_model, CFG.n_heads, cp) == by_hand
     whole = (4 * CFG.d_model + CFG.n_heads) * BATCH * CFG.seq_len * F64
     for r in ranks:
-        assert r["ring"]["saved"] == r["ulysses"]["saved"] == by_hand == whole // cp
+        assert r["ring"]["saved"] == r["all_to_all"]["saved"] == by_hand == whole // cp
 
 
 def test_torch_context_parallel_does_not_run_on_cpu(run):

@@ -21,7 +21,8 @@ from threeaxes.context_parallel.ulysses import ulysses_attention
 
 __all__ = ["METHODS", "ContextParallelAttention", "all_reduce_grads"]
 
-METHODS = {"ring": ring_attention, "ulysses": ulysses_attention}
+# the names of threeaxes.cost.context.CP_MODES
+METHODS = {"ring": ring_attention, "all_to_all": ulysses_attention}
 
 
 class ContextParallelAttention(nn.Module):
@@ -29,7 +30,7 @@ class ContextParallelAttention(nn.Module):
         super().__init__()
         if method not in METHODS:
             raise ValueError(f"method={method!r}; choose 'ring' (key/value blocks round the ring) "
-                             f"or 'ulysses' (heads exchanged for sequence)")
+                             f"or 'all_to_all' (heads exchanged for sequence, DeepSpeed-Ulysses)")
         self.attn, self.cp, self.method, self.balanced = attn, cp, method, balanced
 
     def forward(self, x):  # x: (batch, seq/cp, d_model), this rank's tokens
