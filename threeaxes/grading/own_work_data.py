@@ -62,4 +62,7 @@ EXERCISES = {
         'state_gb_per_gpu_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param', 'threeaxes.cost.rank_state_bytes'], 'why': 'does the model-state accounting this exercise asks you to do', 'may': 'plain Python arithmetic'},
         'my_config_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge', 'threeaxes.grading.drop13.best_for_shape'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
     },
+    'drop15': {
+        'cp_bytes_answer': {'forbid': ['threeaxes.cost.context_parallel_bytes', 'threeaxes.cost.context_parallel_time', 'threeaxes.cost.bytes_sent_per_gpu'], 'why': 'computes the bytes on the wire that this exercise asks you to count', 'may': 'plain Python arithmetic'},
+    },
 }
