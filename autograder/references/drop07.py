@@ -143,12 +143,21 @@ def smallest_m_mistake(got: int, p: int, target: float, v: int = 1) -> str | Non
     if got == want:
         return None
     where = f"p={p}, target {target:g}, v={v}"
-    over_m = next(m for m in range(1, 10**6) if (p - 1) / (v * m) < target)
-    if v > 1:
-        over_m = math.ceil(over_m / p) * p
+    any_m = next(m for m in range(1, 10**6) if (p - 1) / (v * m) < target)   # stepping by 1
+    over_m = math.ceil(any_m / p) * p if v > 1 else any_m
     if got == over_m and got != want:
         return (f"{where}: you answered {got}, from (p-1)/m, idle over useful time; the bubble is "
                 f"a share of the whole step, (p-1)/(v m + p - 1), so {want} microbatches suffice")
+    # two slips at once, named as the two where they can be told apart
+    if v > 1 and got % p and got == any_m:
+        return (f"{where}: you answered {got}, with two slips: (p-1)/(v m), idle over useful time, "
+                f"where the bubble is a share of the whole step, (p-1)/(v m + p - 1); and m={got} is "
+                f"not a multiple of p={p}, which Megatron's interleaved schedule needs")
+    at_most_any_m = next(m for m in range(1, 10**6) if (p - 1) / (v * m + p - 1) <= target)
+    if v > 1 and got % p and got == at_most_any_m and not (p - 1) / (v * got + p - 1) < target:
+        return (f"{where}: you answered {got}, with two slips: its bubble equals the target, where "
+                f"the exercise asks for strictly below; and m={got} is not a multiple of p={p}, "
+                f"which Megatron's interleaved schedule needs")
     if v > 1 and got % p:
         return (f"{where}: m={got} is not a multiple of p={p}; Megatron's interleaved schedule, "
                 f"which the exercise asks about, needs m in {{{p}, {2 * p}, ...}}")
