@@ -3,6 +3,11 @@
 Run nbgrader from the repository root (the Makefile does), or use
 `python -m autograder.release` / `python -m autograder.grade`.
 """
+import importlib.util
+from pathlib import Path
+
+import nbgrader
+
 c = get_config()  # noqa: F821 (provided by nbgrader)
 
 c.CourseDirectory.course_id = "three-axes"
@@ -48,10 +53,19 @@ c.Execute.interrupt_on_timeout = True
 # Feedback shows the test cells as the student received them: hidden tests
 # are removed before feedback is generated; the student's HTML is made inert and
 # JavaScript and widget views dropped (again: an autograded notebook may predate that step).
+# GetGradesSayingWhatWaits and the course's page: a written answer not graded yet says
+# "waiting for your instructor" instead of 0 points, and messages wrap (autograder/templates/).
 c.GenerateFeedback.preprocessors = [
-    "nbgrader.preprocessors.GetGrades",
+    "autograder.feedback.GetGradesSayingWhatWaits",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
-    "nbgrader.preprocessors.ClearHiddenTests",
+    "autograder.feedback.ClearHiddenTestsQuietly",
     "autograder.feedback.StripTestTracebacks",
     "autograder.feedback.SanitizeStudentMarkup",
 ]
+_course_grading = importlib.util.find_spec("autograder")   # the course's grading package, wherever it is
+if _course_grading is not None:
+    c.HTMLExporter.template_name = "course_feedback"
+    c.HTMLExporter.extra_template_basedirs = [
+        str(Path(_course_grading.origin).parent / "templates"),
+        str(Path(nbgrader.__file__).resolve().parent / "server_extensions" / "formgrader" / "templates"),
+    ]

@@ -29,7 +29,8 @@ from pathlib import Path
 import nbformat
 from bleach.sanitizer import ALLOWED_ATTRIBUTES, ALLOWED_TAGS
 from nbconvert.preprocessors.sanitize import SanitizeHTML
-from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader.preprocessors import ClearHiddenTests, GetGrades, NbGraderPreprocessor
+from traitlets import List
 
 # enough for a DataFrame, a formatted result or a student's written answer; nothing that runs
 TAGS = sorted(set(ALLOWED_TAGS) | {
@@ -41,7 +42,41 @@ ATTRIBUTES = {**ALLOWED_ATTRIBUTES, "*": ["class", "title"], "img": ["src", "alt
 KEPT_AS_IS = {"metadata", "text/plain", "text/latex", "application/json", "image/png", "image/jpeg"}
 
 
-class StripTestTracebacks(NbGraderPreprocessor):
+class GetGradesSayingWhatWaits(GetGrades):
+    """nbgrader's GetGrades, and each answer the instructor has not graded yet (a written
+    answer, before the formgrader) marked `waiting`, with the points waiting in all: the
+    course's feedback page (autograder/templates/course_feedback) says "waiting for your
+    instructor" there, where nbgrader's would show 0 points."""
+
+    def preprocess(self, nb, resources):
+        nb, resources = super().preprocess(nb, resources)
+        resources["nbgrader"]["waiting"] = sum(
+            c.metadata.nbgrader.get("points") or 0 for c in nb.cells
+            if c.get("metadata", {}).get("nbgrader", {}).get("waiting"))
+        return nb, resources
+
+    def _get_score(self, cell, resources):
+        super()._get_score(cell, resources)
+        grade = self.gradebook.find_grade(cell.metadata["nbgrader"]["grade_id"], self.notebook_id,
+                                          self.assignment_id, self.student_id)
+        if grade.needs_manual_grade:
+            cell.metadata.nbgrader["waiting"] = True
+
+
+class CoursePreprocessor(NbGraderPreprocessor):
+    """nbgrader's base for the course's preprocessors. nbconvert configures every
+    preprocessor's `display_data_priority`; NbGraderPreprocessor declares it without
+    config=True, so traitlets warned "not recognized" for each of ours on every run
+    (nbgrader's own GetGrades declares it the same way)."""
+    display_data_priority = List(GetGrades.display_data_priority.default(), config=True)
+
+
+class ClearHiddenTestsQuietly(ClearHiddenTests):
+    """nbgrader's ClearHiddenTests, without the same warning on every run."""
+    display_data_priority = List(GetGrades.display_data_priority.default(), config=True)
+
+
+class StripTestTracebacks(CoursePreprocessor):
     def preprocess_cell(self, cell, resources, index):
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
@@ -51,7 +86,7 @@ class StripTestTracebacks(NbGraderPreprocessor):
         return cell, resources
 
 
-class SanitizeStudentMarkup(NbGraderPreprocessor):
+class SanitizeStudentMarkup(CoursePreprocessor):
     def _cleaner(self) -> SanitizeHTML:
         return SanitizeHTML(tags=TAGS, attributes=ATTRIBUTES, strip=True, strip_comments=True,
                             safe_output_keys=KEPT_AS_IS, sanitized_output_types={"text/html", "text/markdown"},

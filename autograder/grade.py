@@ -433,13 +433,26 @@ def _progress(stream, done: int, total: int, elapsed: float, item, ok: bool = Tr
     bar = "#" * round(width * done / total) + "." * (width - round(width * done / total))
     rate = done / elapsed * 60 if elapsed > 0 else 0.0
     left = (total - done) / rate * 60 if rate else 0.0
-    line = (f"[{bar}] {done}/{total} done, {rate:.1f}/min, {_clock(left)} left "
+    line = (f"[{bar}] {done}/{total} done, {rate:.1f}/min, {_clock(left)} of autograding left "
             f"({item[1]}/{item[0]}{'' if ok else ': not graded'})")
     if stream.isatty():
         stream.write("\r" + line.ljust(100) + ("\n" if done == total else ""))
     else:
         stream.write(line + "\n")
     stream.flush()
+
+
+def _said_step(stream, next_step: str, last: tuple | None = None) -> tuple | None:
+    """After autograding: how long the step just done took, and what comes next (feedback
+    pages and grades.csv take a while for a class: the bar's "left" counts autograding only)."""
+    if stream is None:
+        return None
+    if last is not None:
+        stream.write(f"  {last[0]}: done in {_clock(time.perf_counter() - last[1])}\n")
+    if next_step:
+        stream.write(f"{next_step}...\n")
+    stream.flush()
+    return (next_step.removeprefix("then "), time.perf_counter()) if next_step else None
 
 
 def _clock(seconds: float) -> str:
@@ -478,7 +491,9 @@ def grade_all(course_root: Path, jobs: int = 2, force: bool = False, progress=sy
     for assignment, student in graded.failed:
         forget(course_root, assignment, student)
     problems = [graded.failed[k] for k in sorted(graded.failed)]
+    said = _said_step(progress, f"then the feedback pages of {len(names)} drop(s) for the whole class")
     problems += write_feedback(course_root, names)
+    said = _said_step(progress, "then grades.csv", said)
     exported = nbgrader(course_root, "export", "--to=grades.csv", check=False)
     if exported.returncode:
         problems.append("grades.csv could not be written: " + _cause(exported.stderr) + "\n"
@@ -488,6 +503,7 @@ def grade_all(course_root: Path, jobs: int = 2, force: bool = False, progress=sy
 
         config = PyFileConfigLoader("nbgrader_config.py", path=str(course_root)).load_config()
         core_points.add_columns(Path(course_root) / "grades.csv", gradebook_url(course_root, config))
+    _said_step(progress, "", said)
     if problems:
         raise NotAllGraded(names, "NOT GRADED (feedback/ and grades.csv hold everyone else):\n"
                            + "\n".join(problems))

@@ -145,6 +145,11 @@ def test_grade_all_autogrades_writes_feedback_and_exports_csv(graded):
         assert "BEGIN HIDDEN TESTS" not in page
         assert not revealed_hidden_tests(page, source), "the feedback shows a hidden test"
     assert not list((graded.root / "feedback").rglob(GRADING_FILE)), "the grading data reached the students"
+    alice = (graded.root / "feedback" / "alice" / DROP / f"{DROP}.html").read_text()
+    assert "waiting for your instructor" in alice and "Written response (Score" not in alice
+    # the steps after autograding say what they are and how long they took
+    for step in ("the feedback pages of 1 drop(s) for the whole class", "grades.csv"):
+        assert f"then {step}...\n" in graded.progress and f"  {step}: done in " in graded.progress, step
 
 
 def test_a_killed_worker_is_replaced_its_queue_graded_and_its_submission_named(graded):
@@ -299,7 +304,7 @@ def test_progress_says_the_count_the_rate_and_the_time_left():
     grade._progress(out, 10, 40, 120.0, ("drop01", "alice"))
     line = out.getvalue()
     # 10 in 2 minutes: 5.0 a minute; 30 left at that rate take 6 minutes
-    assert "10/40 done, 5.0/min, 6:00 left (alice/drop01)" in line
+    assert "10/40 done, 5.0/min, 6:00 of autograding left (alice/drop01)" in line
     grade._progress(out, 11, 40, 120.0, ("drop01", "bob"), ok=False)
     assert out.getvalue().endswith("(bob/drop01: not graded)\n")
 

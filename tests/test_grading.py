@@ -104,6 +104,17 @@ def test_feedback_hides_every_hidden_test(course, drop, student):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("drop", DROPS, ids=lambda d: d.name)
+def test_feedback_says_a_written_answer_waits_for_the_instructor_and_wraps_messages(course, drop):
+    page = html.unescape(course.feedback_html(drop.name, FULL))
+    written = [c for c in nbformat.read(ROOT / "source" / drop.name / f"{drop.name}.ipynb", as_version=4).cells
+               if c.cell_type == "markdown" and c.metadata.get("nbgrader", {}).get("grade")]
+    assert ("waiting for your instructor" in page) == bool(written), drop.name
+    assert "Written response (Score" not in page, "a written answer not graded yet shows a score"
+    assert "white-space: pre-wrap" in page, "messages should wrap on the feedback page"
+
+
+@pytest.mark.slow
 def test_grades_csv_holds_every_score(course):
     graded = {d.name for d in DROPS}   # the released gradebook knows every drop
     students = {s for d in DROPS for s in d.students()}   # (the catalogue's students have a test below)
