@@ -27,12 +27,12 @@ from fractions import Fraction
 import torch
 
 from threeaxes.grading import same_as_reference, tensor_of
-from threeaxes.grading.drop04 import (BATCH, MICROBATCHES, N_LAYERS, SEED, check_config,  # noqa: F401
-                                      covers, plain_stage_layers, stage_split_params)
+from threeaxes.grading.drop04 import (BATCH, MICROBATCHES, N_LAYERS, REFUSED, SEED,  # noqa: F401
+                                      check_config, covers, plain_stage_layers, stage_split_params)
 from threeaxes.toy import ToyTransformer, make_batch, train_steps
 
 __all__ = ["check_config", "plain_stage_layers", "stage_split_params", "stage_split_mistake",
-           "expected_stage_layers", "expected_bubble_fraction", "expected_bubble_fraction_value",
+           "expected_stage_layers", "expected_stage_layers_or_refusal", "expected_bubble_fraction", "expected_bubble_fraction_value",
            "expected_stage0_held", "stage_layers_mistake", "bubble_mistake", "stage0_held_mistake"]
 
 
@@ -40,6 +40,12 @@ def expected_stage_layers(n_layers: int, pp: int) -> list[list[int]]:
     """Contiguous, equal stages: stage s holds layers s*k .. s*k+k-1, k = n_layers/pp."""
     k = n_layers // pp
     return [list(range(s * k, (s + 1) * k)) for s in range(pp)]
+
+
+def expected_stage_layers_or_refusal(n_layers: int, pp: int):
+    """What the visible check expects of stage_layers(n_layers, pp): the stages where pp
+    divides n_layers, else a refusal (ValueError), as the exercise's text asks."""
+    return REFUSED if n_layers % pp else expected_stage_layers(n_layers, pp)
 
 
 def expected_bubble_fraction(pp: int, m: int) -> Fraction:

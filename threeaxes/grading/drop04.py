@@ -16,8 +16,11 @@ from threeaxes.toy import ToyConfig, make_batch
 
 BATCH, MICROBATCHES, N_LAYERS, SEED = 8, 4, 4, 7
 
-__all__ = ["BATCH", "MICROBATCHES", "N_LAYERS", "SEED", "check_config", "plain_stage_layers",
-           "covers", "stage_split_params"]
+__all__ = ["BATCH", "MICROBATCHES", "N_LAYERS", "SEED", "REFUSED", "check_config", "plain_stage_layers",
+           "layers_or_refusal", "covers", "stage_split_params"]
+
+# what the visible check stores for a call the exercise asks to refuse (pp does not divide n_layers)
+REFUSED = "raises ValueError"
 
 
 def check_config(n_layers: int = N_LAYERS) -> ToyConfig:
@@ -38,6 +41,21 @@ def plain_stage_layers(answer, name: str = "stage_layers(...)") -> list[list[int
             raise AssertionError(f"{name}[{s}] should be a list of ints, got {type(stage).__name__}")
         stages.append([as_int(i, f"{name}[{s}] entry") for i in stage])
     return stages
+
+
+def layers_or_refusal(stage_layers, n_layers: int, pp: int):
+    """What `stage_layers(n_layers, pp)` answers, as a plain value: its stages as lists of
+    ints, or `REFUSED` when it raises ValueError (the exercise's rule where pp does not
+    divide n_layers). Any other error, or an answer that is not lists of ints, fails naming
+    the call."""
+    call = f"stage_layers({n_layers}, {pp})"
+    try:
+        answer = stage_layers(n_layers, pp)
+    except ValueError:
+        return REFUSED
+    except Exception as error:  # noqa: BLE001 - the student's error, reported with its input
+        raise AssertionError(f"{call} raised {type(error).__name__}: {error}") from None
+    return plain_stage_layers(answer, call)
 
 
 def covers(stages, n_layers: int, pp: int) -> bool:
