@@ -32,20 +32,10 @@ import re
 import sys
 from pathlib import Path
 
-from threeaxes.course import DROPS, INSTALL_CELL, MINUTES
+from threeaxes.course import DROPS, MINUTES
+from threeaxes.sections import split
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def heading_level(text: str, anywhere: bool = False) -> int | None:
-    """The level of the heading the cell opens with; with `anywhere`, of its first heading
-    wherever it stands, as JupyterLab reads a cell when it folds sections."""
-    m = re.search(r"^\s*(#{1,6})\s", text, re.M) if anywhere else re.match(r"\s*(#{1,6})\s", text)
-    return len(m.group(1)) if m else None
-
-
-def is_install_cell(cell: dict) -> bool:
-    return cell.get("id") == "install-threeaxes" or "".join(cell["source"]) == INSTALL_CELL
 
 
 def solution_lines(source_nb: dict, grade_id: str) -> int:
@@ -71,29 +61,6 @@ def cell_minutes(cell: dict, source_nb: dict) -> float:
         return len(text.split()) / 200
     lines = sum(1 for line in text.splitlines() if line.strip())
     return (15 + 2 * lines) / 60
-
-
-def split(notebook: dict, anywhere: bool = False) -> tuple[list, list, int]:
-    """(core, depth, uncollapsed): the (index, cell) pairs of the core and of the optional
-    sections (the install cell in neither), and how many optional sections open uncollapsed.
-    `anywhere`: take a cell's first heading wherever it stands in the cell, as JupyterLab does
-    (a cell that opens with prose and has a heading further down is a heading cell there)."""
-    core, depth, optional_level, uncollapsed = [], [], None, 0
-    for k, cell in enumerate(notebook["cells"]):
-        meta = cell.get("metadata", {})
-        tags = meta.get("tags", [])
-        level = heading_level("".join(cell["source"]), anywhere) if cell["cell_type"] == "markdown" else None
-        if level is not None:
-            if "deeper" in tags:
-                if optional_level is None or level <= optional_level:
-                    optional_level = level
-                    uncollapsed += not meta.get("jp-MarkdownHeadingCollapsed")
-            elif optional_level is not None and level <= optional_level:
-                optional_level = None
-        if is_install_cell(cell):
-            continue
-        (core if optional_level is None and "deeper" not in tags else depth).append((k, cell))
-    return core, depth, uncollapsed
 
 
 def folder(number: int) -> str:

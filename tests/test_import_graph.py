@@ -31,13 +31,13 @@ PACKAGES = ("threeaxes", "autograder")
 # ranks, the course's constants (and threeaxes/__init__, which starts launch's
 # forkserver). They import nothing of threeaxes above them.
 BOTTOM = ("threeaxes.dims", "threeaxes.toy", "threeaxes.comms", "threeaxes.trace", "threeaxes.launch",
-          "threeaxes.course", "threeaxes.extra_axes")
+          "threeaxes.course", "threeaxes.extra_axes", "threeaxes.sections")
 # The axes: one folder each. They may import the bottom, the cost model and each other.
 AXIS_PACKAGES = ("threeaxes.data_parallel", "threeaxes.tensor_parallel", "threeaxes.pipeline",
                  "threeaxes.sharding", "threeaxes.context_parallel")
 # The top: what draws, shows and grades. Nothing else in threeaxes imports it.
 TOP = ("threeaxes.plots", "threeaxes.display", "threeaxes.widgets", "threeaxes.grading",
-       "threeaxes.practice")
+       "threeaxes.practice", "threeaxes.progress")
 
 
 def within(module: str, prefixes) -> bool:

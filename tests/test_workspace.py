@@ -158,7 +158,7 @@ def links_of_the_start_page() -> list[str]:
         text = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
             links += re.findall(r"\]\(([^)#\s]+)\)", text)
-        for prefix in re.findall(r"course_map_markdown\(link_prefix=\"([^\"]*)\"\)", text):
+        for prefix in re.findall(r"course_map_(?:markdown|with_progress)\(link_prefix=\"([^\"]*)\"\)", text):
             links += re.findall(r"\]\(([^)#\s]+)\)", course_map_markdown(link_prefix=prefix))
     return [link for link in links if "://" not in link]
 

@@ -1,7 +1,7 @@
 """Facts about the course kept in one place: where the repository lives, and
-the install cell that opens every released notebook.
+the install cell under the title of every released notebook.
 
-`INSTALL_CELL` is stamped into the first cell of every notebook by
+`INSTALL_CELL` is stamped right under the title of every notebook by
 `autograder.release`; a test checks that each committed notebook carries
 exactly this text, so changing the URL here (for a fork) and running
 `make release` updates every notebook.
@@ -22,6 +22,13 @@ except ImportError:
     spec = os.environ.get("THREEAXES_PIP_SPEC", "{PIP_SPEC}")
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", spec])
     import threeaxes'''
+
+
+def is_install_cell(cell: dict) -> bool:
+    """The install cell, known by its id or its text, wherever it stands (right under the
+    title in every notebook the course ships)."""
+    return cell.get("id") == "install-threeaxes" or "".join(cell["source"]) == INSTALL_CELL
+
 
 # The 14 drops: (number, phase, title, assignment folder or None while unwritten).
 PHASES = {
@@ -66,12 +73,16 @@ def points_text(number: int) -> str:
     return f"{core} + {extra} extra credit" if extra else f"{core}"
 
 
-def course_map_markdown(link_prefix: str = "release/") -> str:
+def course_map_markdown(link_prefix: str = "release/", column: tuple[str, dict] | None = None) -> str:
     """The course map as a Markdown table; released drops link to their notebook. Each row
     gives the minutes of the drop's core and its points: the core's, which are the drop's
-    grade, and the "Going deeper" sections', which are extra credit."""
-    rows = ["| phase | drop | title | minutes | points |", "| --- | --- | --- | --- | --- |"]
+    grade, and the "Going deeper" sections', which are extra credit. `column`, (heading,
+    {drop number: text}), adds a last column (the start page's progress)."""
+    heading, texts = column or (None, {})
+    rows = ["| phase | drop | title | minutes | points |" + (f" {heading} |" if heading else ""),
+            "| --- | --- | --- | --- | --- |" + (" --- |" if heading else "")]
     for number, phase, title, folder in DROPS:
         cell = f"[{title}]({link_prefix}{folder}/{folder}.ipynb)" if folder else f"{title} *(not written yet)*"
-        rows.append(f"| {phase} {PHASES[phase]} | {number} | {cell} | {MINUTES[number]} | {points_text(number)} |")
+        rows.append(f"| {phase} {PHASES[phase]} | {number} | {cell} | {MINUTES[number]} | {points_text(number)} |"
+                    + (f" {texts.get(number, '')} |" if heading else ""))
     return "\n".join(rows)

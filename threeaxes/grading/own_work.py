@@ -20,6 +20,8 @@ from __future__ import annotations
 import ast
 import importlib
 
+from threeaxes.grading.shown import in_one_line
+
 MARK = "# Graded on your own code:"
 
 
@@ -41,6 +43,7 @@ def message(name: str, where: str, why: str, may: str) -> str:
             f"Write the answer yourself; you may use {may}.")
 
 
+@in_one_line
 def check(drop: str, answer: str) -> None:
     """AssertionError (the grader's message) if the answer cell last run calls a forbidden name."""
     from threeaxes.grading.own_work_data import EXERCISES

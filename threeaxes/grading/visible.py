@@ -41,6 +41,8 @@ import json
 import math
 from pathlib import Path
 
+from threeaxes import progress
+from threeaxes.grading.shown import in_one_line
 from threeaxes.grading import as_int, as_int_tuple, as_number
 
 CASES = Path(__file__).resolve().parent / "cases"
@@ -51,6 +53,8 @@ def load(drop: str) -> dict:
     return json.loads((CASES / f"{drop}.json").read_text())
 
 
+@in_one_line
+@progress.recorded
 def check(drop: str, answer: str, student, *, part=None, show: bool = True) -> list:
     """Run `student` (a function, or the answer's value) on the stored cases of one
     exercise; AssertionError naming the mistake on the first case that is wrong.

@@ -37,6 +37,8 @@ from __future__ import annotations
 import importlib
 import json
 
+from threeaxes import progress
+from threeaxes.grading.shown import in_one_line
 from threeaxes.grading.sizing import plain_config
 from threeaxes.grading.visible import CASES
 
@@ -109,6 +111,8 @@ def diagnose(spec: dict, config: dict) -> list:
     return found
 
 
+@in_one_line
+@progress.recorded
 def check(drop: str, answer: str, config, fail_on=()) -> None:
     """Fail naming each rule the configuration breaks; print what plan says of it, and
     whether it is slower than full marks allow (the points are the hidden test's to give).

@@ -1,0 +1,132 @@
+"""The student's progress through the two weeks, kept on their own machine.
+
+Each visible check that runs in a drop leaves one line of record: the answer it
+tried and whether it passed, in `.progress.json` at the top of the student's work
+folder (`work/`, which `make lab` makes; found by its `.copied.json`). Nothing is
+recorded elsewhere, nothing leaves the machine, and a notebook opened outside a
+work folder (the repository itself, Colab) records nothing.
+
+The start page reads the record: a drop's core is done when every code answer in
+its core (threeaxes/sections.py) has passed its latest visible check; the next drop
+is the first whose core is not done.
+
+    progress.record("drop06", "tp_wire_bytes_answer", passed=True)    # what the checks call
+    progress.course_map_with_progress()                               # the start page's map
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from threeaxes.course import DROPS, MINUTES, course_map_markdown
+from threeaxes.sections import core_code_answers
+
+RECORD = ".progress.json"
+WORK_MARK = ".copied.json"     # autograder/workspace.py's record of the files it copied
+
+
+def work_folder(start: Path | None = None) -> Path | None:
+    """The student's work folder: the nearest folder above `start` (the kernel's working
+    directory) holding the copy record `make lab` writes; None outside one."""
+    here = Path(start or os.getcwd()).resolve()
+    return next((p for p in (here, *here.parents) if (p / WORK_MARK).is_file()), None)
+
+
+def read(work: Path | None = None) -> dict:
+    """{drop: {answer: passed}}, as the latest checks left it; empty where there is none."""
+    work = work or work_folder()
+    try:
+        return json.loads((work / RECORD).read_text()) if work else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def record(drop: str, answer: str, *, passed: bool, work: Path | None = None) -> None:
+    """Note the latest result of a visible check; a record that cannot be written is skipped
+    (progress is a convenience: it never stands in the way of a check)."""
+    work = work or work_folder()
+    if work is None:
+        return
+    done = read(work)
+    done.setdefault(drop, {})[answer] = bool(passed)
+    try:
+        path = work / RECORD
+        path.with_suffix(".tmp").write_text(json.dumps(done, indent=1, sort_keys=True) + "\n")
+        path.with_suffix(".tmp").replace(path)
+    except OSError:
+        pass
+
+
+def drop_status(number: int, folder: str, work: Path, done: dict) -> dict:
+    """One drop's row: its core's code answers and which of them passed."""
+    notebook = work / "release" / folder / f"{folder}.ipynb"
+    try:
+        answers = core_code_answers(json.loads(notebook.read_text()))
+    except (OSError, ValueError, KeyError):
+        answers = []
+    tried = done.get(f"drop{number:02d}", {})
+
+    def passes(answer):      # every check tried on it (each part it was judged in) passed last time
+        results = [ok for key, ok in tried.items() if key == answer or key.startswith(answer + "[")]
+        return bool(results) and all(results)
+    passed = [a for a in answers if passes(a)]
+    return {"drop": number, "folder": folder, "minutes": MINUTES[number], "answers": answers,
+            "passed": passed, "started": bool(tried), "done": bool(answers) and len(passed) == len(answers)}
+
+
+def status(work: Path | None = None) -> list[dict]:
+    """Every written drop's row, in the course's order."""
+    work = work or work_folder()
+    if work is None:
+        return []
+    done = read(work)
+    return [drop_status(number, folder, work, done) for number, _, _, folder in DROPS if folder]
+
+
+def next_drop(rows: list[dict]) -> dict | None:
+    return next((row for row in rows if not row["done"]), None)
+
+
+def progress_text(row: dict) -> str:
+    if row["done"]:
+        return "core checks pass ✓"
+    if row["started"]:
+        return f"{len(row['passed'])} of {len(row['answers'])} core answers pass"
+    return ""
+
+
+def course_map_with_progress(link_prefix: str = "../release/", work: Path | None = None) -> str:
+    """The start page's course map (Markdown) with a "you" column from this machine's record,
+    and which drop is next; outside a work folder, the map and how to get progress shown."""
+    rows = status(work)
+    if not rows:
+        return (course_map_markdown(link_prefix) + "\n\nYour progress shows in this map when you work "
+                "in the copy `make lab` makes (`work/`): each check that passes there is noted on your "
+                "machine, nowhere else.")
+    table = course_map_markdown(link_prefix, ("you", {row["drop"]: progress_text(row) for row in rows}))
+    following = next_drop(rows)
+    if following is None:
+        return table + "\n\n**Every drop's core checks pass.** The practice set is next."
+    title = next(t for n, _, t, _ in DROPS if n == following["drop"])
+    link = f"{link_prefix}{following['folder']}/{following['folder']}.ipynb"
+    return table + (f"\n\n**Next: [drop {following['drop']}, {title}]({link})**, "
+                    f"about {following['minutes']} minutes.")
+
+
+def recorded(check):
+    """A visible check that also notes its result: `check(drop, answer, ...)` as before,
+    its pass or failure recorded under the answer (and the part it judged, if any)."""
+    import functools
+
+    @functools.wraps(check)
+    def run(drop, answer, *args, **kwargs):
+        key = answer if kwargs.get("part") is None else f"{answer}[{kwargs['part']}]"
+        try:
+            result = check(drop, answer, *args, **kwargs)
+        except AssertionError:
+            record(drop, key, passed=False)
+            raise
+        record(drop, key, passed=True)
+        return result
+    return run
