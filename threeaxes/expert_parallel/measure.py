@@ -6,7 +6,7 @@
 
 `ep_step` (a `launch` target) builds the MoE toy from its seed on every rank, makes it
 expert-parallel over all the ranks, runs forward and backward on this rank's rows of the
-batch under `trace.record()`, sums the copied weights' gradients over ep, and returns raw
+batch under `trace.record()` (a forward and a backward span per layer), sums the copied weights' gradients over ep, and returns raw
 values: logits, the loss, every gradient, the trace, each layer's routing counts.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ def ep_step(rank, world_size, cfg, moe, inputs, targets, *, seed: int = 0, skew:
         skew_router_(reference, expert=0, strength=skew)
     model = expert_parallel_toy(reference, ep)
     x, y = shard_batch_ep(inputs, ep), shard_batch_ep(targets, ep)
-    with trace_module.record() as t:
+    with trace_module.record() as t, trace_module.module_spans(model):
         logits = model(x)
         # this rank's share of the mean over every rank's tokens (equal shares)
         loss = lm_loss(logits, y) / world_size

@@ -65,4 +65,7 @@ EXERCISES = {
     'drop15': {
         'cp_bytes_answer': {'forbid': ['threeaxes.cost.context_parallel_bytes', 'threeaxes.cost.context_parallel_time', 'threeaxes.cost.bytes_sent_per_gpu'], 'why': 'computes the bytes on the wire that this exercise asks you to count', 'may': 'plain Python arithmetic'},
     },
+    'drop16': {
+        'moe_bytes_answer': {'forbid': ['threeaxes.expert_parallel.moe_all_to_all_bytes', 'threeaxes.cost.experts.expert_all_to_all_bytes'], 'why': 'computes the all-to-all bytes this exercise asks you to count', 'may': 'plain Python arithmetic (math.ceil) and expert_capacity'},
+    },
 }
