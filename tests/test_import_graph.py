@@ -34,7 +34,7 @@ BOTTOM = ("threeaxes.dims", "threeaxes.toy", "threeaxes.comms", "threeaxes.trace
           "threeaxes.course", "threeaxes.extra_axes", "threeaxes.sections")
 # The axes: one folder each. They may import the bottom, the cost model and each other.
 AXIS_PACKAGES = ("threeaxes.data_parallel", "threeaxes.tensor_parallel", "threeaxes.pipeline",
-                 "threeaxes.sharding", "threeaxes.context_parallel")
+                 "threeaxes.sharding", "threeaxes.context_parallel", "threeaxes.expert_parallel")
 # The top: what draws, shows and grades. Nothing else in threeaxes imports it.
 TOP = ("threeaxes.plots", "threeaxes.display", "threeaxes.widgets", "threeaxes.grading",
        "threeaxes.practice", "threeaxes.progress")
