@@ -146,3 +146,94 @@ def test_grading_mistakes_score_as_grading_json_says(capsys):
     assert grade_configuration(slow, s, points=3) == 1.5
     assert "earns full marks" in capsys.readouterr().out
     assert drop12.target_mistake(slow) is None
+
+
+# Issue 34, section 4: the micro-batch diagnosis names the micro-batch, and a layout that breaks
+# several rules hears each of them, the most important first. The expected figures are worked
+# by hand: m = B / (dp x b), bubble = (p - 1) / (m + p - 1).
+MICRO_TWO = dict(dp=2, tp=8, pp=8, micro_batch=2, zero_stage=1, recompute="selective",
+                 sequence_parallel=True)        # p unchanged at 8, the freed GPUs went to tp
+
+
+def _diagnosis(config):
+    from threeaxes.grading import visible_config
+    return visible_config.diagnose(visible_config.load("drop12")["my_config_answer"], config)
+
+
+def test_a_micro_batch_of_two_is_named_and_not_told_it_doubled_p():
+    found = _diagnosis(MICRO_TWO)
+    rules = [rule for rule, _, _ in found]
+    assert rules[:2] == ["micro_batch_fixed", "bubble"], found      # the cause first, then its effect
+    names = [name for _, name, _ in found]
+    assert "micro_batch_of_two" in names and "deeper_pipeline_same_bubble" not in names, found
+    bubble_said = found[1][2]
+    m = 52 // (2 * 2)                                                  # 13, as before the change
+    assert f"m = 52 / (dp=2 x micro_batch=2) = {m} micro-batches on p=8 stages" in bubble_said
+    assert f"{(8 - 1) / (m + 8 - 1):.1%}" == "35.0%" and "35.0%" in bubble_said
+    assert "doubling p" not in " ".join(said for _, _, said in found)
+
+
+def test_the_deeper_pipeline_slip_is_still_named_where_p_did_double():
+    found = _diagnosis(dict(dp=2, tp=4, pp=16, micro_batch=1, zero_stage=1))
+    assert ("bubble", "deeper_pipeline_same_bubble") in [(r, n) for r, n, _ in found]
+    # a pipeline four times deeper is not that slip: the check says what the numbers are instead
+    found = _diagnosis(dict(dp=1, tp=4, pp=32, micro_batch=1, zero_stage=1))
+    bubble = [(n, said) for r, n, said in found if r == "bubble"]
+    assert bubble and bubble[0][0] is None and f"{31 / (52 + 31):.1%}" in bubble[0][1], found
+
+
+def test_a_layout_breaking_several_rules_hears_each_the_most_important_first():
+    found = _diagnosis(dict(dp=4, tp=16, pp=2, micro_batch=2, zero_stage=1))
+    rules = [rule for rule, _, _ in found]
+    # tp across nodes stops the layout from running at all; 13 sequences per replica do not
+    # split into micro-batches of 2; and the scenario keeps micro-batches of 1 anyway
+    assert rules == ["tp_node", "micro_batch", "micro_batch_fixed"], found
+    found = _diagnosis(dict(dp=2, tp=8, pp=8, micro_batch=2, zero_stage=0))
+    assert [rule for rule, _, _ in found] == ["micro_batch_fixed", "memory"], found
+
+
+def test_the_second_cells_visible_check_fails_naming_the_micro_batch_before_the_bubble():
+    from threeaxes.grading import visible_config
+    with pytest.raises(AssertionError) as caught:
+        visible_config.check("drop12", "my_config_answer", MICRO_TWO,
+                             fail_on=("bubble", "micro_batch_fixed"))
+    said = str(caught.value)
+    assert said.index("micro_batch=1") < said.index("idles 35.0%"), said
+
+
+def test_target_mistake_names_every_problem_the_micro_batch_first():
+    said = drop12.target_mistake(MICRO_TWO)
+    assert said.index("micro-batch holds 2 sequences") < said.index("m = 52 / (dp=2 x micro_batch=2) = 13")
+    assert "idles 35.0% of the step" in said
+    # one that keeps the micro-batch but does not fit hears only about memory
+    said = drop12.target_mistake({**drop12.CURRENT, "tp": 8, "pp": 4, "zero_stage": 0})
+    assert "does not fit" in said and "micro-batch" not in said
+
+
+# Issue 34, section 4: exercise 1 asks for "a ValueError with a message that names the rule";
+# a message that says something else is a slip of its own, told apart from a bare ValueError.
+def _refusing(message):
+    def bubble(p, m, v=1):
+        if v > 1 and m % p:
+            raise ValueError(message) if message is not None else ValueError
+        return (p - 1) / (v * m + p - 1)
+    return bubble
+
+
+@pytest.mark.parametrize("message, outcome", [
+    ("m=13 is not a multiple of p=8", "raises ValueError"),
+    ("m must be divisible by p", "raises ValueError"),
+    ("p does not divide m", "raises ValueError"),
+    ("m % p != 0", "raises ValueError"),
+    ("Megatron interleaves in groups of p micro-batches", "raises ValueError"),
+    ("cannot interleave this pipeline", "raises ValueError whose message does not name the rule"),
+    ("bad input", "raises ValueError whose message does not name the rule"),
+    (None, "raises ValueError without a message"),
+])
+def test_a_refusal_counts_only_when_its_message_names_the_rule(message, outcome):
+    assert drop12.value_or_refusal(_refusing(message), 8, 13, 2) == outcome
+    said = drop12.raises_for_bad_interleave(_refusing(message), 8, 13, 2)
+    if outcome == "raises ValueError":
+        assert said is None
+    else:
+        assert "multiple of p" in said and ("bare" in said) == (message is None), said

@@ -36,7 +36,7 @@ import math
 from threeaxes.cost import bubble_fraction, plan
 from threeaxes.grading import as_number
 from threeaxes.grading.drop12 import (BUBBLE_TARGET, CURRENT, MICRO_BATCH, REFUSED,  # noqa: F401
-                                      SCENARIO, value_or_refusal)
+                                      SCENARIO, names_the_rule, value_or_refusal)
 
 __all__ = ["SCENARIO", "CURRENT", "MICRO_BATCH", "BUBBLE_TARGET", "draw_bubble_case",
            "draw_bad_interleave_case", "draw_relaxed_only_case", "reference_bubble", "bubble_outcome",
@@ -112,8 +112,12 @@ def raises_for_bad_interleave(student_bubble, p: int, m: int, v: int) -> str | N
     try:
         got = student_bubble(p, m, v)
     except ValueError as error:
-        if str(error).strip():
+        message = str(error).strip()
+        if message and names_the_rule(message):
             return None
+        if message:
+            return (f"bubble({p}, {m}, {v}) raised ValueError({message!r}), whose message does not "
+                    f"name the rule; say it: Megatron's interleaved schedule needs m to be a multiple of p")
         return (f"bubble({p}, {m}, {v}) raised a bare ValueError; say why in its message: "
                 f"Megatron's interleaved schedule needs m to be a multiple of p")
     return (f"bubble({p}, {m}, {v}) returned {got!r}, but Megatron's interleaved schedule, the "
@@ -125,20 +129,23 @@ def raises_for_bad_interleave(student_bubble, p: int, m: int, v: int) -> str | N
 def target_mistake(answer: dict, scenario: dict = SCENARIO, target: float = BUBBLE_TARGET,
                    micro_batch: int = MICRO_BATCH) -> str | None:
     """None when the plain configuration keeps the micro-batch, fits and meets the
-    bubble target; otherwise what is wrong, in the scenario's terms. A configuration
-    that breaks a rule raises ValueError from `plan`, naming every broken rule."""
+    bubble target; otherwise everything that is wrong, in the scenario's terms, the most
+    important first: the micro-batch (which sets m with dp), then memory, then the bubble.
+    A configuration that breaks a rule raises ValueError from `plan`, naming every broken rule."""
     result = plan(scenario["model"], scenario["cluster"], scenario["global_batch"],
                   scenario.get("seq_len"), **answer, **scenario.get("assumptions", {}))
-    if result.micro_batch != micro_batch:
-        return (f"your micro-batch holds {result.micro_batch} sequences; the scenario keeps it at "
-                f"{micro_batch} (micro_batch={micro_batch}), so m = global batch / dp = "
-                f"{scenario['global_batch']} / {result.dp} = "
-                f"{scenario['global_batch'] // result.dp}")
+    batch, dp, b = scenario["global_batch"], result.dp, result.micro_batch
+    wrong = []
+    if b != micro_batch:
+        wrong.append(f"your micro-batch holds {b} sequences; the scenario keeps it at "
+                     f"{micro_batch} (micro_batch={micro_batch}), so that m = global batch / dp, "
+                     f"here {batch} / {dp} = {batch // dp}")
     if not result.fits:
-        return (f"{result.label} needs {result.memory.total / 1e9:.1f} GB per GPU and a GPU "
-                f"holds {result.capacity / 1e9:.1f} GB: a layout that does not fit meets no target")
-    if not result.bubble_fraction < target:
-        return (f"{result.label}: p={result.pp}, m={result.micro_batches}, "
-                f"v={result.virtual_stages} idles {result.bubble_fraction:.1%} of the step, not "
-                f"under the {target:.0%} target")
-    return None
+        wrong.append(f"{result.label} needs {result.memory.total / 1e9:.1f} GB per GPU and a GPU "
+                     f"holds {result.capacity / 1e9:.1f} GB: a layout that does not fit meets no target")
+    elif not result.bubble_fraction < target:
+        wrong.append(f"{result.label}: m = {batch} / (dp={dp} x micro_batch={b}) = "
+                     f"{result.micro_batches} micro-batches on p={result.pp} stages, "
+                     f"v={result.virtual_stages}, idles {result.bubble_fraction:.1%} of the step, "
+                     f"not under the {target:.0%} target")
+    return "; and ".join(wrong) or None

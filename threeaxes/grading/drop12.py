@@ -26,7 +26,7 @@ from threeaxes.cost import get_cluster, get_model
 from threeaxes.grading import as_number, sizing
 
 __all__ = ["SCENARIO", "CURRENT", "MICRO_BATCH", "BUBBLE_TARGET", "REFUSED", "BARE_REFUSAL",
-           "value_or_refusal"]
+           "UNNAMED_REFUSAL", "names_the_rule", "value_or_refusal"]
 
 SCENARIO = sizing.scenario(get_model("175B"), get_cluster("a100-80gb", n_nodes=16), 52,
                            assumptions={"interleave": "group_p"})
@@ -37,17 +37,28 @@ CURRENT = dict(dp=4, tp=4, pp=8, micro_batch=MICRO_BATCH, zero_stage=1, recomput
 
 REFUSED = "raises ValueError"                        # what the exercise asks where Megatron cannot run
 BARE_REFUSAL = "raises ValueError without a message"
+UNNAMED_REFUSAL = "raises ValueError whose message does not name the rule"
+# the words a message uses when it names the rule "m must be a multiple of p" (or its group of p)
+RULE_WORDS = ("multiple", "divis", "divide", "%", "group")
+
+
+def names_the_rule(message: str) -> bool:
+    """Whether a ValueError's message names the interleaving rule (m a multiple of p), in
+    any of the usual words: a multiple, divisible, divides, m % p, groups of p."""
+    return any(word in message.lower() for word in RULE_WORDS)
 
 
 def value_or_refusal(bubble, p: int, m: int, v: int):
     """What `bubble(p, m, v)` answers, as a plain value: the number, or `REFUSED` when it
-    raises ValueError saying why (`BARE_REFUSAL` when it says nothing). Any other error,
+    raises ValueError naming the rule (`BARE_REFUSAL` when it says nothing, `UNNAMED_REFUSAL`
+    when its message does not name the rule). Any other error,
     or an answer that is not a number, fails naming the call."""
     call = f"bubble({p}, {m}, {v})"
     try:
         value = bubble(p, m, v)
     except ValueError as error:
-        return REFUSED if str(error).strip() else BARE_REFUSAL
+        message = str(error).strip()
+        return BARE_REFUSAL if not message else REFUSED if names_the_rule(message) else UNNAMED_REFUSAL
     except Exception as error:  # noqa: BLE001 - the student's error, reported with its input
         raise AssertionError(f"{call} raised {type(error).__name__}: {error}") from None
     return as_number(value, call)

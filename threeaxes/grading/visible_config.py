@@ -58,8 +58,20 @@ def _scenario(path: str) -> dict:
     return getattr(importlib.import_module(module), name)
 
 
+def _micro_batch_kept(spec: dict, config: dict) -> list:
+    """[("micro_batch_fixed", what is wrong)] when the scenario fixes the micro-batch and the
+    config changes it, naming the micro-batch and what it does to m; else []."""
+    fixed, b = spec.get("micro_batch"), config.get("micro_batch")
+    if not fixed or b == fixed:
+        return []
+    return [("micro_batch_fixed", f"micro-batches of {b} sequences, where the scenario keeps {fixed}")]
+
+
 def evaluate(spec: dict, config: dict):
-    """(broken rules as [(rule, library message)], plan's result or None) for a plain config."""
+    """(broken rules as [(rule, library message)], plan's result or None) for a plain config.
+    Every broken rule is listed, the most important first: the rules that stop the layout
+    from running at all (`violations`), then a micro-batch the scenario fixes, then memory,
+    then the scenario's bubble target, then the step time."""
     from threeaxes.cost import GB, plan, violations
 
     s = _scenario(spec["scenario"])
@@ -69,11 +81,9 @@ def evaluate(spec: dict, config: dict):
     broken = [(v.rule, v.message) for v in violations(s["model"], s["cluster"], s["global_batch"],
                                                       **rules, **flags, suggest_flags=False)]
     if broken:
-        return broken, None
+        return broken + _micro_batch_kept(spec, config), None
     r = plan(s["model"], s["cluster"], s["global_batch"], s.get("seq_len"), **config, **s["assumptions"])
-    if spec.get("micro_batch") and r.micro_batch != spec["micro_batch"]:
-        broken.append(("micro_batch_fixed", f"micro-batches of {r.micro_batch} sequences, where the "
-                                            f"scenario keeps {spec['micro_batch']}"))
+    broken += _micro_batch_kept(spec, config)
     if not r.fits:
         broken.append(("memory", f"needs {r.memory.total / GB:.1f} GB per GPU (parameters "
                                  f"{r.memory.params / GB:.1f}, gradients {r.memory.grads / GB:.1f}, "
@@ -81,9 +91,11 @@ def evaluate(spec: dict, config: dict):
                                  f"{r.memory.activations / GB:.1f}); a GPU holds {r.capacity / GB:.1f} GB"))
         return broken, r
     if spec.get("bubble_target") is not None and not r.bubble_fraction < spec["bubble_target"]:
-        broken.append(("bubble", f"p={r.pp}, m={r.micro_batches}, v={r.virtual_stages} idles "
-                                 f"{r.bubble_fraction:.1%} of the step, not under "
-                                 f"{spec['bubble_target']:.0%}"))
+        # m = B / (dp x micro_batch): the message shows which of the two set it
+        broken.append(("bubble", f"m = {s['global_batch']} / (dp={r.dp} x micro_batch={r.micro_batch}) "
+                                 f"= {r.micro_batches} micro-batches on p={r.pp} stages, "
+                                 f"v={r.virtual_stages}, idles {r.bubble_fraction:.1%} of the step, "
+                                 f"not under {spec['bubble_target']:.0%}"))
     slowdown = r.time.total / spec["best_step_s"]
     if slowdown > 1 + spec["margin"]:
         broken.append(("slow", f"predicted step {r.time.total:.2f} s, {slowdown:.2f}x the fastest "
