@@ -35,6 +35,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -269,6 +270,7 @@ def grade_submissions(course_root: Path, todo: list[tuple[str, str]], jobs: int,
                for k in range(max(1, min(jobs, len(todo))))]
     for t in threads:
         t.start()
+    restore = _sigterm_as_interrupt()   # killed by a timeout or a CI runner: stop the workers as Ctrl-C does
     try:
         for t in threads:
             t.join()
@@ -278,7 +280,23 @@ def grade_submissions(course_root: Path, todo: list[tuple[str, str]], jobs: int,
         done = len(out.seconds) - len(out.failed)
         raise SystemExit(f"stopped: {done} of {len(todo)} graded and kept; run it again to grade the rest"
                          + "".join(f"\n  not graded: {s}/{a}" for a, s in sorted(out.failed))) from None
+    finally:
+        restore()
     return out
+
+
+def _sigterm_as_interrupt():
+    """Until the returned function is called, SIGTERM raises KeyboardInterrupt in the main
+    thread, so that the workers (each in a session of its own, which the signal does not
+    reach) are stopped rather than left running. Elsewhere than the main thread: nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def _ask(worker: subprocess.Popen, item) -> dict | None:
@@ -410,8 +428,6 @@ class ByDrop:
 def _stop(queue: ByDrop, workers) -> None:
     """Ctrl-C: take no more submissions; interrupt each worker, so that the submission it
     grades stops its sandboxed kernel on the way out, then end what is left of it."""
-    import signal
-
     from autograder import sandbox
 
     queue.clear()

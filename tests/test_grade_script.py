@@ -361,3 +361,30 @@ def test_students_are_in_the_gradebook_before_any_worker_grades(tmp_path):
     with Gradebook(url) as gb:
         assert sorted(s.id for s in gb.students) == ["ada", "bo"]
         assert gb.find_student("ada").first_name == "Ada"
+
+
+def test_a_terminated_grader_stops_its_workers_and_leaves_no_process(tmp_path):
+    """SIGTERM (a timeout, a CI runner giving up) ends `make grade` as Ctrl-C does: the
+    workers, each in a session of its own that the signal does not reach, are stopped too."""
+    import subprocess
+    import sys
+
+    course = tmp_path / "course"
+    shutil.copytree(ROOT / "source" / DROP, course / "source" / DROP)
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    grade.copy_samples(course)
+    env = {**os.environ, "THREEAXES_GRADE_ISOLATE": "0", "PYTHONPATH": str(ROOT)}
+    run = subprocess.Popen([sys.executable, "-c", "import sys; from autograder import grade; "
+                            f"grade.grade_all(sys.argv[1], jobs=1)", str(course)], cwd=ROOT, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    logs = course / grade.GRADED / grade.LOGS
+    deadline = time.monotonic() + 300
+    while not any("-- grading " in log.read_text(errors="replace") for log in logs.glob("worker-*.log")):
+        assert run.poll() is None and time.monotonic() < deadline, "no worker began to grade"
+        time.sleep(0.2)
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=120)
+    assert "stopped: " in err, err[-2000:]
+    time.sleep(1)
+    left = subprocess.run(["pgrep", "-f", str(course)], capture_output=True, text=True).stdout.split()
+    assert not left, f"processes of the grading left behind: {left}"
