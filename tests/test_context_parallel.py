@@ -37,8 +37,16 @@ def _on_cp_ranks(rank, cp_size):
     from threeaxes.context_parallel import cp_attention_run
     from threeaxes.extra_axes import axis_layout
 
+    from threeaxes.context_parallel import all_reduce_grads
+
     out = cp_attention_run(rank, cp_size, CFG, BATCH, seed=1)
-    out["torch_cp"] = _torch_context_parallel(axis_layout("cp"))
+    cp = axis_layout("cp")
+    out["torch_cp"] = _torch_context_parallel(cp)
+    lin = torch.nn.Linear(2, 1, dtype=torch.float64)
+    for p in lin.parameters():
+        p.grad = torch.full_like(p, float(rank + 1))    # rank r's share: r + 1 everywhere
+    all_reduce_grads(lin, cp)
+    out["summed_grads"] = [p.grad for p in lin.parameters()]
     return out
 
 
@@ -82,6 +90,13 @@ def test_forward_and_backward_equal_one_process(run, one_process, method):
         # each rank's weight gradient covers its own tokens: summed over cp they are the whole
         torch.testing.assert_close(sum(g["dw"][name] for g in got), expected, msg=name)
         assert not torch.allclose(got[0]["dw"][name], expected), f"{name}: one rank already has it all?"
+
+
+def test_all_reduce_grads_sums_every_ranks_share(run):
+    cp, ranks = run
+    for r in ranks:
+        # by hand: 1 + 2 + ... + cp
+        assert all(torch.equal(g, torch.full_like(g, cp * (cp + 1) / 2)) for g in r["summed_grads"])
 
 
 def test_ring_bytes_sent_per_rank_equal_the_formula_and_a_hand_count(run):
