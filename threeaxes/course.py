@@ -55,17 +55,19 @@ DROPS = [
     (13, 3, "Choose (DP, TP, PP) for a 30B model on 32 GPUs", "drop13-size-30b-on-32"),
     (14, 4, "Defend a (DP, TP, PP) tuple for a 70B model on 64 GPUs", "drop14-defend-70b-on-64"),
     (15, 5, "Split the sequence: ring attention and all-to-all", "drop15-context-parallel"),
+    (16, 5, "Tokens travel to their experts", "drop16-expert-parallel"),
 ]
 
 # The minutes of each drop's core, as the course plan gives them (autograder/drop_minutes.py
 # measures the cores against them, tests/test_drop_minutes.py too).
-MINUTES = {1: 6, 2: 6, 3: 7, 4: 7, 5: 7, 6: 7, 7: 7, 8: 8, 9: 7, 10: 7, 11: 7, 12: 8, 13: 8, 14: 8, 15: 8}
+MINUTES = {1: 6, 2: 6, 3: 7, 4: 7, 5: 7, 6: 7, 7: 7, 8: 8, 9: 7, 10: 7, 11: 7, 12: 8, 13: 8, 14: 8, 15: 8, 16: 8}
 
 # Each drop's points, (core, extra credit): the graded cells of its core are the drop's grade,
 # those of its "Going deeper" sections extra credit (hand-graded written answers included).
-# Every drop is split (issue 34).
+# Drops 12, 13 and 14 are not split yet (issue 34): all their points are the grade.
 POINTS = {1: (2, 5), 2: (3, 3), 3: (3, 3), 4: (2, 5), 5: (1, 6), 6: (2, 3), 7: (2, 3), 8: (2, 4),
-          9: (2, 4), 10: (3, 5), 11: (3, 5), 12: (4, 4), 13: (4, 5), 14: (4, 5), 15: (2, 0)}
+          9: (2, 4), 10: (3, 5), 11: (3, 5), 12: (8, 0), 13: (9, 0), 14: (9, 0), 15: (2, 0),
+          16: (2, 0)}
 
 
 def points_text(number: int) -> str:
