@@ -11,8 +11,8 @@ import pytest  # noqa: E402
 
 from threeaxes.cost import GB, get_cluster, get_model, plan, transformer_params  # noqa: E402
 from threeaxes.cost.decide import model_of_size, simplest_fit, walk_tree  # noqa: E402
-from threeaxes.practice import (CARDS, SCENARIOS, check, pick, reveal, reveal_scenario,  # noqa: E402
-                                scenario_walk)
+from threeaxes.practice import (BEYOND_DROPS, CARDS, SCENARIOS, check,  # noqa: E402
+                                long_case_plans, pick, reveal, reveal_scenario, scenario_walk)
 from threeaxes.widgets import print_cheatsheet, print_flashcards  # noqa: E402
 from threeaxes.widgets.flashcards import card_figure  # noqa: E402
 
@@ -130,6 +130,7 @@ def test_model_of_size_is_near_the_size_asked_and_counts_like_transformer_params
     ("q5", "tp inside, pp across", "pp inside, tp across"),
     ("q6", 2, 16),                # 64 / (8 x 4)
     ("q7", 112.0, 28.0),          # 16 x 7e9 bytes; 28 GB would be fp32 weights alone
+    ("q8", "CP", "pp"),           # the activations overflow: split the sequence (below, by hand)
 ])
 def test_self_checks_accept_the_hand_answer_and_name_the_slip(name, right, wrong, capsys):
     assert check(name, right) is True
@@ -146,7 +147,9 @@ def test_self_check_rejects_answers_of_the_wrong_kind():
     with pytest.raises(ValueError, match="answer with one of"):
         check("q2", "token ring")
     with pytest.raises(ValueError, match="choose one of"):
-        check("q8", 1)
+        check("q9", 1)
+    with pytest.raises(ValueError, match="answer with one of"):
+        check("q8", "sequence")
 
 
 # Each slip's value, worked by hand from the question (80 GB = 80e9 bytes, 16 bytes a parameter
@@ -165,6 +168,7 @@ SLIPS = {
     "q6": [(8, "leaves out the pipeline"), (16, "leaves out tensor"), (32, "one replica needs"),
            (64 / 12, "do not add"), (52, "multiply")],
     "q7": [(14, "2 bytes"), (28, "4 bytes"), (84, "12 bytes"), (56, "8 bytes"), (104.3, "GiB")],
+    "q8": [("ep", "dense"), ("pp", "1F1B"), ("tp", "fills the node"), ("dp", "split the batch")],
 }
 
 
@@ -177,7 +181,7 @@ def test_each_catalogued_slip_gets_the_hint_that_answers_it(name, capsys):
         assert word in said, (answer, said)
         hints.append(said)
     assert len(set(hints)) == len(hints), "two slips got the same hint"
-    assert len(hints) >= (4 if name == "q5" else 5)
+    assert len(hints) >= (4 if name in ("q5", "q8") else 5)
 
 
 def test_pick_judges_fit_and_names_the_bottleneck(capsys):
@@ -250,3 +254,51 @@ def test_a_team_without_tp_or_pp_and_too_few_gpus_is_told_to_add_gpus():
                      split_layers=False)
     assert walk.scheme is None and walk.message.startswith("ZeRO-3 over every GPU")
     assert "add GPUs" in walk.message
+
+
+# ------------------------------------------------- beyond the three axes ----
+
+def test_q8s_case_overflows_by_its_activations_and_only_cp_divides_them():
+    # Llama-2 70B (80 layers, h = 8192, 64 heads) at s = 65536, b = 1, tp = 8 with sequence
+    # parallelism, memory-efficient attention: 34 s b h / t bytes a layer (Korthikanti et al.
+    # 2022, Table 2), 80 layers, one micro-batch in flight (pp = 1), plus Section 4.3's
+    # extras: the embedding's dropout mask, s b h / t bytes, and (the only stage holds the
+    # output layer) 4 s b h / t (1 + v / h) for the final norm, output and fp32 logits
+    plans = long_case_plans()
+    start = plans["dp"]
+    s, h, t, v = 65536, 8192, 8, 32000
+    assert start.memory.activations == pytest.approx(
+        80 * 34 * s * h / t + s * h / t + 4 * s * h / t * (1 + v / h))
+    assert start.memory.activations > 80e9 and not start.fits
+    assert (start.memory.total - start.memory.activations) < 80e9      # the states fit
+    # cp = 8: each rank keeps s/8 of the tokens, the states stay (ZeRO-1 over dp x cp = 8)
+    assert plans["cp"].memory.activations == pytest.approx(start.memory.activations / 8)
+    assert plans["cp"].memory.optimizer == pytest.approx(start.memory.optimizer)
+    assert plans["cp"].fits
+    # pp = 8 under 1F1B: stage 0 holds 8 micro-batches of 10 layers, the same 80 layer-batches,
+    # and a dropout mask for each of the 8 (no output layer on stage 0)
+    assert plans["pp"].memory.activations == pytest.approx(
+        8 * 10 * 34 * s * h / t + 8 * s * h / t)
+    assert not plans["pp"].fits
+    # tp past the node and ep on a dense model are refused, each saying why
+    assert "tp=64" in plans["tp"] and "needs a mixture-of-experts model" in plans["ep"]
+    assert check("q8", "cp") is True
+
+
+def test_the_practice_set_names_the_optional_drops_after_drop_14():
+    from threeaxes.course import DROPS
+
+    folders = {folder: number for number, _, _, folder in DROPS}
+    assert [name for name, _ in BEYOND_DROPS] == ["drop15-context-parallel",
+                                                  "drop16-expert-parallel"]
+    assert [folders[name] for name, _ in BEYOND_DROPS] == [15, 16]
+    assert "drop15-context-parallel" in _practice_notebook_text()
+    assert "BEYOND_DROPS" in _practice_notebook_text()
+
+
+def _practice_notebook_text() -> str:
+    import json
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).parent.parent / "notebooks" / "practice.ipynb").read_text())
+    return "\n".join("".join(c["source"]) for c in nb["cells"])

@@ -1,5 +1,6 @@
 """The practice set's content and checks: scenarios a-d, nine flashcards, and
-the self-check answers, each computed from the cost model (never typed).
+the self-check answers, each computed from the cost model (never typed); the
+optional drops beyond the three axes and their self-check (q8).
 
     check("q3", 0.27)                  # prints what is right or what slipped
     pick("b", "tp", dict(dp=1, tp=8, pp=1, micro_batch=1))   # judged by the cost model
@@ -11,11 +12,11 @@ from typing import NamedTuple
 
 from IPython.display import HTML
 
-from .cost import GB, bubble_fraction, get_cluster, judge, model_state_bytes
+from .cost import GB, bubble_fraction, get_cluster, get_model, judge, model_state_bytes, plan
 from .cost.decide import SCHEMES, model_of_size, walk_tree
 
 __all__ = ["Scenario", "SCENARIOS", "CARDS", "SELF_CHECKS", "check", "pick", "scenario_walk",
-           "reveal", "reveal_scenario"]
+           "reveal", "reveal_scenario", "BEYOND_DROPS", "LONG_CASE", "long_case_plans"]
 
 GLOBAL_BATCH = 512   # sequences per step in every scenario (the seed gives none)
 GPU = "a100-80gb"
@@ -107,6 +108,49 @@ def pick(key: str, scheme, config) -> str:
     return text
 
 
+# --------------------------------------------------- beyond the three axes ----
+
+# the optional drops after drop 14 (their titles and minutes: threeaxes.course.DROPS)
+BEYOND_DROPS = (
+    ("drop15-context-parallel", "cp: each sequence split over ranks; ring attention and "
+                                "Ulysses' all-to-all on the toy"),
+    ("drop16-expert-parallel", "ep: a mixture of experts' experts split over ranks; tokens "
+                               "dispatched and combined with all-to-all on the toy"),
+)
+
+# q8's case: Llama-2 70B at 64K tokens on 64 H100s, tp = 8 with sequence parallelism and
+# ZeRO-1, eight data-parallel replicas; each candidate trades the replicas for 8 of its axis
+LONG_CASE = dict(model="70B", gpu="h100-80gb", n_gpus=64, global_batch=32, seq_len=65536,
+                 layout=dict(dp=8, tp=8, pp=1, micro_batch=1, zero_stage=1,
+                             sequence_parallel=True))
+_TRADES = {"dp": {}, "cp": dict(dp=1, cp=8), "pp": dict(dp=1, pp=8), "tp": dict(dp=1, tp=64),
+           "ep": dict(ep=8)}
+
+
+def long_case_plans() -> dict:
+    """q8's case under each candidate axis: {axis: PlanResult, or the planner's refusal
+    (its ValueError's message) when the rules forbid it}."""
+    c = LONG_CASE
+    model, cluster = get_model(c["model"]), get_cluster(c["gpu"], n_gpus=c["n_gpus"])
+    out = {}
+    for axis, trade in _TRADES.items():
+        try:
+            out[axis] = plan(model, cluster, c["global_batch"], c["seq_len"],
+                             **{**c["layout"], **trade})
+        except ValueError as refused:
+            out[axis] = str(refused)
+    return out
+
+
+def _q8_answer() -> str:
+    """The one axis whose trade makes q8's case fit, by the cost model."""
+    fitting = [axis for axis, r in long_case_plans().items() if not isinstance(r, str) and r.fits]
+    if len(fitting) != 1:
+        raise RuntimeError(f"q8 needs exactly one axis that makes the case fit, the cost model "
+                           f"gives {fitting}: choose another case")
+    return fitting[0]
+
+
 # ------------------------------------------------------------- self-checks ----
 
 def _answers() -> dict:
@@ -127,13 +171,16 @@ def _answers() -> dict:
         "q6": ("number", 64 // (8 * 4), "dp x tp x pp = GPUs, so dp = 64 / (8 x 4)"),
         "q7": ("number", model_state_bytes(7e9).total / GB,
                "16N with N = 7e9 parameters, in GB (1e9 bytes)"),
+        "q8": ("choice", _q8_answer(), "what overflows is the activations of a long sequence, "
+               "and only splitting the sequence divides what each GPU keeps of it"),
     }
 
 
 SELF_CHECKS = tuple(_answers())
 _CHOICES = {"q2": ("nvlink", "infiniband", "roce", "ethernet", "pcie", "any"),
             "q5": ("tp inside, pp across", "pp inside, tp across", "both inside", "both across",
-                   "either way")}
+                   "either way"),
+            "q8": tuple(_TRADES)}
 
 
 def _slips() -> dict:
@@ -193,6 +240,16 @@ def _slips() -> dict:
                (7e9 * 12 / GB, "12 bytes is Adam's fp32 part alone; add fp16 weights and gradients"),
                (7e9 * 8 / GB, "8 bytes leaves out Adam's states"),
                (7e9 * state / 2**30, "that is GiB (2^30 bytes); answer in GB (1e9 bytes)")],
+        "q8": [("ep", "expert parallelism splits a mixture of experts' expert weights; this model "
+                      "is dense, and its weights already fit: the activations are what overflow"),
+               ("pp", "under 1F1B the first stage holds p micro-batches of L/p layers: about "
+                      "the activations of one micro-batch of every layer; split the sequence "
+                      "instead"),
+               ("tp", "tp = 8 already fills the node and the model's 8 key/value heads; past "
+                      "it the per-layer all-reduces cross the slow fabric, and the planner "
+                      "refuses it"),
+               ("dp", "more replicas split the batch, not a sequence: every GPU still keeps a "
+                      "whole sequence's activations")],
     }
 
 
@@ -254,6 +311,12 @@ _MODEL_ANSWERS = {
     "q7": "The 16-bytes-a-parameter count says whether one GPU is enough; this part says "
           "what to add when it is not: FSDP/ZeRO or TP past one GPU, PP past one node, "
           "DP wherever the batch should grow.",
+    "q8": "Context parallelism when the activations of long sequences fill the GPU: each of "
+          "cp ranks keeps s/cp of every sequence, and every layer pays to bring the other "
+          "ranks' keys and values (a ring, an all-gather or an all-to-all). Expert "
+          "parallelism when a mixture of experts' expert weights fill it: each of ep ranks "
+          "keeps a share of whole experts, and every MoE layer pays four all-to-alls a "
+          "micro-batch to send tokens to their experts and back. Drops 15 and 16 build both.",
 }
 
 

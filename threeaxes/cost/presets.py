@@ -32,12 +32,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .experts import active_params, expert_params
+from .experts import MoE, active_params, expert_params
 from .memory import GB
 from .params import transformer_params
 
 __all__ = ["Cluster", "Model", "CLUSTERS", "MODELS", "a100_cluster", "h100_cluster",
-           "get_cluster", "get_model", "custom_model"]
+           "get_cluster", "get_model", "custom_model", "MOE_MODELS"]
 
 
 ASSUMED_INTRA_NODE_LATENCY = 5e-6    # s per ring step inside a node (assumption, see above)
@@ -269,6 +269,20 @@ MODELS = {
     "gpt3-175b": replace(custom_model("GPT-3 175B", 96, 12288, 96, vocab_size=50257,
                                       seq_len=2048),
                          source="Brown et al. 2020 Table 2.1"),
+}
+# Mixtures of experts, kept apart from MODELS (dense models: the three-axis drops draw from
+# it) for the calculators' expert-parallel controls. Jiang et al. 2024 ("Mixtral of
+# Experts"), Table 1: dim 4096, 32 layers, 32 heads of 128, 8 key/value heads, hidden 14336,
+# vocabulary 32000, context 32768, 8 experts, top 2; SwiGLU experts, RMSNorm, rotary
+# positions, untied output as in Mistral 7B. Counts 46.7B parameters, 12.9B active per
+# token (Section 2.1 rounds them to 47B and 13B).
+MOE_MODELS = {
+    "mixtral-8x7b": replace(custom_model("Mixtral 8x7B", 32, 4096, 32, vocab_size=32000,
+                                         seq_len=32768, learned_positions=False, n_kv_heads=8,
+                                         gated_mlp=True, biases=False, norm="rmsnorm",
+                                         tied_embeddings=False, final_norm=True,
+                                         moe=MoE(n_experts=8, top_k=2, expert_hidden=14336)),
+                            source="Jiang et al. 2024, Table 1 and Section 2.1"),
 }
 _ALIASES = {"7b": "llama2-7b", "13b": "llama2-13b", "30b": "llama-30b",
             "33b": "llama-30b", "70b": "llama2-70b", "175b": "gpt3-175b"}

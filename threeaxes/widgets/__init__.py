@@ -7,8 +7,8 @@ and a drawing step that renders it with matplotlib into an
 message in the widget, saying what to change, never a traceback.
 
     BubbleExplorer()   p, m, v, schedule -> bubble fraction, overhead, timeline
-    MemoryExplorer()   model, precision, dp/tp/pp, ZeRO, recompute, s, b -> bars
-    ConfigExplorer()   model and cluster -> ranked feasible (dp, tp, pp, ...) table
+    MemoryExplorer()   model, precision, dp/tp/pp (cp, ep), ZeRO, recompute, s, b -> bars
+    ConfigExplorer()   model and cluster (cp, ep) -> ranked feasible (dp, tp, pp, ...) table
     FixExplorer()      drop 10: the crashed 13B run's fixes -> memory bars, step time
     LinkExplorer()     drop 11: GPUs per node, inter-node bandwidth -> step time by term
     BubbleMovesExplorer()  drop 12: tp, pp, v, ZeRO, ... -> m, bubble, memory, step time

@@ -8,11 +8,22 @@ import ipywidgets as widgets
 from IPython.display import display
 
 from ..cost import MODELS
+from ..cost.presets import MOE_MODELS
 from ..display import FigureDisplay
 
 _WIDE = {"description_width": "initial"}
 _CLUSTERS = [("A100 80GB nodes", "a100-80gb"), ("H100 80GB nodes", "h100-80gb")]
 _MODEL_OPTIONS = [(f"{m.name} ({m.n_params / 1e9:.1f}B)", key) for key, m in MODELS.items()]
+# mixtures of experts: offered where an ep control can split their experts
+_MOE_OPTIONS = [(f"{m.name} ({m.n_params / 1e9:.1f}B, {m.active_params / 1e9:.1f}B active)", key)
+                for key, m in MOE_MODELS.items()]
+_CP_CHOICES = [1, 2, 4, 8, 16]     # context-parallel degrees the explorers offer
+_EP_CHOICES = [1, 2, 4, 8]         # expert-parallel degrees (Mixtral has 8 experts)
+
+
+def _preset(key: str):
+    """A dense preset (``MODELS``) or a mixture of experts (``MOE_MODELS``) by key."""
+    return MODELS[key] if key in MODELS else MOE_MODELS[key]
 
 
 class _Explorer:
