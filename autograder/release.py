@@ -1,12 +1,14 @@
 """Regenerate release/ from source/ (what `make release` runs).
 
-1. Stamp the install cell (`threeaxes.course.INSTALL_CELL`) as the first cell
-   of every source and ungraded notebook, so the repository URL lives in one
-   place.
+1. Stamp the install cell (`threeaxes.course.INSTALL_CELL`) right under the
+   title of every source and ungraded notebook, so that a notebook opens on its
+   title and the repository URL lives in one place.
 2. Run `nbgrader generate_assignment` for every assignment folder in source/,
    with a throwaway gradebook so the repository gains no database.
-3. Normalise the released notebooks: notebook metadata is the kernelspec
-   alone, so a regeneration gives byte-identical files (a test checks this).
+3. Normalise the released notebooks: notebook metadata is the kernelspec and
+   the language_info the course's kernel reports, as JupyterLab writes them when
+   it opens a notebook (so a student's copy opens unmodified), and a regeneration
+   with the same Python gives byte-identical files (a test checks this).
 
 `python -m autograder.release [--out DIR]` writes to DIR/release instead of
 the repository's release/ (the test uses this to compare).
@@ -20,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from autograder.grade import nbgrader
-from threeaxes.course import INSTALL_CELL
+from threeaxes.course import INSTALL_CELL, is_install_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
@@ -34,25 +36,39 @@ def write_notebook(path: Path, nb: dict) -> None:
     path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
 
+def install_cell_place(cells: list) -> int:
+    """Where the install cell belongs: right under the title (the first cell, when it is a
+    markdown cell opening with a level-1 heading), else first."""
+    first = cells[0] if cells else None
+    titled = first is not None and first["cell_type"] == "markdown" and "".join(first["source"]).startswith("# ")
+    return 1 if titled else 0
+
+
 def stamp_install_cell(path: Path) -> bool:
-    """Make the first cell the install cell; True when the file changed."""
+    """Put the install cell right under the title; True when the file changed."""
     nb = json.loads(path.read_text())
-    first = nb["cells"][0] if nb["cells"] else None
-    if first and first["cell_type"] == "code" and "".join(first["source"]) == INSTALL_CELL:
-        return False
     cell = {"cell_type": "code", "execution_count": None, "id": "install-threeaxes",
             "metadata": {}, "outputs": [], "source": INSTALL_CELL.splitlines(keepends=True)}
-    if first and first.get("id") == "install-threeaxes":
-        nb["cells"][0] = cell
-    else:
-        nb["cells"].insert(0, cell)
+    others = [c for c in nb["cells"] if not is_install_cell(c)]
+    cells = others[:install_cell_place(others)] + [cell] + others[install_cell_place(others):]
+    if cells == nb["cells"]:
+        return False
+    nb["cells"] = cells
     write_notebook(path, nb)
     return True
 
 
+def language_info() -> dict:
+    """What the course's kernel (ipykernel, in this environment) tells JupyterLab about its
+    language; JupyterLab writes it into a notebook's metadata when the kernel starts."""
+    from ipykernel.ipkernel import IPythonKernel
+
+    return dict(IPythonKernel.language_info)
+
+
 def normalise(path: Path) -> None:
     nb = json.loads(path.read_text())
-    nb["metadata"] = {"kernelspec": KERNELSPEC}
+    nb["metadata"] = {"kernelspec": KERNELSPEC, "language_info": language_info()}
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":
             cell["outputs"], cell["execution_count"] = [], None
@@ -85,9 +101,13 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     names = args.names or assignments()
     if args.out is None:
-        for nb_path in sorted(ROOT.glob("source/*/*.ipynb")) + sorted(ROOT.glob("notebooks/*.ipynb")):
+        # the named drops' notebooks only (and the ungraded ones when every drop is released)
+        stamped = [ROOT / "source" / name / f"{name}.ipynb" for name in names]
+        for nb_path in stamped + ([] if args.names else sorted(ROOT.glob("notebooks/*.ipynb"))):
             if stamp_install_cell(nb_path):
                 print(f"stamped the install cell into {nb_path.relative_to(ROOT)}")
+            if nb_path.parent.name == "notebooks":
+                normalise(nb_path)     # students open these as they are
         for name in names:
             shutil.rmtree(ROOT / "release" / name, ignore_errors=True)
         generate(ROOT, ROOT, names)

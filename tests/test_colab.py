@@ -7,7 +7,7 @@ nothing else: no nbgrader, no JupyterLab, no course package. torch is a
 multi-GB wheel, so those distributions are not installed again but exposed
 from this environment's site-packages (one symlink per top-level package and
 .dist-info, found in each distribution's RECORD, put on the path by a .pth
-file). The course is built into a wheel, the notebook's first cell installs
+file). The course is built into a wheel, the cell under the notebook's title installs
 that wheel with pip offline (no index, no find-links: what pip needs must
 already be there, as on Colab), and nbclient runs the rest in a kernel of the
 fresh environment: rank launches, widgets, and the visible checks on the
@@ -207,12 +207,12 @@ def test_colab_environment_ships_only_what_colab_ships(colab):
 
 
 def run_released(colab, notebook: Path, solved_from: Path, monkeypatch):
-    """Run a released notebook as a Colab user does: first cell installs the
-    course, then everything else; the answer cells hold the instructor's
+    """Run a released notebook as a Colab user does: the cell under the title
+    installs the course, then everything else; the answer cells hold the instructor's
     solutions so every check runs and must pass."""
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(notebook, as_version=4)
-    assert nb.cells[0].source == INSTALL_CELL
+    assert nb.cells[1].source == INSTALL_CELL
     source = nbformat.read(solved_from, as_version=4)
     for grade_id in answer_ids(source):
         nb = set_answer(nb, grade_id, solution_of(source, grade_id))

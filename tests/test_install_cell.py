@@ -1,4 +1,4 @@
-"""The first cell of every released notebook installs `threeaxes` where it is
+"""The cell under the title of every released notebook installs `threeaxes` where it is
 missing (Colab, a bare kernel). Run here for real: a fresh virtual environment
 that can see the pinned dependencies but not the package, the install cell
 executed in it against a local copy of the repository."""
@@ -22,8 +22,8 @@ def test_install_cell_takes_the_repository_url_from_course_py():
     released = sorted((ROOT / "release").glob("*/*.ipynb"))
     assert released
     for nb in released:
-        first = json.loads(nb.read_text())["cells"][0]
-        assert "".join(first["source"]) == INSTALL_CELL, nb
+        under_title = json.loads(nb.read_text())["cells"][1]
+        assert "".join(under_title["source"]) == INSTALL_CELL, nb
 
 
 @pytest.mark.slow

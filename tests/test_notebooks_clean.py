@@ -1,11 +1,13 @@
-"""Every committed notebook is clean: no outputs, no execution counts,
-kernelspec-only metadata, and the install cell first."""
+"""Every committed notebook is clean: no outputs, no execution counts, the
+kernelspec (and, where students open it, the language_info JupyterLab would write)
+as its only metadata, and the install cell right under its title."""
 import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from autograder.release import KERNELSPEC, language_info
 from threeaxes.course import INSTALL_CELL
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,10 +31,14 @@ def test_there_are_notebooks_to_check():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS)
-def test_notebook_has_no_outputs_and_kernelspec_only_metadata(path):
+def test_notebook_has_no_outputs_and_only_the_kernels_metadata(path):
     nb = json.loads((ROOT / path).read_text())
-    assert list(nb["metadata"]) == ["kernelspec"], f"{path}: metadata keys {list(nb['metadata'])}"
-    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    if path.startswith("source/"):
+        assert list(nb["metadata"]) == ["kernelspec"], f"{path}: metadata keys {list(nb['metadata'])}"
+        assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    else:   # what a student opens: what JupyterLab writes on opening it is there already
+        assert nb["metadata"] == {"kernelspec": KERNELSPEC, "language_info": language_info()}, (
+            f"{path}: its metadata is not what JupyterLab would write on opening it; run `make release`")
     for i, cell in enumerate(nb["cells"]):
         if cell["cell_type"] == "code":
             assert cell["outputs"] == [], f"{path}: cell {i} has outputs"
@@ -40,7 +46,9 @@ def test_notebook_has_no_outputs_and_kernelspec_only_metadata(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS)
-def test_first_cell_is_the_install_cell(path):
-    nb = json.loads((ROOT / path).read_text())
-    assert "".join(nb["cells"][0]["source"]) == INSTALL_CELL, (
-        f"{path}: the first cell is not threeaxes.course.INSTALL_CELL; run `make release`")
+def test_the_notebook_opens_on_its_title_with_the_install_cell_under_it(path):
+    cells = json.loads((ROOT / path).read_text())["cells"]
+    assert cells[0]["cell_type"] == "markdown" and "".join(cells[0]["source"]).startswith("# "), (
+        f"{path}: the first cell is not the title (a markdown cell opening with '# ')")
+    assert "".join(cells[1]["source"]) == INSTALL_CELL, (
+        f"{path}: the cell under the title is not threeaxes.course.INSTALL_CELL; run `make release`")

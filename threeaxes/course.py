@@ -64,9 +64,9 @@ MINUTES = {1: 6, 2: 6, 3: 7, 4: 7, 5: 7, 6: 7, 7: 7, 8: 8, 9: 7, 10: 7, 11: 7, 1
 
 # Each drop's points, (core, extra credit): the graded cells of its core are the drop's grade,
 # those of its "Going deeper" sections extra credit (hand-graded written answers included).
-# Drops 12, 13 and 14 are not split yet (issue 34): all their points are the grade.
+# Every drop is split (issue 34).
 POINTS = {1: (2, 5), 2: (3, 3), 3: (3, 3), 4: (2, 5), 5: (1, 6), 6: (2, 3), 7: (2, 3), 8: (2, 4),
-          9: (2, 4), 10: (3, 5), 11: (3, 5), 12: (8, 0), 13: (9, 0), 14: (9, 0), 15: (2, 0),
+          9: (2, 4), 10: (3, 5), 11: (3, 5), 12: (4, 4), 13: (4, 5), 14: (4, 5), 15: (2, 0),
           16: (2, 0)}
 
 

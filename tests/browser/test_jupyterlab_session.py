@@ -6,12 +6,16 @@ the developer's own work/):
 
 1. the printed URL opens the start page, which renders; its course map cell runs;
 2. the map's link opens drop 13, whose answer cells hold the solutions
-   (a student who has written them); Run All runs the whole drop without an error;
+   (a student who has written them): it opens on its title, unmodified (no unsaved
+   change before the student types), its "Going deeper" sections folded; one unfolds
+   on a click (screenshots of both in the test's folder); Run All runs the whole drop
+   without an error, and the start page's map, run again, shows drop 13's core checks
+   passing;
 3. the explorer's "show row" slider moves (arrow key on its handle) and both its
    plot and its text change;
 4. a typical mistake from the drop's grading.json goes into its answer cell; that
    cell and its check run, and the check's message (the mistake's feedback
-   phrase) shows on the page;
+   phrase) shows on the page, alone: no traceback through the course's code;
 5. the browser console holds no error from our stack (see `our_errors`), and no
    warning that an extension was built for another JupyterLab version.
 
@@ -20,6 +24,7 @@ test-browser` fails instead). `make test-browser` runs this file alone.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import time
@@ -39,7 +44,7 @@ from grading_harness import answer_ids, load_drop, set_answer, solution_of  # no
 DROP = "drop13-size-30b-on-32"
 MISTAKE = "forgets_optimizer_state"          # a mistake of source/<DROP>/grading.json
 SLIDER = "show row"                          # the ConfigExplorer slider the session moves
-MAP_LINE = 'Markdown(course_map_markdown(link_prefix="../release/"))'   # the start page's map cell
+MAP_LINE = 'Markdown(course_map_with_progress(link_prefix="../release/"))'   # the start page's map cell
 
 
 def student_copy(tmp: Path) -> Path:
@@ -78,6 +83,33 @@ if (!state.text || !state.image) return null;
 if (before && (state.text === before.text || state.image === before.image)) return null;
 return state;
 """
+
+# the notebook as it opened: unsaved changes, its first cell's text, and its "Going deeper"
+# headings: whether each is folded and whether the cell under it is hidden
+OPENED = PANEL + """
+const panel = panelOf(arguments[0]);
+if (!panel || !panel.context.isReady || !panel.sessionContext.session) return null;
+const kernel = panel.sessionContext.session.kernel;
+if (!kernel || kernel.status !== 'idle') return null;
+const widgets = panel.content.widgets;
+const deeper = widgets.map((w, i) => [w, i]).filter(([w]) => (w.model.getMetadata('tags') || []).includes('deeper')
+                                                  && w.model.type === 'markdown' && w.headingInfo && w.headingInfo.level > 0);
+return {dirty: panel.context.model.dirty, first: widgets[0].model.sharedModel.getSource().split('\\n')[0],
+        deeper: deeper.map(([w, i]) => ({index: i, folded: w.headingCollapsed,
+                                         next_hidden: i + 1 < widgets.length && widgets[i + 1].isHidden}))};
+"""
+
+# unfold the heading cell at arguments[1] as a click on its fold button does
+UNFOLD = PANEL + """
+const cell = panelOf(arguments[0]).content.widgets[arguments[1]];
+cell.node.scrollIntoView({block: 'center'});
+const button = cell.node.querySelector('.jp-collapseHeadingButton');
+if (!button) return 'no fold button';
+button.click();
+return null;
+"""
+
+NEXT_SHOWN = PANEL + "return !panelOf(arguments[0]).content.widgets[arguments[1] + 1].isHidden;"
 
 MAP_LINK = "return document.querySelector(`.jp-RenderedMarkdown a[href*='${arguments[0]}']`);"
 
@@ -122,8 +154,28 @@ def test_a_student_session_in_chromium_through_drop13(tmp_path):
         link = wait_for(driver, MAP_LINK, f"{DROP}.ipynb", what=f"the course map's link to {DROP}")
         link.click()
         open_notebook(driver, drop_page)
+        opened = wait_for(driver, OPENED, drop_page, what=f"{DROP} to open and its kernel to start")
+        assert opened["first"].startswith("# Drop 13:"), f"the drop should open on its title: {opened['first']!r}"
+        assert not opened["dirty"], "the drop shows unsaved changes before the student has typed anything"
+        assert opened["deeper"], "the drop has no 'Going deeper' section"
+        assert all(d["folded"] and d["next_hidden"] for d in opened["deeper"]), (
+            f"every 'Going deeper' section should open folded: {opened['deeper']}")
+        driver.save_screenshot(str(tmp_path / "drop13-folded.png"))
+        first = opened["deeper"][0]["index"]
+        assert driver.execute_script(UNFOLD, drop_page, first) is None, "the heading has no fold button"
+        wait_for(driver, NEXT_SHOWN, drop_page, first, what="the section's cells to show after the click")
+        driver.save_screenshot(str(tmp_path / "drop13-unfolded.png"))
+        lap("drop opened from the map: title first, unmodified, depth folded, unfolded on a click")
         run_all(driver, drop_page)
-        lap("drop opened from the map and run")
+        lap("drop run")
+
+        # its core checks passed: the start page's map says so when its cell runs again
+        ran = driver.execute_async_script(RUN_CELL, start_page, MAP_LINE, None)
+        assert "error" not in ran, ran
+        wait_for(driver, KERNEL_IDLE, start_page, what="the start page's kernel to redraw the map")
+        wait_for_python(lambda: "core checks pass" in driver.execute_script(CELL_TEXT, start_page, ran["index"]),
+                        what="the start page's map to show drop 13's core checks passing", timeout=30)
+        lap("progress shown on the start page")
 
         # 3. the slider: keyboard on its handle; the plot and the text follow
         before = wait_for(driver, EXPLORER, SLIDER, None,
@@ -154,6 +206,9 @@ def test_a_student_session_in_chromium_through_drop13(tmp_path):
         except AssertionError:
             raise AssertionError(f"the check {check} should show {mistake.feedback!r} for the mistake "
                                  f"{MISTAKE}; the page shows:\n{seen[0]}") from None
+        assert "Traceback" not in seen[0] and "File " not in seen[0], (
+            f"the check's message should show alone, without a traceback:\n{seen[0]}")
+        driver.save_screenshot(str(tmp_path / "drop13-failed-check.png"))
         lap("wrong answer caught by the visible check")
 
         # 5. the console, and where the page's requests went
@@ -170,6 +225,11 @@ def test_a_student_session_in_chromium_through_drop13(tmp_path):
             console = console or driver.get_log("browser")
             driver.quit()
         lab.stop()
+        keep = os.environ.get("THREEAXES_SCREENSHOTS")   # a folder to keep the screenshots in
+        if keep:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            for shot in tmp_path.glob("*.png"):
+                shutil.copy2(shot, Path(keep) / shot.name)
         total = time.perf_counter() - t0
         print(f"\nbrowser session {total:.1f} s: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
         quiet = [e for e in console if e["level"] in ("DEBUG", "INFO")]
