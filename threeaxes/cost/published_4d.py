@@ -49,6 +49,7 @@ from typing import NamedTuple
 
 from .experts import MoE
 from .planner import search
+from .published import Prediction
 from .presets import Model, custom_model, h100_cluster
 
 __all__ = ["Published4D", "LLAMA3_405B_TABLE4", "QWEN3_235B_MEGATRON", "PUBLISHED_4D",
@@ -150,20 +151,9 @@ def model_tflops(run: Published4D, seconds: float) -> float:
     return run.batch * run.seq_len * per_token / (seconds * run.n_gpus) / 1e12
 
 
-class Prediction4D(NamedTuple):
-    run: Published4D
-    published: object          # PlanResult of the published layout (fastest of its options)
-    best: object               # PlanResult: the best of everything the era allowed
-    tflops_per_gpu: float
-
-    @property
-    def ratio(self) -> float:
-        """Predicted over published teraFLOP/s per GPU."""
-        return self.tflops_per_gpu / self.run.tflops_per_gpu
-
-    @property
-    def share_of_best(self) -> float:
-        return self.published.tokens_per_second / self.best.tokens_per_second
+# The same record as the dense runs' (run, the published layout's result, the best of everything
+# the era allowed, the predicted teraFLOP/s per GPU), with its ratio and share of the best.
+Prediction4D = Prediction
 
 
 def predict_4d(run: Published4D, **assumptions) -> Prediction4D:
