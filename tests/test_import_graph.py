@@ -37,7 +37,7 @@ AXIS_PACKAGES = ("threeaxes.data_parallel", "threeaxes.tensor_parallel", "threea
                  "threeaxes.sharding", "threeaxes.context_parallel", "threeaxes.expert_parallel")
 # The top: what draws, shows and grades. Nothing else in threeaxes imports it.
 TOP = ("threeaxes.plots", "threeaxes.display", "threeaxes.widgets", "threeaxes.grading",
-       "threeaxes.practice", "threeaxes.progress")
+       "threeaxes.practice", "threeaxes.practice_beyond", "threeaxes.progress")
 
 
 def within(module: str, prefixes) -> bool:

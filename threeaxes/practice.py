@@ -12,8 +12,9 @@ from typing import NamedTuple
 
 from IPython.display import HTML
 
-from .cost import GB, bubble_fraction, get_cluster, get_model, judge, model_state_bytes, plan
+from .cost import GB, bubble_fraction, get_cluster, judge, model_state_bytes
 from .cost.decide import SCHEMES, model_of_size, walk_tree
+from .practice_beyond import BEYOND_DROPS, LONG_CASE, TRADES, long_case_plans, q8_answer
 
 __all__ = ["Scenario", "SCENARIOS", "CARDS", "SELF_CHECKS", "check", "pick", "scenario_walk",
            "reveal", "reveal_scenario", "BEYOND_DROPS", "LONG_CASE", "long_case_plans"]
@@ -108,49 +109,6 @@ def pick(key: str, scheme, config) -> str:
     return text
 
 
-# --------------------------------------------------- beyond the three axes ----
-
-# the optional drops after drop 14 (their titles and minutes: threeaxes.course.DROPS)
-BEYOND_DROPS = (
-    ("drop15-context-parallel", "cp: each sequence split over ranks; ring attention and "
-                                "Ulysses' all-to-all on the toy"),
-    ("drop16-expert-parallel", "ep: a mixture of experts' experts split over ranks; tokens "
-                               "dispatched and combined with all-to-all on the toy"),
-)
-
-# q8's case: Llama-2 70B at 64K tokens on 64 H100s, tp = 8 with sequence parallelism and
-# ZeRO-1, eight data-parallel replicas; each candidate trades the replicas for 8 of its axis
-LONG_CASE = dict(model="70B", gpu="h100-80gb", n_gpus=64, global_batch=32, seq_len=65536,
-                 layout=dict(dp=8, tp=8, pp=1, micro_batch=1, zero_stage=1,
-                             sequence_parallel=True))
-_TRADES = {"dp": {}, "cp": dict(dp=1, cp=8), "pp": dict(dp=1, pp=8), "tp": dict(dp=1, tp=64),
-           "ep": dict(ep=8)}
-
-
-def long_case_plans() -> dict:
-    """q8's case under each candidate axis: {axis: PlanResult, or the planner's refusal
-    (its ValueError's message) when the rules forbid it}."""
-    c = LONG_CASE
-    model, cluster = get_model(c["model"]), get_cluster(c["gpu"], n_gpus=c["n_gpus"])
-    out = {}
-    for axis, trade in _TRADES.items():
-        try:
-            out[axis] = plan(model, cluster, c["global_batch"], c["seq_len"],
-                             **{**c["layout"], **trade})
-        except ValueError as refused:
-            out[axis] = str(refused)
-    return out
-
-
-def _q8_answer() -> str:
-    """The one axis whose trade makes q8's case fit, by the cost model."""
-    fitting = [axis for axis, r in long_case_plans().items() if not isinstance(r, str) and r.fits]
-    if len(fitting) != 1:
-        raise RuntimeError(f"q8 needs exactly one axis that makes the case fit, the cost model "
-                           f"gives {fitting}: choose another case")
-    return fitting[0]
-
-
 # ------------------------------------------------------------- self-checks ----
 
 def _answers() -> dict:
@@ -171,7 +129,7 @@ def _answers() -> dict:
         "q6": ("number", 64 // (8 * 4), "dp x tp x pp = GPUs, so dp = 64 / (8 x 4)"),
         "q7": ("number", model_state_bytes(7e9).total / GB,
                "16N with N = 7e9 parameters, in GB (1e9 bytes)"),
-        "q8": ("choice", _q8_answer(), "what overflows is the activations of a long sequence, "
+        "q8": ("choice", q8_answer(), "what overflows is the activations of a long sequence, "
                "and only splitting the sequence divides what each GPU keeps of it"),
     }
 
@@ -180,7 +138,7 @@ SELF_CHECKS = tuple(_answers())
 _CHOICES = {"q2": ("nvlink", "infiniband", "roce", "ethernet", "pcie", "any"),
             "q5": ("tp inside, pp across", "pp inside, tp across", "both inside", "both across",
                    "either way"),
-            "q8": tuple(_TRADES)}
+            "q8": tuple(TRADES)}
 
 
 def _slips() -> dict:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from lab_page import (CELL_TEXT, KERNEL_IDLE, OTHER_ORIGINS, RUN_CELL, TOKEN, Lab, chromium, open_notebook,
+from lab_page import (CELL_TEXT, KERNEL_IDLE, OTHER_ORIGINS, PANEL, RUN_CELL, TOKEN, Lab, chromium, open_notebook,
                       our_errors, require_browser, run_all, version_warnings, wait_for, wait_for_python)
 
 from autograder import workspace
