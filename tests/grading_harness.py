@@ -62,11 +62,11 @@ FULL = "solved_source"
 ZERO = "untouched_release"
 ATTACK = "attack-"
 CATALOGUE = "catalogue-"
-# How many catalogue students each drop hands in (catalogue-1 .. -k, the first k mistakes of each
-# exercise): 3 in the suite, "all" with THREEAXES_GRADE_CATALOGUE=all. Every catalogued mistake is
-# also judged in-process, by its visible check (test_visible_cases.py) and its hidden draws
-# (test_catalogue.py); through the real grading path, 3 of them per exercise were 129 of 224
-# submissions when all were graded, two thirds of the suite's grading time.
+# How many catalogue students each drop hands in (catalogue-1 .. -k, carrying the first k mistakes
+# of each exercise): 3 in the suite, every one with THREEAXES_GRADE_CATALOGUE=all. Every catalogued
+# mistake is also judged in-process, by its visible check (test_visible_cases.py) and its hidden
+# draws (test_catalogue.py). Graded all through the real path, the catalogue students were 129 of
+# the class's 224 submissions.
 _DEPTH = os.environ.get("THREEAXES_GRADE_CATALOGUE", "3")
 CATALOGUE_DEPTH = None if _DEPTH == "all" else int(_DEPTH)
 
