@@ -25,7 +25,18 @@ from autograder.grade import nbgrader
 from threeaxes.course import INSTALL_CELL, is_install_cell
 
 ROOT = Path(__file__).resolve().parent.parent
-KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
+
+
+def _kernelspec() -> dict:
+    """The kernelspec JupyterLab writes into a notebook it opens with the course's kernel:
+    ipykernel's own (name python3, display name "Python 3 (ipykernel)")."""
+    from ipykernel.kernelspec import KERNEL_NAME, get_kernel_dict
+
+    spec = get_kernel_dict()
+    return {"display_name": spec["display_name"], "language": spec["language"], "name": KERNEL_NAME}
+
+
+KERNELSPEC = _kernelspec()
 
 
 def assignments(root: Path = ROOT) -> list[str]:

@@ -111,6 +111,8 @@ return null;
 
 NEXT_SHOWN = PANEL + "return !panelOf(arguments[0]).content.widgets[arguments[1] + 1].isHidden;"
 
+ACTIVATE = PANEL + "app.shell.activateById(panelOf(arguments[0]).id);"
+
 MAP_LINK = "return document.querySelector(`.jp-RenderedMarkdown a[href*='${arguments[0]}']`);"
 
 SLIDER_HANDLE = SLIDER_OF + "return sliderOf(arguments[0]).querySelector('.noUi-handle');"
@@ -170,12 +172,16 @@ def test_a_student_session_in_chromium_through_drop13(tmp_path):
         lap("drop run")
 
         # its core checks passed: the start page's map says so when its cell runs again
+        driver.execute_script(ACTIVATE, start_page)         # back to the start page's tab
+        open_notebook(driver, start_page)
         ran = driver.execute_async_script(RUN_CELL, start_page, MAP_LINE, None)
         assert "error" not in ran, ran
         wait_for(driver, KERNEL_IDLE, start_page, what="the start page's kernel to redraw the map")
         wait_for_python(lambda: "core checks pass" in driver.execute_script(CELL_TEXT, start_page, ran["index"]),
                         what="the start page's map to show drop 13's core checks passing", timeout=30)
         lap("progress shown on the start page")
+        driver.execute_script(ACTIVATE, drop_page)           # and back to the drop
+        open_notebook(driver, drop_page)
 
         # 3. the slider: keyboard on its handle; the plot and the text follow
         before = wait_for(driver, EXPLORER, SLIDER, None,
