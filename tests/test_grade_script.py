@@ -378,12 +378,12 @@ def test_a_terminated_grader_stops_its_workers_and_leaves_no_process(tmp_path):
                             f"grade.grade_all(sys.argv[1], jobs=1)", str(course)], cwd=ROOT, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     logs = course / grade.GRADED / grade.LOGS
-    deadline = time.monotonic() + 300
+    # the event, not a time: a worker has begun a submission (or the grader ended without one)
     while not any("-- grading " in log.read_text(errors="replace") for log in logs.glob("worker-*.log")):
-        assert run.poll() is None and time.monotonic() < deadline, "no worker began to grade"
+        assert run.poll() is None, f"the grader ended before any worker began to grade: {run.stderr.read()[-2000:]}"
         time.sleep(0.2)
     run.send_signal(signal.SIGTERM)
-    _, err = run.communicate(timeout=120)
+    _, err = run.communicate()
     assert "stopped: " in err, err[-2000:]
     time.sleep(1)
     left = subprocess.run(["pgrep", "-f", str(course)], capture_output=True, text=True).stdout.split()

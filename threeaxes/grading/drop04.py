@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from threeaxes.grading import as_int, plain_tensor
+from threeaxes.grading import REFUSED, as_int, plain_tensor
 from threeaxes.toy import ToyConfig, make_batch
 
 BATCH, MICROBATCHES, N_LAYERS, SEED = 8, 4, 4, 7
@@ -19,8 +19,7 @@ BATCH, MICROBATCHES, N_LAYERS, SEED = 8, 4, 4, 7
 __all__ = ["BATCH", "MICROBATCHES", "N_LAYERS", "SEED", "REFUSED", "check_config", "plain_stage_layers",
            "layers_or_refusal", "covers", "stage_split_params"]
 
-# what the visible check stores for a call the exercise asks to refuse (pp does not divide n_layers)
-REFUSED = "raises ValueError"
+# a call the exercise asks to refuse (pp does not divide n_layers) is stored as REFUSED
 
 
 def check_config(n_layers: int = N_LAYERS) -> ToyConfig:

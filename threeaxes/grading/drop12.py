@@ -23,7 +23,7 @@ The references the hidden tests use are on the instructor's side
 from __future__ import annotations
 
 from threeaxes.cost import get_cluster, get_model
-from threeaxes.grading import as_number, sizing
+from threeaxes.grading import REFUSED, as_number, sizing
 
 __all__ = ["SCENARIO", "CURRENT", "MICRO_BATCH", "BUBBLE_TARGET", "REFUSED", "BARE_REFUSAL",
            "UNNAMED_REFUSAL", "names_the_rule", "value_or_refusal"]
@@ -35,7 +35,6 @@ BUBBLE_TARGET = 0.25     # idle share of a step the team will accept
 CURRENT = dict(dp=4, tp=4, pp=8, micro_batch=MICRO_BATCH, zero_stage=1, recompute="selective",
                sequence_parallel=True)
 
-REFUSED = "raises ValueError"                        # what the exercise asks where Megatron cannot run
 BARE_REFUSAL = "raises ValueError without a message"
 UNNAMED_REFUSAL = "raises ValueError whose message does not name the rule"
 # the words a message uses when it names the rule "m must be a multiple of p" (or its group of p)
