@@ -84,3 +84,10 @@ def test_outside_a_work_folder_a_check_records_nothing_and_the_map_says_where_pr
         visible.check("drop01", "axis_roles_answer", lambda: 5)
     assert progress.work_folder() is None and not list(tmp_path.rglob(progress.RECORD))
     assert "make lab" in progress.course_map_with_progress()
+
+
+def test_the_work_folder_is_known_by_the_record_make_lab_writes():
+    """threeaxes cannot import autograder (the layers), so the mark is written twice: kept equal here."""
+    from autograder import workspace
+
+    assert progress.WORK_MARK == workspace.RECORD
