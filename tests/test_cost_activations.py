@@ -258,3 +258,66 @@ def test_llama_layer_by_hand_against_the_gpt_formula():
     # against the GPT-style 34 sbh with memory-efficient attention: 19% more for 70B
     gpt = activation_bytes(s, b, h, 64, flash_attention=True).per_layer
     assert llama_layer_bytes(s, b, h, 64, **seventy) / gpt == pytest.approx(40.5 / 34)
+
+
+def test_llama3_405b_layer_as_megatron_core_builds_it_by_hand():
+    from threeaxes.cost import llama_layer_bytes
+    s, b, h, t = 8192, 1, 16384, 8
+    llama3 = dict(n_kv_heads=8, ffn_hidden=53248)
+    # Transformer Engine's fused modules keep, per sbh/t with sequence parallelism:
+    # attention: norm input 2, normed input 2, Q 2, K and V 4 x 8/128, output 2;
+    # MLP: norm input 2, normed input 2, gate and up side by side 4 f/h, SwiGLU output 2 f/h
+    by_hand = 2 + 2 + 2 + 4 * 8 / 128 + 2 + 2 + 2 + 6 * 53248 / 16384          # 31.75
+    fused = llama_layer_bytes(s, b, h, 128, tp=t, sequence_parallel=True, fused_swiglu=True,
+                              **llama3)
+    assert fused == pytest.approx(s * b * h * by_hand / t) and by_hand == 31.75
+    # eager PyTorch keeps the SiLU's output too: 2 f/h more
+    eager = llama_layer_bytes(s, b, h, 128, tp=t, sequence_parallel=True, **llama3)
+    assert eager - fused == pytest.approx(s * b * h * 2 * 53248 / 16384 / t)
+    # activation_bytes counts it so when asked, and full recomputation still keeps 2 sbh
+    built = activation_bytes(s, b, h, 128, tp=t, sequence_parallel=True, flash_attention=True,
+                             count="as_built", **llama3)
+    assert built.per_layer == pytest.approx(fused)
+    full = activation_bytes(s, b, h, 128, tp=t, sequence_parallel=True, recompute="full",
+                            count="as_built", **llama3)
+    assert full.per_layer == 2 * s * b * h
+
+
+def test_as_built_needs_a_swiglu_layer_and_keeps_only_the_softmax_without_flash():
+    with pytest.raises(ValueError, match="give its ffn_hidden"):
+        activation_bytes(64, 1, 32, 4, count="as_built")
+    with pytest.raises(ValueError, match="choose count in"):
+        activation_bytes(64, 1, 32, 4, count="measured")
+    # no dropout: of Korthikanti's 5 bytes per score only the softmax output's 2 stay
+    kw = dict(tp=2, count="as_built", ffn_hidden=64)
+    scores = (activation_bytes(64, 1, 32, 4, **kw).per_layer
+              - activation_bytes(64, 1, 32, 4, flash_attention=True, **kw).per_layer)
+    assert scores == 2 * 4 * 64 * 64 / 2
+
+
+def test_first_chunk_in_flight_follows_megatrons_forward_order():
+    from threeaxes.cost import first_chunk_in_flight
+    # Dubey et al. 2024, Figure 6: 4 ranks, 2 chunks each, 10 micro-batches in groups of 5.
+    # Rank 0 runs 2 (p - 1) + (v - 1) N + 1 = 12 forwards before its first backward:
+    # chunk 0 for micro-batches 1-5, chunk 1 for 1-5, chunk 0 for 6 and 7: 7 of them chunk 0
+    assert first_chunk_in_flight(4, 10, virtual_stages=2, group=5) == 7
+    # Llama 3 405B at 8K: 16 stages, 8 one-layer chunks, 32 micro-batches in groups of 16:
+    # 30 + 112 + 1 = 143 forwards, 16 + 15 of them through chunk 0 (the embedding)
+    assert first_chunk_in_flight(16, 32, virtual_stages=8, group=16) == 31
+    # all m v forwards fit (m = 16): each micro-batch once through chunk 0
+    assert first_chunk_in_flight(16, 16, virtual_stages=8, group=16) == 16
+    # no interleaving: every micro-batch in flight holds the whole stage, chunk 0 included
+    assert first_chunk_in_flight(16, 32) == 16 and first_chunk_in_flight(16, 4) == 4
+
+
+def test_an_embedding_slot_holds_no_layer_activations():
+    # 16 slots on 4 stages, 2 chunks of 2 slots each, 8 micro-batches (group p = 4):
+    # rank 0 holds 2 x 3 + 4 + 1 = 11 chunk forwards = 22 slots, 4 + 3 of them
+    # chunk 0's, each with the embedding in one of its two slots: 22 - 7 = 15 layers
+    kw = dict(n_layers=16, pp=4, micro_batches=8, schedule="interleaved", virtual_stages=2,
+              flash_attention=True)
+    layer = activation_bytes(64, 1, 32, 4, flash_attention=True).per_layer
+    plain = first_stage_activation_bytes(64, 1, 32, 4, **kw)
+    slot = first_stage_activation_bytes(64, 1, 32, 4, embedding_slot=True, **kw)
+    assert plain.transformer == pytest.approx(22 * layer)
+    assert slot.transformer == pytest.approx(15 * layer)

@@ -46,6 +46,15 @@ def test_plan_by_hand():
     assert flash.time == r.time
 
 
+def test_sequence_parallel_stages_send_their_shard():
+    # Megatron-LM's get_tensor_shapes: with sequence parallelism each TP rank sends its
+    # s/t of the activation on its own link; ranks 0 and 4 sit on different nodes:
+    # 64 B / 2 = 32 B at 1e2 B/s, twice per micro-batch, 4 micro-batches
+    r = plan(TOY, TINY, 8, dp=2, tp=2, pp=2, micro_batch=1, zero_stage=1,
+             compute_efficiency=0.5, sequence_parallel=True)
+    assert r.time.pp_comm == pytest.approx(2 * 4 * 0.32)
+
+
 def test_plan_memory_matches_the_parts():
     from threeaxes.cost import first_stage_activation_bytes, model_state_bytes
     m, c = get_model("70B"), get_cluster("a100-80gb", n_gpus=64)

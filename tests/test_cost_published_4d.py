@@ -4,22 +4,22 @@ mixture-of-experts run (Qwen3-235B-A22B on 256 H100s, NVIDIA's Megatron-MoE-Mode
 
 Each published layout must fit, predict teraFLOP/s per GPU within 15% of the reported
 figure and stand within 0.85 of the planner's best among the layouts its era allowed.
-Three of the four runs do not, and each is kept as a documented exception below with
-the reason the planner gives, tested; no constant was changed to bring them in.
+The two 8K rows do; the 128K row (20% optimistic) and the mixture of experts (less than
+half) do not, and each is kept as a documented exception below with the reason the
+planner gives, tested; no constant was changed to bring them in.
 Expected values are the sources' figures typed here; none is the planner's output.
 """
 
 import pytest
 
-from threeaxes.cost import group_link, h100_cluster, layout_strides, search
+from threeaxes.cost import group_link, h100_cluster, layout_strides, plan
 from threeaxes.cost.published_4d import (LLAMA3_405B_TABLE4, PUBLISHED_4D, QWEN3_235B_MEGATRON,
                                          llama3_405b, llama3_405b_pipeline, model_tflops,
                                          predict_4d, qwen3_235b)
 
 IDS = [r.name for r in PUBLISHED_4D]
-LLAMA_8K = {LLAMA3_405B_TABLE4[0].name, LLAMA3_405B_TABLE4[1].name}
 # the runs outside the 15% band or below 0.85 of the best, and the test that says why
-EXCEPTIONS = LLAMA_8K | {QWEN3_235B_MEGATRON.name}
+EXCEPTIONS = {LLAMA3_405B_TABLE4[2].name, QWEN3_235B_MEGATRON.name}
 
 
 @pytest.fixture(scope="module")
@@ -88,32 +88,64 @@ def test_the_128k_run_uses_context_parallelism_where_the_planner_would(predictio
     assert p.best.cp == 16                 # the best of its era splits the sequence as well
 
 
+# -- how the 8K rows fit: as Llama 3 says, without activation checkpointing ----------------
+
+@pytest.mark.parametrize("run", LLAMA3_405B_TABLE4, ids=[r.name for r in LLAMA3_405B_TABLE4])
+def test_llama3_rows_fit_without_activation_checkpointing(predictions, run):
+    """Dubey et al. 2024, Section 3.3.2: "we could pre-train Llama 3 on sequences of 8K
+    tokens without activation checkpointing" (the 128K row keeps 8K tokens per rank with
+    cp = 16). The planner agrees, narrowly, counting the layer as Megatron Core builds it
+    (31.75 sbh/t, not the GPT layer's 34) and the first chunk of the first stage as the
+    embedding alone, which holds no layer's activations."""
+    r = predictions[run.name].published
+    assert r.fits and r.recompute == "none" and r.zero_stage == 1
+    assert r.memory.total > 0.95 * r.capacity          # at the edge, as the paper's care says
+    # counted as Korthikanti et al.'s GPT layer, the same layout must recompute
+    gpt = plan(run.model, h100_cluster(run.n_gpus // 8), run.batch, run.seq_len, dp=run.dp,
+               tp=run.tp, pp=run.pp, cp=run.cp, cp_mode="all_gather", micro_batch=1,
+               virtual_stages=r.virtual_stages, sequence_parallel=True, zero_stage=1,
+               precision="megatron-bf16", allow_sharded_pp=True)
+    assert not gpt.fits
+
+
+def test_the_8k_row_on_8192_gpus_fits_only_with_one_layer_per_chunk(predictions):
+    """The paper's "the first model chunk on the first stage has only the embedding" makes
+    a chunk one layer slot: V = 8 chunks of the 8 slots per stage. With 32 micro-batches per
+    replica the planner finds the same: with chunks of 2 slots (V = 4) the first stage holds
+    127 layer-micro-batches instead of 112 and runs out of memory."""
+    run = LLAMA3_405B_TABLE4[0]
+    assert predictions[run.name].published.virtual_stages == 8
+    four = plan(run.model, h100_cluster(run.n_gpus // 8), run.batch, run.seq_len, dp=run.dp,
+                tp=run.tp, pp=run.pp, micro_batch=1, virtual_stages=4, sequence_parallel=True,
+                zero_stage=1, precision="megatron-bf16", allow_sharded_pp=True,
+                activation_count="as_built")
+    assert not four.fits
+
+
 # -- the documented exceptions --------------------------------------------------------------
 
-@pytest.mark.parametrize("run", LLAMA3_405B_TABLE4[:2], ids=sorted(LLAMA_8K))
-def test_llama3_8k_rows_are_underpredicted_because_they_must_recompute_or_shard_weights(
-        predictions, run):
-    """The two 8K rows come out at 0.70-0.73 of the published teraFLOP/s, and their layout
-    at 0.60-0.64 of the planner's best. The planner's reason: 8 layer slots per stage at
-    34 sbh/t bytes each (Korthikanti et al. 2022, Table 2, with sequence parallelism) and
-    16 micro-batches in flight on the first stage hold 73 GB of activations at s = 8192,
-    h = 16384, t = 8. Keeping whole FP32 gradients between micro-batches, as Llama 3 does
-    (Section 3.3.2; the planner's ZeRO-1 row), adds 19 GB of weights and gradients, so the
-    published (tp 8, cp 1, pp 16) fits only with full recomputation (a third more compute)
-    or with the weights sharded too (ZeRO-3, which all-gathers them for every micro-batch,
-    slower still). Llama 3 names no recomputation; however it fitted is outside the model.
-    The planner's best, cp = 16 at 8K, stores 1/16 of the activations and needs neither;
-    its constant efficiency (0.6 of peak for every GEMM) cannot see what splitting 8192
-    tokens 16 ways costs the GEMMs, so it prefers that more than a measurement would."""
+def test_the_128k_row_is_overpredicted_because_its_attention_ran_slower_than_flashattention(
+        predictions):
+    """The 128K row comes out 20% faster than published (1.20), though its layout is the
+    planner's best. At 128K attention is 57% of the counted FLOPs (12 l w s of the whole
+    sequence per token, PaLM's count, which Llama 3's MFU uses), and the planner charges
+    it at 0.6 of peak: 0.30 for the causal half that runs, about FlashAttention-2's 35% on
+    an H100 (Shah et al. 2024, FlashAttention-3, abstract). If every other term is right,
+    the published 380 teraFLOP/s leave attention 8 s of a 15 s step: about 0.21 of peak
+    for the causal work. Llama 3's document masks, which it says make the load uneven
+    (Section 3.3.2), and its exposed all-gather are where the planner would look next."""
+    run = LLAMA3_405B_TABLE4[2]
     p = predictions[run.name]
-    assert 0.65 <= p.ratio < 0.85 and 0.55 <= p.share_of_best < 0.85
-    assert p.published.recompute == "full" and p.published.zero_stage == 1
-    cheaper = search(run.model, h100_cluster(run.n_gpus // 8), run.batch, run.seq_len,
-                     **{**run.era, "cps": (1,), "recomputes": ("none", "selective")})
-    same = [r for r in cheaper if (r.dp, r.tp, r.pp) == (run.dp, run.tp, run.pp) and r.fits]
-    assert same and {r.zero_stage for r in same} == {3}
-    assert min(r.time.total for r in same) > p.published.time.total
-    assert p.best.cp > 1 and p.best.recompute != "full"
+    assert 1.15 < p.ratio < 1.25 and p.share_of_best == 1.0
+    tokens, w, layers, peak = run.batch * run.seq_len, 16384, 126, 989e12
+    per_gpu = tokens / run.n_gpus
+    charged = per_gpu * 12 * layers * w * run.seq_len / (peak * 0.6)     # s, whole sequence
+    causal = per_gpu * 6 * layers * w * run.seq_len                       # FLOPs that run
+    assert causal / charged / peak == pytest.approx(0.30)
+    published_s = per_gpu * (6 * llama3_405b().n_params + 12 * layers * w * run.seq_len) / (
+        run.tflops_per_gpu * 1e12)
+    attention_s = published_s - (p.published.time.total - charged)
+    assert causal / attention_s / peak < 0.25 < 0.35
 
 
 def test_qwen3_moe_run_is_underpredicted_because_its_expert_gradients_cross_nodes(predictions):

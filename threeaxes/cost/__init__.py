@@ -5,8 +5,9 @@ communication, cluster and model presets, and a planner that puts them
 together. No torch: plain Python, so every notebook and test can use it.
 """
 from .activations import (RECOMPUTE, ActivationBytes, FirstStageActivations,
-                          activation_bytes, first_stage_activation_bytes,
-                          in_flight_micro_batches, llama_layer_bytes)
+                          activation_bytes, first_chunk_in_flight,
+                          first_stage_activation_bytes, in_flight_micro_batches,
+                          llama_layer_bytes)
 from .bubble import SCHEDULES, bubble_fraction, bubble_overhead
 from .compute import (TrainingFlops, flops_per_token, megatron_flops, mfu, step_time,
                       training_flops, training_time)
@@ -34,7 +35,8 @@ from .verdict import CONFIG_KEYS, Verdict, best_configuration, judge
 
 __all__ = [
     "RECOMPUTE", "ActivationBytes", "FirstStageActivations", "activation_bytes",
-    "first_stage_activation_bytes", "in_flight_micro_batches", "llama_layer_bytes", "SCHEDULES",
+    "first_stage_activation_bytes", "first_chunk_in_flight", "in_flight_micro_batches",
+    "llama_layer_bytes", "SCHEDULES",
     "bubble_fraction", "bubble_overhead",
     "TrainingFlops", "flops_per_token", "megatron_flops", "mfu", "step_time",
     "training_flops", "training_time", "GB", "GiB", "PRECISIONS", "STATE_TERMS",

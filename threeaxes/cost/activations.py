@@ -29,11 +29,15 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["RECOMPUTE", "ActivationBytes", "FirstStageActivations",
-           "activation_bytes", "first_stage_activation_bytes", "in_flight_micro_batches",
-           "llama_layer_bytes"]
+__all__ = ["RECOMPUTE", "ACTIVATION_COUNTS", "ActivationBytes", "FirstStageActivations",
+           "activation_bytes", "first_stage_activation_bytes", "first_chunk_in_flight",
+           "in_flight_micro_batches", "llama_layer_bytes"]
 
 RECOMPUTE = ("none", "selective", "full")
+
+# how a layer's stored activations are counted (``activation_bytes``): Korthikanti et al.'s
+# GPT layer, or the model's own layer as Megatron Core builds it (gated MLPs only)
+ACTIVATION_COUNTS = ("korthikanti", "as_built")
 
 
 class ActivationBytes(NamedTuple):
@@ -53,8 +57,9 @@ def _check(name: str, value, minimum: int = 1) -> int:
 
 def activation_bytes(seq_len: int, micro_batch: int, d_model: int, n_heads: int, *,
                      n_layers: int = 1, tp: int = 1, sequence_parallel: bool = False,
-                     recompute: str = "none",
-                     flash_attention: bool = False) -> ActivationBytes:
+                     recompute: str = "none", flash_attention: bool = False,
+                     count: str = "korthikanti", n_kv_heads: int | None = None,
+                     ffn_hidden: int | None = None) -> ActivationBytes:
     """Activation bytes per GPU for one micro-batch through ``n_layers`` layers.
 
     Source: Korthikanti et al. 2022, Table 2 (per transformer layer, bytes):
@@ -76,7 +81,18 @@ def activation_bytes(seq_len: int, micro_batch: int, d_model: int, n_heads: int,
     (FlashAttention, Dao et al. 2022; module docstring). The 5as^2b/t term
     is 0, as under selective recomputation; the linear terms are unchanged.
     Default False: the paper's rows, attention as Megatron-LM ran it in 2022.
+
+    ``count="as_built"``: a SwiGLU layer (give ``ffn_hidden``, and ``n_kv_heads``
+    for grouped-query attention) counted tensor by tensor as Megatron Core builds
+    it from Transformer Engine's fused modules, no dropout
+    (``llama_layer_bytes(..., fused_swiglu=True)``) instead of the GPT layer's 34;
+    full recomputation and the scores' term are as above.
     """
+    if count not in ACTIVATION_COUNTS:
+        raise ValueError(f"count={count!r}; choose count in {set(ACTIVATION_COUNTS)}")
+    if count == "as_built" and ffn_hidden is None:
+        raise ValueError("count='as_built' counts a SwiGLU layer: give its ffn_hidden "
+                         "(a GPT-style layer is Korthikanti's: count='korthikanti')")
     s = _check("seq_len", seq_len)
     b = _check("micro_batch", micro_batch)
     h = _check("d_model", d_model)
@@ -90,7 +106,11 @@ def activation_bytes(seq_len: int, micro_batch: int, d_model: int, n_heads: int,
     if recompute == "full":
         linear, attention = 2.0 * sbh, 0.0
     else:
-        if sequence_parallel:
+        if count == "as_built":
+            linear = llama_layer_bytes(s, b, h, a, n_kv_heads=n_kv_heads, ffn_hidden=ffn_hidden,
+                                       tp=t, sequence_parallel=sequence_parallel,
+                                       fused_swiglu=True)
+        elif sequence_parallel:
             # every activation, including norms and dropouts, split over t (eq. 4)
             linear = sbh * 34 / t
         else:
@@ -101,14 +121,16 @@ def activation_bytes(seq_len: int, micro_batch: int, d_model: int, n_heads: int,
         # selective recomputation drops it and recomputes, memory-efficient
         # attention never writes it to memory at all
         stored = recompute != "selective" and not flash_attention
-        attention = 5.0 * a * s * s * b / t if stored else 0.0
+        # with no dropout (as built) only the softmax output stays: 2 bytes per score
+        per_score = 2.0 if count == "as_built" else 5.0
+        attention = per_score * a * s * s * b / t if stored else 0.0
     per_layer = linear + attention
     return ActivationBytes(linear, attention, per_layer, n_layers, per_layer * n_layers)
 
 
 def llama_layer_bytes(seq_len: int, micro_batch: int, d_model: int, n_heads: int, *,
                       n_kv_heads: int | None = None, ffn_hidden: int, tp: int = 1,
-                      sequence_parallel: bool = False) -> float:
+                      sequence_parallel: bool = False, fused_swiglu: bool = False) -> float:
     """Activation bytes one Llama layer stores per micro-batch, with
     memory-efficient attention: the estimate the course sets beside the
     GPT-style formula to size its error for the Llama presets.
@@ -126,15 +148,18 @@ def llama_layer_bytes(seq_len: int, micro_batch: int, d_model: int, n_heads: int
       outputs, SiLU output and their product 8 f/h: 4 + 4 kv/a + 8 f/h
 
     so 12 + 4 kv/a + 8 f/h without tensor parallelism, against GPT's 34; with
-    sequence parallelism all of it over t. A fused SwiGLU kernel that
-    recomputes the SiLU stores 2 f/h less. An estimate, not a measurement.
+    sequence parallelism all of it over t. ``fused_swiglu``: the MLP as one
+    fused module keeps it (Transformer Engine's ``LayerNormMLP``, which Megatron
+    Core builds its layers from, saves the first projection's output, gate and
+    up side by side, and the SwiGLU's output, recomputing the SiLU): 2 f/h
+    less, 12 + 4 kv/a + 6 f/h. An estimate, not a measurement.
     """
     s, b, h, a = (_check(n, v) for n, v in (("seq_len", seq_len), ("micro_batch", micro_batch),
                                             ("d_model", d_model), ("n_heads", n_heads)))
     kv = a if n_kv_heads is None else _check("n_kv_heads", n_kv_heads)
     f, t = _check("ffn_hidden", ffn_hidden), _check("tp", tp)
     replicated = 4 + 2 + 2
-    split = 2 + 4 * kv / a + 2 + 8 * f / h
+    split = 2 + 4 * kv / a + 2 + (6 if fused_swiglu else 8) * f / h
     per_sbh = (replicated + split) / t if sequence_parallel else replicated + split / t
     return s * b * h * per_sbh
 
@@ -175,6 +200,26 @@ def in_flight_micro_batches(pp: int, micro_batches: int, *, stage: int = 0,
     return chunks / v
 
 
+def first_chunk_in_flight(pp: int, micro_batches: int, *, schedule: str = "1f1b",
+                          virtual_stages: int = 1, group: int | None = None) -> int:
+    """How many of the micro-batches stage 0 holds at its peak are held by its
+    first model chunk. Megatron-LM's interleaved forward order runs a group of
+    N micro-batches through chunk 0, then the same group through chunk 1, and
+    so on to chunk v - 1, then the next group (``get_pp_rank_microbatches``);
+    the peak holds the first ``in_flight_micro_batches`` x v of those forwards.
+    Without interleaving every micro-batch in flight holds the whole stage,
+    its first chunk included."""
+    p, m, v = pp, micro_batches, virtual_stages
+    held = round(in_flight_micro_batches(p, m, schedule=schedule, virtual_stages=v,
+                                         group=group) * v)
+    if v == 1:
+        return held
+    n = p if group is None else group
+    order = [chunk for start in range(0, m, n)
+             for chunk in range(v) for _ in range(start, min(start + n, m))]
+    return order[:held].count(0)
+
+
 class FirstStageActivations(NamedTuple):
     """Activations held by the first pipeline stage at its peak, by term."""
     per_layer: float           # one layer, one micro-batch (Table 2)
@@ -194,7 +239,9 @@ def first_stage_activation_bytes(seq_len: int, micro_batch: int, d_model: int,
                                  recompute: str = "none",
                                  vocab_size: int | None = None,
                                  flash_attention: bool = False,
-                                 group: int | None = None) -> FirstStageActivations:
+                                 group: int | None = None, count: str = "korthikanti",
+                                 n_kv_heads: int | None = None, ffn_hidden: int | None = None,
+                                 embedding_slot: bool = False) -> FirstStageActivations:
     """Peak activation bytes on the first pipeline stage (the worst one).
 
     Source: Korthikanti et al. 2022, Section 4.2.3. Under 1F1B the first stage
@@ -211,8 +258,14 @@ def first_stage_activation_bytes(seq_len: int, micro_batch: int, d_model: int,
     embedding dropout mask sbhp/t (one per micro-batch in flight) and, when
     p = 1 (the stage also holds the output layer), 4sbh/t (1 + v/h) for the
     final norm, output projection and fp32 logits (the paper assumes
-    sequence parallelism for these). ``flash_attention`` as in
-    ``activation_bytes``.
+    sequence parallelism for these). ``flash_attention``, ``count``,
+    ``n_kv_heads`` and ``ffn_hidden`` as in ``activation_bytes``.
+
+    ``embedding_slot``: the stage's first layer slot holds the embedding instead
+    of a layer (Llama 3's pipeline, Dubey et al. 2024, Section 3.3.2: with one
+    layer per model chunk, the first chunk of the first stage is the embedding
+    alone), so each micro-batch the first chunk holds keeps one layer fewer
+    (``first_chunk_in_flight`` counts them).
     """
     p = _check("pp", pp)
     n_layers = _check("n_layers", n_layers)
@@ -233,11 +286,16 @@ def first_stage_activation_bytes(seq_len: int, micro_batch: int, d_model: int,
 
     layer = activation_bytes(seq_len, micro_batch, d_model, n_heads, tp=tp,
                              sequence_parallel=sequence_parallel, recompute=recompute,
-                             flash_attention=flash_attention)
+                             flash_attention=flash_attention, count=count,
+                             n_kv_heads=n_kv_heads, ffn_hidden=ffn_hidden)
     layers_per_stage = n_layers / p
     in_flight = in_flight_micro_batches(p, m, schedule=schedule, virtual_stages=v, group=group)
     factor = in_flight / min(p, m) if schedule != "gpipe" else 1.0
-    transformer = layer.per_layer * layers_per_stage * in_flight
+    layers_held = layers_per_stage * in_flight
+    if embedding_slot:
+        layers_held -= first_chunk_in_flight(p, m, schedule=schedule, virtual_stages=v,
+                                             group=group)
+    transformer = layer.per_layer * layers_held
 
     embeddings = 0.0
     if vocab_size is not None:

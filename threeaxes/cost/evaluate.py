@@ -66,7 +66,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .activations import first_stage_activation_bytes
+from .activations import ACTIVATION_COUNTS, first_stage_activation_bytes
 from .bubble import bubble_fraction, bubble_overhead
 from .constraints import INTERLEAVE_RULES, interleave_group
 from .cp_ep_terms import cp_comm_time, ep_comm_time, gradient_groups, state_bytes
@@ -142,7 +142,8 @@ class PlanContext:
 
     def __init__(self, model, cluster, global_batch, seq_len, precision,
                  compute_efficiency, dp_overlap, usable_memory_fraction,
-                 pp_scatter_gather=False, flash_attention=True, interleave="flexible"):
+                 pp_scatter_gather=False, flash_attention=True, interleave="flexible",
+                 activation_count="korthikanti"):
         if precision not in PRECISIONS:
             raise ValueError(f"precision={precision!r}; choose precision in {set(PRECISIONS)}")
         self.shapes = isinstance(compute_efficiency, str)
@@ -157,6 +158,13 @@ class PlanContext:
             raise ValueError(f"interleave={interleave!r}; choose interleave in {set(INTERLEAVE_RULES)}")
         self.interleave = interleave
         self.flash_attention = bool(flash_attention)
+        if activation_count not in ACTIVATION_COUNTS:
+            raise ValueError(f"activation_count={activation_count!r}; choose activation_count "
+                             f"in {set(ACTIVATION_COUNTS)}")
+        if activation_count == "as_built" and not model.gated_mlp:
+            raise ValueError(f"activation_count='as_built' counts SwiGLU layers and "
+                             f"{model.name}'s MLP is not gated: use 'korthikanti'")
+        self.activation_count = activation_count
         self.shaped = {}               # (tp, mbs, recompute, sp) -> (layer s, head s)
         if not 0 <= dp_overlap <= 1:
             raise ValueError(f"dp_overlap={dp_overlap} must be in [0, 1]")
@@ -219,7 +227,8 @@ def evaluate(ctx: PlanContext, dp, tp, pp, mbs, zero, recompute, v, sp, cp=1, ep
         s, mbs, h, model.n_heads, n_layers=model.n_layers, tp=tp, pp=pp, micro_batches=m,
         virtual_stages=v, sequence_parallel=sp, recompute=recompute,
         vocab_size=model.vocab_size, flash_attention=ctx.flash_attention,
-        group=group).total * ctx.act_scale
+        group=group, count=ctx.activation_count, n_kv_heads=model.n_kv_heads,
+        ffn_hidden=model.ffn_hidden, embedding_slot=model.embedding_slot).total * ctx.act_scale
     total_mem = states.total + acts
     memory = MemoryBreakdown(states.params, states.grads, states.optimizer, acts, total_mem)
 
@@ -250,7 +259,12 @@ def evaluate(ctx: PlanContext, dp, tp, pp, mbs, zero, recompute, v, sp, cp=1, ep
     pp_comm = 0.0
     if pp > 1:
         link = group_link(cluster, *groups["pp"])
-        if ctx.pp_scatter_gather and tp > 1 and not link.inside_node:
+        if sp:
+            # communication: with sequence parallelism each TP rank already holds 1/t of
+            # the activation and sends just that shard over its own link; the next stage
+            # keeps it sharded (Megatron-LM's get_tensor_shapes: s / t per p2p tensor)
+            one = p2p_time(act_bytes / tp, link.bandwidth, link.latency).total
+        elif ctx.pp_scatter_gather and tp > 1 and not link.inside_node:
             # communication: each TP rank sends 1/t of the activation on its own
             # InfiniBand card, the receiving stage all-gathers it over NVLink
             # (Narayanan et al. 2021, Section 4.1)

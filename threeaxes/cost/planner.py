@@ -34,7 +34,7 @@ def plan(model, cluster, global_batch: int, seq_len: int | None = None, *, dp: i
          allow_tp_across_nodes: bool = False, pp_scatter_gather: bool = False,
          flash_attention: bool = True, allow_sharded_pp: bool = False,
          interleave: str = "flexible", cp: int = 1, cp_mode: str = "ring", ep: int = 1,
-         etp: int | None = None) -> PlanResult:
+         etp: int | None = None, activation_count: str = "korthikanti") -> PlanResult:
     """Evaluate one configuration of ``model`` on ``cluster``.
 
     ``global_batch`` counts sequences of ``seq_len`` tokens (default: the
@@ -83,6 +83,13 @@ def plan(model, cluster, global_batch: int, seq_len: int | None = None, *, dp: i
       torchtitan composes FSDP2 with PyTorch's pipelining). Default False
       keeps DeepSpeed's rule (ZeRO-1 at most with a pipeline). Priced with the
       sharded exchanges repeated per micro-batch (``evaluate``'s docstring).
+    - ``activation_count``: ``"korthikanti"`` (default) counts every layer's
+      activations as Korthikanti et al. 2022 count a GPT layer (below);
+      ``"as_built"`` counts a SwiGLU model's own layer tensor by tensor as
+      Megatron Core builds it from Transformer Engine's fused modules, no
+      dropout (``activations.activation_bytes``). A model whose first pipeline
+      slot is its embedding (``Model.embedding_slot``, Llama 3's layout) keeps
+      no layer activations there.
     - ``sequence_parallel``: activations as Korthikanti et al. 2022 count them
       (34 sbh/t, Table 2), which relies on Megatron-LM all-gathering each
       sublayer's input once more in the backward pass (Section 4.2.2, hidden
@@ -114,7 +121,7 @@ def plan(model, cluster, global_batch: int, seq_len: int | None = None, *, dp: i
     """
     ctx = PlanContext(model, cluster, global_batch, seq_len, precision, compute_efficiency,
                       dp_overlap, usable_memory_fraction, pp_scatter_gather, flash_attention,
-                      interleave)
+                      interleave, activation_count)
     mbs = check_config(model, cluster, ctx.global_batch, dp=dp, tp=tp, pp=pp,
                        micro_batch=micro_batch, micro_batches=micro_batches,
                        zero_stage=zero_stage, recompute=recompute,
@@ -138,7 +145,7 @@ def search(model, cluster, global_batch: int, seq_len: int | None = None, *,
            usable_memory_fraction: float = 1.0, pp_scatter_gather: bool = False,
            flash_attention: bool = True, allow_sharded_pp: bool = False,
            interleave: str = "flexible", cps=(1,), cp_modes=("ring",), eps=(1,),
-           etps=None) -> list:
+           etps=None, activation_count: str = "korthikanti") -> list:
     """Evaluate every valid configuration and rank them.
 
     Enumerates tp (dividing the heads and, unless allowed, the node), pp
@@ -156,7 +163,7 @@ def search(model, cluster, global_batch: int, seq_len: int | None = None, *,
     """
     ctx = PlanContext(model, cluster, global_batch, seq_len, precision, compute_efficiency,
                       dp_overlap, usable_memory_fraction, pp_scatter_gather, flash_attention,
-                      interleave)
+                      interleave, activation_count)
     n = cluster.n_gpus
     results = []
     for tp, cp, cp_mode, pp, dp, ep, etp in _layouts(ctx, valid_tp(model, cluster,

@@ -166,6 +166,10 @@ class Model:
     ffn_hidden: int | None = None
     source: str = field(default="", compare=False)
     moe: object = None                # experts.MoE for a mixture-of-experts model (None: dense)
+    gated_mlp: bool = False           # SwiGLU-style MLP (LLaMA): three h x f matrices
+    # the first pipeline slot holds the embedding in place of a layer (Llama 3's
+    # pipeline, Dubey et al. 2024, Section 3.3.2): no layer activations there
+    embedding_slot: bool = False
 
     def __post_init__(self):
         for name in ("n_layers", "d_model", "n_heads", "vocab_size", "seq_len"):
@@ -233,7 +237,7 @@ def custom_model(name: str, n_layers: int, d_model: int, n_heads: int, *,
         total, layers = total + more, layers + more
     return Model(name, n_layers, d_model, n_heads, vocab_size, seq_len, total,
                  layers, n_kv_heads, param_options.get("ffn_hidden"),
-                 source="custom", moe=moe)
+                 source="custom", moe=moe, gated_mlp=bool(param_options.get("gated_mlp")))
 
 
 def _llama(name, n_layers, d_model, n_heads, ffn_hidden, seq_len, source, n_kv_heads=None):

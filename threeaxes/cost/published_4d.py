@@ -15,7 +15,16 @@ group: ``interleave="flexible"``); the first and last pipeline stages each
 hold one layer fewer, the embedding and the output layer taking their slots, so
 the 126 layers fill 128 slots, 8 on each of 16 stages. The planner sees those
 128 equal slots (``llama3_405b_pipeline``): it times the bottleneck stage's 8
-layers and counts parameters and FLOPs for the real 126. The micro-batch is one
+layers and counts parameters and FLOPs for the real 126; the first slot, the
+embedding, keeps no layer's activations (``Model.embedding_slot``). "The first
+model chunk on the first stage has only the embedding" makes a chunk one slot,
+V = 8; the planner is left to choose V and picks 8 where 4 would not fit.
+Section 3.3.2 also says the 8K stage ran "without activation checkpointing":
+the planner counts a layer's activations as Megatron Core builds a SwiGLU layer
+(``activation_count="as_built"``: 31.75 sbh/t with sequence parallelism, where
+Korthikanti et al.'s GPT layer keeps 34) and so fits the published layouts
+without recomputation, within 5% of the 80 GB, as the paper's care with memory
+suggests; with the GPT layer's count they would have to recompute. The micro-batch is one
 sequence (not published; with 16 or 32 sequences per replica and 16 stages the
 pipeline needs them all as micro-batches). Llama 3 numbers its ranks TP, CP,
 PP, DP (Section 3.3.2, pipeline inside data parallelism); the planner uses
@@ -72,7 +81,8 @@ def llama3_405b_pipeline() -> Model:
     """The same parameters laid out as Llama 3's pipeline sees them: 128 layer slots
     (Section 3.3.2: the first and last stage give a layer's slot to the embedding
     and the output layer)."""
-    return replace(llama3_405b(), n_layers=128, name="Llama 3 405B (128 pipeline slots)")
+    return replace(llama3_405b(), n_layers=128, name="Llama 3 405B (128 pipeline slots)",
+                   embedding_slot=True)
 
 
 QWEN3_MOE = MoE(n_experts=128, top_k=8, expert_hidden=1536)
@@ -114,6 +124,7 @@ class Published4D(NamedTuple):
 
 
 LLAMA3_ERA = dict(compute_efficiency=0.6, precision="megatron-bf16", allow_sharded_pp=True,
+                  activation_count="as_built",
                   flash_attention=True, interleave="flexible", micro_batch_sizes=(1,),
                   cps=(1, 2, 4, 8, 16), cp_modes=("all_gather",))
 

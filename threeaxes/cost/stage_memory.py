@@ -45,7 +45,7 @@ def stage_memory(model, seq_len: int, micro_batch: int, *, dp: int = 1, tp: int 
         seq_len, micro_batch, model.d_model, model.n_heads, n_layers=model.n_layers, tp=tp,
         pp=pp, micro_batches=m, schedule=schedule, virtual_stages=virtual_stages,
         sequence_parallel=sequence_parallel, recompute=recompute, vocab_size=model.vocab_size,
-        flash_attention=flash_attention)
+        flash_attention=flash_attention, embedding_slot=model.embedding_slot)
     per_layer = activation_bytes(seq_len, micro_batch, model.d_model, model.n_heads, tp=tp,
                                  sequence_parallel=sequence_parallel,
                                  recompute=recompute, flash_attention=flash_attention).per_layer
