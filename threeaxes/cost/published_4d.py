@@ -62,6 +62,7 @@ from .published import Prediction
 from .presets import Model, custom_model, h100_cluster
 
 __all__ = ["Published4D", "LLAMA3_405B_TABLE4", "QWEN3_235B_MEGATRON", "PUBLISHED_4D",
+           "QWEN3_MODELZOO_HELD_OUT", "qwen3_235b_pipeline",
            "llama3_405b", "llama3_405b_pipeline", "qwen3_235b", "model_tflops",
            "Prediction4D", "predict_4d"]
 
@@ -149,6 +150,34 @@ QWEN3_235B_MEGATRON = Published4D(
     MEGATRON_MOE_ERA, True)
 
 PUBLISHED_4D = LLAMA3_405B_TABLE4 + (QWEN3_235B_MEGATRON,)
+
+
+def qwen3_235b_pipeline() -> Model:
+    """Qwen3-235B-A22B as a pipeline of 96 layer slots: its 94 layers, the embedding in
+    the first slot and the output layer and loss in the last (Megatron-LM's
+    --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split),
+    so that 8 stages of 4 chunks or 32 stages of 3 split it evenly."""
+    return replace(qwen3_235b(), n_layers=96, name="Qwen3-235B-A22B (96 pipeline slots)",
+                   embedding_slot=True)
+
+
+def _modelzoo_row(label, tp, ep, pp, dp, recompute, tflops):
+    era = dict(MEGATRON_MOE_ERA, micro_batch_sizes=(1,), recomputes=(recompute,), zero_stages=(1,),
+               eps=(ep,), etps=(1,))
+    return Published4D(f"Qwen3-235B-A22B, 256 GPUs, {label}", qwen3_235b_pipeline(), qwen3_235b(),
+                       256, 4096, 2048, dp, tp, pp, 1, ep, 1, tflops,
+                       QWEN3_235B_MEGATRON.source.split(" (")[0], era, True)
+
+
+# The same table's rows without FSDP, held out: printed beside the run above
+# (benchmarks/published_runs.py), not used to set anything. Megatron's distributed optimizer
+# (ZeRO-1), micro-batch 1, expert TP 1; "norm, act" recomputation is the planner's
+# "selective" (it frees memory, costs no modelled time).
+QWEN3_MODELZOO_HELD_OUT = (
+    _modelzoo_row("DeepEP, EP 32 across nodes", 2, 32, 8, 16, "selective", 245.0),
+    _modelzoo_row("all-to-all, PP 32", 2, 8, 32, 4, "selective", 200.0),
+    _modelzoo_row("DeepEP, TP 4", 4, 8, 8, 8, "none", 167.0),
+)
 
 
 def model_tflops(run: Published4D, seconds: float) -> float:
