@@ -49,7 +49,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.grade import nbgrader
-from grading_attacks import ATTACKS, attacks_on
+from grading_attacks import ATTACKS, RUNS_OUT_OF_TIME, attacks_on
 
 ROOT = Path(__file__).resolve().parent.parent
 GRADING_FILE = "grading.json"
@@ -58,16 +58,21 @@ GRADING_FILE = "grading.json"
 # took 14.5 s at load 7; on a 2-core machine that also runs the notebooks it can take
 # three times that.
 CELL_TIMEOUT_S = 60
+# The submissions made to run into the limit (a mistake marked "runs_out_of_time", the attacks of
+# grading_attacks.RUNS_OUT_OF_TIME: loops that burn a core until they are stopped) are graded first,
+# under this shorter limit: the same interrupt and the same ended kernel, for a third of the CPU.
+# Their drop (drop 1) has no cell that takes more than a couple of seconds.
+LOOP_TIMEOUT_S = 20
 FULL = "solved_source"
 ZERO = "untouched_release"
 ATTACK = "attack-"
 CATALOGUE = "catalogue-"
 # How many catalogue students each drop hands in (catalogue-1 .. -k, carrying the first k mistakes
-# of each exercise): 3 in the suite, every one with THREEAXES_GRADE_CATALOGUE=all. Every catalogued
+# of each exercise): 1 in the suite, every one with THREEAXES_GRADE_CATALOGUE=all. Every catalogued
 # mistake is also judged in-process, by its visible check (test_visible_cases.py) and its hidden
 # draws (test_catalogue.py). Graded all through the real path, the catalogue students were 129 of
-# the class's 224 submissions.
-_DEPTH = os.environ.get("THREEAXES_GRADE_CATALOGUE", "3")
+# the class's 224 submissions; the first of each exercise, 16.
+_DEPTH = os.environ.get("THREEAXES_GRADE_CATALOGUE", "1")
 CATALOGUE_DEPTH = None if _DEPTH == "all" else int(_DEPTH)
 
 
@@ -81,6 +86,7 @@ class Mistake:
     why: str = ""
     alone: bool = False   # True: never share a notebook with another mistake
     scores: tuple = ()    # ((grade id, points), ...): cells that earn partial credit
+    runs_out_of_time: bool = False   # True: a cell that never ends (graded under LOOP_TIMEOUT_S)
 
     @property
     def touches(self) -> set:
@@ -117,6 +123,11 @@ class Drop:
             return ()
         return self.packs()[int(student.split("-")[1]) - 1]
 
+    def runs_out_of_time(self, student: str) -> bool:
+        """Whether the student's notebook holds a cell that never ends."""
+        return (student.startswith(ATTACK) and student[len(ATTACK):] in RUNS_OUT_OF_TIME
+                or any(m.runs_out_of_time for m in self.mistakes_of(student)))
+
     def student_of(self, mistake: Mistake) -> str:
         return next(s for s in self.students() if mistake in self.mistakes_of(s))
 
@@ -136,14 +147,15 @@ def load_drop(folder: Path) -> Drop:
         raise ValueError(f"{where}: the keys are 'points', 'mistakes' and 'exercises', got {sorted(data)}")
     mistakes = []
     for m in data["mistakes"]:
-        keys = set(m) - {"why", "alone", "scores"}
+        keys = set(m) - {"why", "alone", "scores", "runs_out_of_time"}
         if keys != {"name", "answer", "code", "loses", "feedback"}:
             raise ValueError(f"{where}: a mistake has name, answer, code, loses, feedback (and why, "
-                             f"alone, scores); got {sorted(m)}")
+                             f"alone, scores, runs_out_of_time); got {sorted(m)}")
         code = "\n".join(m["code"]) if isinstance(m["code"], list) else m["code"]
         mistakes.append(Mistake(m["name"], m["answer"], code, tuple(m["loses"]), m["feedback"],
                                 m.get("why", ""), m.get("alone", False) is True,
-                                tuple(sorted(m.get("scores", {}).items()))))
+                                tuple(sorted(m.get("scores", {}).items())),
+                                m.get("runs_out_of_time", False) is True))
     return Drop(folder.name, {gid: float(p) for gid, p in data["points"].items()}, tuple(mistakes))
 
 
@@ -196,12 +208,15 @@ class Course:
         if not self.is_released:
             nbgrader(self.root, "generate_assignment", "*", "--force")
 
-    def autograde(self, *extra: str, jobs: int = 1) -> None:
-        """`make grade`'s autograde: one nbgrader process per submission, `jobs` at once.
-        Keeps the seconds of each in `self.autograde_seconds` ({(assignment, student): s})."""
+    def autograde(self, *extra: str, jobs: int = 1, todo: list | None = None) -> None:
+        """`make grade`'s autograde: one nbgrader process per submission, `jobs` at once;
+        `todo`: these (assignment, student) only (default: all). Adds the seconds of each
+        to `self.autograde_seconds` ({(assignment, student): s})."""
         from autograder.grade import autograde, submissions
 
-        self.autograde_seconds = autograde(self.root, submissions(self.root), jobs, *extra, progress=None)
+        seconds = autograde(self.root, submissions(self.root) if todo is None else todo, jobs, *extra,
+                            progress=None)
+        self.autograde_seconds = {**getattr(self, "autograde_seconds", {}), **seconds}
 
     def generate_feedback(self, students: str = "*") -> None:
         """`students`: a glob over student ids, as nbgrader reads it."""
@@ -303,9 +318,19 @@ def graded_course(tmp_path: Path, all_drops: list[Drop], timings: dict | None = 
     `released_course`), submitted by every student, autograded, with feedback and
     grades.csv; `timings` (if given) receives seconds per step."""
     course = Course(tmp_path, [d.name for d in all_drops], released)
+    looping = [(d.name, s) for d in all_drops for s in d.students() if d.runs_out_of_time(s)]
+
+    def autograde():
+        from autograder.grade import submissions
+
+        if looping:   # first, each under the shorter limit, so that they never end the run last
+            course.autograde(f"--Execute.timeout={LOOP_TIMEOUT_S}", jobs=jobs, todo=looping)
+        course.autograde(f"--Execute.timeout={CELL_TIMEOUT_S}", jobs=jobs,
+                         todo=[t for t in submissions(course.root) if t not in looping])
+
     steps = [("release", course.release),
              ("submit", lambda: [submit_all(course, d) for d in all_drops]),
-             ("autograde", lambda: course.autograde(f"--Execute.timeout={CELL_TIMEOUT_S}", jobs=jobs)),
+             ("autograde", autograde),
              # every student but catalogue-k, whose test reads the autograded notebooks (the
              # others' names start with s, u, m or a)
              ("feedback", lambda: course.generate_feedback(f"[!{CATALOGUE[0]}]*")),
