@@ -209,6 +209,22 @@ def test_bad_assumptions_raise(kwargs):
         plan(SEVENTY, A64, 128, dp=8, tp=8, pp=1, micro_batch=1, **kwargs)
 
 
+def test_the_as_built_count_asks_for_a_swiglu_model():
+    with pytest.raises(ValueError, match="choose activation_count in"):
+        plan(SEVENTY, A64, 128, dp=8, tp=8, pp=1, micro_batch=1, activation_count="measured")
+    with pytest.raises(ValueError, match="MLP is not gated: use 'korthikanti'"):
+        plan(TOY, TINY, 8, dp=2, tp=2, pp=2, micro_batch=1, activation_count="as_built")
+    # Llama 2 70B counted as built keeps a little less than Korthikanti's GPT layer:
+    # 12 + 4 x 8/64 K/V heads + 6 x 28672/8192 = 12 + 0.5 + 21 = 33.5 sbh/t against 34
+    kw = dict(dp=8, tp=8, pp=1, micro_batch=1, sequence_parallel=True)
+    built = plan(SEVENTY, A64, 128, activation_count="as_built", **kw)
+    gpt = plan(SEVENTY, A64, 128, **kw)
+    assert built.memory.activations < gpt.memory.activations
+    # the same embedding and output terms; 80 layers, s b h / t = 4096 x 8192 / 8 bytes each
+    assert gpt.memory.activations - built.memory.activations == pytest.approx(
+        80 * (34 - 33.5) * 4096 * 8192 / 8)
+
+
 def test_fp32_counts_four_byte_states_and_activations():
     kw = dict(dp=8, tp=8, pp=1, micro_batch=1)
     mixed = plan(SEVENTY, A64, 128, **kw)
