@@ -15,6 +15,11 @@ FOLDERS = sorted(p for p in (ROOT / "source").glob("drop*") if (ROOT / "threeaxe
                                                                   / f"{p.name[:6]}.json").is_file())
 
 
+def wrappers(setup) -> list[str]:
+    """The functions a visible check's setup defines around the student's (`name = lambda`)."""
+    return [line.split("=")[0].strip() for line in setup if "= lambda" in line]
+
+
 def exercises(folder):
     data = json.loads((folder / "grading.json").read_text())
     return [e for e in data["exercises"] if e.get("visible")]
@@ -58,6 +63,9 @@ def test_the_solution_passes_and_each_catalogued_mistake_is_named(folder, capsys
             said = str(caught.value)
             assert mistake["says"] in said, (
                 f"{drop} {answer}: the mistake {mistake['name']} was not named: {said}")
+            # the student reads their own function's name, not a wrapper the check defines
+            for wrapper in wrappers(setup):
+                assert f"{wrapper}(" not in said, f"{drop} {answer}: names the check's {wrapper}: {said}"
 
 
 SEALED = [(folder, e["answer"]) for folder in FOLDERS for e in exercises(folder)

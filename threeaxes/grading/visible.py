@@ -132,10 +132,13 @@ def _rank_error(results) -> str | None:
 
 
 def _call(spec, args) -> str:
-    # "shown": the student's own name, where the check calls a wrapper of their function
+    # "shown": the student's own name, where the check calls a wrapper of their function, or
+    # the whole call as the check cell makes it, with {0!r}, {1!r}, ... for the case's arguments
     name = spec.get("shown", spec["call"])
     if spec.get("value") or spec.get("ranks"):
         return name
+    if "{" in name:
+        return name.format(*args)
     return f"{name}({', '.join(repr(a) for a in args)})"
 
 
