@@ -202,6 +202,7 @@ class Course:
             shutil.copy(released / "gradebook.db", self.root)
         self.assignments = list(assignments)
         self.is_released = released is not None
+        self.autograde_seconds: dict = {}   # (assignment, student): seconds, over every autograde
 
     # -- instructor steps: each one nbgrader call for every assignment ------------
     def release(self) -> None:
@@ -216,7 +217,7 @@ class Course:
 
         seconds = autograde(self.root, submissions(self.root) if todo is None else todo, jobs, *extra,
                             progress=None)
-        self.autograde_seconds = {**getattr(self, "autograde_seconds", {}), **seconds}
+        self.autograde_seconds.update(seconds)
 
     def generate_feedback(self, students: str = "*") -> None:
         """`students`: a glob over student ids, as nbgrader reads it."""
