@@ -61,6 +61,20 @@ def test_zero0_and_zero1_reduce_once_a_step_however_many_micro_batches(zero):
         assert dp_only(zero, m).time.dp_comm == pytest.approx(ring(8, S, steps_factor=2))
 
 
+def test_megatron_bf16_reduces_gradients_in_fp32_and_gathers_weights_in_bf16():
+    # Megatron-LM with --bf16 accumulates and reduces gradients in fp32 (arguments.py:
+    # "bfloat16 requires gradient accumulation and all-reduce to be done in fp32"), while
+    # its distributed optimizer and FSDP gather the bf16 weights: 4 bytes a gradient,
+    # 2 a weight, so the all-gathers move half of what the reduce-scatters move
+    G, W = 4 * N, 2 * N
+    mb = dict(precision="megatron-bf16")
+    assert dp_only(3, 4, **mb).time.dp_comm == pytest.approx(4 * (ring(8, G) + 2 * ring(8, W)))
+    assert dp_only(2, 4, **mb).time.dp_comm == pytest.approx(4 * ring(8, G) + ring(8, W))
+    assert dp_only(1, 4, **mb).time.dp_comm == pytest.approx(ring(8, G) + ring(8, W))
+    # plain data parallelism all-reduces the fp32 gradients: no weights gathered
+    assert dp_only(0, 4, **mb).time.dp_comm == pytest.approx(ring(8, G, steps_factor=2))
+
+
 def test_with_one_micro_batch_zero2_moves_what_zero1_moves():
     # ZeRO Section 7.2.1: reduce-scatter + all-gather = one all-reduce (2 Psi)
     assert dp_only(2, 1).time.dp_comm == pytest.approx(dp_only(1, 1).time.dp_comm)

@@ -158,3 +158,30 @@ def test_dgx_a100_with_eight_hdr_nics_matches_nccl_issue_812():
     busbw = group_link(dgx, 1, dgx.n_gpus).bandwidth
     assert busbw == pytest.approx(min(8 * 25e9, 300e9))
     assert busbw == pytest.approx(192e9, rel=0.05)    # stated tolerance: 5% of the measurement
+
+
+# -- an all-to-all across nodes: every GPU's own share of the NICs --------------------------
+
+from threeaxes.cost import all_to_all_link, h100_cluster  # noqa: E402
+
+
+def test_all_to_all_inside_a_node_runs_at_nvlink():
+    h100 = h100_cluster(4)
+    assert all_to_all_link(h100, 1, 8) == group_link(h100, 1, 8)
+
+
+def test_all_to_all_across_nodes_is_bounded_by_each_gpus_nic_by_hand():
+    # ep = 32 on 4 DGX H100 nodes (stride 1: 8 members a node): of each GPU's S bytes
+    # 24/32 go to other nodes through its 50 GB/s NIC, 7/32 over 450 GB/s NVLink, at once:
+    # 0.75 S / 50e9 = 15 ms a GB, so B = (31/32) S / 15 ms = 64.6 GB/s
+    h100 = h100_cluster(4)
+    link = all_to_all_link(h100, 1, 32)
+    assert link.bandwidth == pytest.approx(31 / 32 / (24 / 32 / 50e9))
+    assert not link.inside_node and link.latency == h100.inter_node_latency
+    # a ring over the same ranks drives all 8 NICs (NCCL's parallel channels): 6 times faster
+    assert group_link(h100, 1, 32).bandwidth == pytest.approx(400e9)
+    # one member a node (stride 8): everything leaves the node over that GPU's NIC
+    assert all_to_all_link(h100, 8, 4).bandwidth == pytest.approx(50e9)
+    # four NICs for eight GPUs: each GPU has half a NIC
+    half = h100_cluster(4, nics_per_node=4)
+    assert all_to_all_link(half, 8, 4).bandwidth == pytest.approx(25e9)

@@ -20,7 +20,7 @@ from .context import (CP_MODES, ContextBytes, context_parallel_bytes, context_pa
 from .experts import (MoE, active_params, expert_all_to_all_bytes, expert_all_to_all_time,
                       expert_params, expert_violations)
 from .network import (COLLECTIVES, CommTime, Link, all_gather_time, all_reduce_time,
-                      all_to_all_time,
+                      all_to_all_link, all_to_all_time,
                       bytes_sent_per_gpu, collective_time, group_inside_node, group_link,
                       group_strides, members_per_node, nics_per_group,
                       p2p_time, reduce_scatter_time)
@@ -43,7 +43,8 @@ __all__ = [
     "ZERO_REGIMES", "ModelStateBytes",
     "bytes_per_param", "model_state_bytes", "COLLECTIVES", "CommTime", "Link",
     "all_gather_time", "all_reduce_time", "bytes_sent_per_gpu", "collective_time",
-    "group_inside_node", "group_link", "group_strides", "members_per_node", "nics_per_group",
+    "group_inside_node", "group_link", "all_to_all_link", "group_strides", "members_per_node",
+    "nics_per_group",
     "p2p_time", "reduce_scatter_time", "ParamCount",
     "transformer_params", "RankParams", "rank_params", "rank_state_bytes", "DEFAULT_COMPUTE_EFFICIENCY", "MemoryBreakdown", "PlanResult",
     "TimeBreakdown", "divisors", "plan", "search", "CLUSTERS", "MODELS", "Cluster", "Model",

@@ -15,14 +15,15 @@ always gave, so every three-axis result is unchanged.
   ring hides behind the attention it overlaps (Liu et al. 2023, Section 3).
 - expert parallelism, per MoE layer and micro-batch: four all-to-alls of the
   tokens this rank holds, b s / (cp t) with sequence parallelism, k copies each
-  (``experts.expert_all_to_all_time``; Lepikhin et al. 2021, Section 2.3).
+  (``experts.expert_all_to_all_time``; Lepikhin et al. 2021, Section 2.3), at
+  the bandwidth an all-to-all gets across nodes (``network.all_to_all_link``).
 """
 from __future__ import annotations
 
 from .context import context_parallel_time
 from .experts import expert_all_to_all_time
 from .memory import ModelStateBytes, model_state_bytes
-from .network import group_link
+from .network import all_to_all_link, group_link
 
 __all__ = ["state_bytes", "gradient_groups", "cp_comm_time", "ep_comm_time"]
 
@@ -41,19 +42,19 @@ def state_bytes(model, *, dp, tp, pp, cp, ep, etp, zero_stage, precision) -> Mod
     return ModelStateBytes(*(a + b for a, b in zip(dense, exp)))
 
 
-def gradient_groups(model, cluster, groups, *, tp, pp, ep, etp, grad_dtype_bytes) -> list:
-    """[(gradient bytes, group size, Link)] of each data-parallel reduction a step
-    runs: the dense weights over dp x cp, the experts' over edp."""
+def gradient_groups(model, cluster, groups, *, tp, pp, ep, etp) -> list:
+    """[(weights per GPU, group size, Link)] of each data-parallel reduction a step
+    runs: the dense weights over dp x cp, the experts' over edp. The caller prices
+    the gradients at their bytes and any gathered weights at theirs."""
     experts = model.expert_params
     out = []
     stride, size = groups["dp_cp"]
     if size > 1:
-        out.append((grad_dtype_bytes * (model.n_params - experts) / (tp * pp), size,
+        out.append(((model.n_params - experts) / (tp * pp), size,
                     group_link(cluster, stride, size)))
     stride, size = groups["edp"]
     if experts and size > 1:
-        out.append((grad_dtype_bytes * experts / (etp * ep * pp), size,
-                    group_link(cluster, stride, size)))
+        out.append((experts / (etp * ep * pp), size, group_link(cluster, stride, size)))
     return out
 
 
@@ -63,7 +64,9 @@ def cp_comm_time(ctx, groups, *, tp, cp, mbs, m, layers_here, cp_mode) -> float:
     if cp == 1:
         return 0.0
     model, s = ctx.model, ctx.seq_len
-    link = group_link(ctx.cluster, *groups["cp"])
+    # the ring and the all-gather pass along a ring; Ulysses' head swap is an all-to-all
+    link = (all_to_all_link if cp_mode == "all_to_all" else group_link)(ctx.cluster,
+                                                                          *groups["cp"])
     kv = model.d_model * model.kv_heads // model.n_heads
     # this rank's attention, forward and backward: 12 h s FLOPs per token and layer
     # (PaLM App. B) over its b s / cp tokens and h / t of the width
@@ -79,7 +82,7 @@ def ep_comm_time(ctx, groups, *, tp, cp, ep, mbs, m, pp, sequence_parallel) -> f
     moe = ctx.model.moe
     if moe is None or ep == 1:
         return 0.0
-    link = group_link(ctx.cluster, *groups["ep"])
+    link = all_to_all_link(ctx.cluster, *groups["ep"])
     tokens = mbs * ctx.seq_len // cp // (tp if sequence_parallel else 1)
     per_layer = expert_all_to_all_time(tokens, ctx.model.d_model, moe.top_k, ep, link,
                                        dtype_bytes=ctx.act_dtype_bytes)

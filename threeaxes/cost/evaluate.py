@@ -45,7 +45,11 @@ The step-time model (every assumption is an argument of ``plan``):
   #2252) and all-gathers the updated weights once: m RS + AG. ZeRO-3/FSDP
   frees each unit's weights after its forward and backward, so every
   micro-batch all-gathers them twice and reduce-scatters its gradients
-  (Section 7.2.2's 3 Psi per forward and backward): m (RS + 2 AG). That is
+  (Section 7.2.2's 3 Psi per forward and backward): m (RS + 2 AG). Gradients
+  move at their own bytes and gathered weights at theirs: with Megatron-LM's
+  bf16 (``precision="megatron-bf16"``) gradients are reduced in fp32 and the
+  weights gathered in bf16, half the bytes (arguments.py: "bfloat16 requires
+  gradient accumulation and all-reduce to be done in fp32"). That is
   FSDP2's default; keeping the weights and gradients whole between
   micro-batches (``set_reshard_after_backward(False)``,
   ``set_requires_gradient_sync(False)``, pytorch/pytorch#126166; what
@@ -181,7 +185,7 @@ class PlanContext:
         self.precision = precision
         self.act_dtype_bytes = PRECISIONS[precision][0]
         self.act_scale = ACTIVATION_SCALE[precision]
-        self.grad_dtype_bytes = PRECISIONS[precision][1]
+        self.param_dtype_bytes, self.grad_dtype_bytes = PRECISIONS[precision][:2]
         self.efficiency = compute_efficiency
         self.dp_overlap = dp_overlap
         self.capacity = cluster.hbm_bytes * usable_memory_fraction
@@ -282,12 +286,16 @@ def evaluate(ctx: PlanContext, dp, tp, pp, mbs, zero, recompute, v, sp, cp=1, ep
     ep_comm = ep_comm_time(ctx, groups, tp=tp, cp=cp, ep=ep, mbs=mbs, m=m, pp=pp,
                            sequence_parallel=sp)
     dp_comm = 0.0
-    grads = gradient_groups(model, cluster, groups, tp=tp, pp=pp, ep=ep, etp=etp,
-                            grad_dtype_bytes=ctx.grad_dtype_bytes)
+    grads = gradient_groups(model, cluster, groups, tp=tp, pp=pp, ep=ep, etp=etp)
     if grads:
-        # communication: each group reduces its gradients (dense over dp x cp, experts over edp)
-        rs = sum(reduce_scatter_time(g, n, ln.bandwidth, ln.latency).total for g, n, ln in grads)
-        ag = sum(all_gather_time(g, n, ln.bandwidth, ln.latency).total for g, n, ln in grads)
+        # communication: each group reduces its gradients (dense over dp x cp, experts over
+        # edp) at the gradients' bytes and gathers weights at the weights' (Megatron-LM's
+        # bf16: gradients reduced in fp32, weights gathered in bf16)
+        g_bytes, w_bytes = ctx.grad_dtype_bytes, ctx.param_dtype_bytes
+        rs = sum(reduce_scatter_time(w * g_bytes, n, ln.bandwidth, ln.latency).total
+                 for w, n, ln in grads)
+        ag = sum(all_gather_time(w * w_bytes, n, ln.bandwidth, ln.latency).total
+                 for w, n, ln in grads)
         # one micro-batch's backward on this stage: busy time per micro-batch times the
         # backward's share of the work (4N of 6N per token, plus what recomputation re-runs)
         busy = ctx.model_flops + ctx.recompute_flops[recompute]
@@ -303,10 +311,17 @@ def evaluate(ctx: PlanContext, dp, tp, pp, mbs, zero, recompute, v, sp, cp=1, ep
             # all-gather of the updated weights
             t = m * rs + ag
             window = m * backward_mb
+        elif zero == 1:
+            # whole gradients accumulate; after the last micro-batch reduce-scatter them and
+            # all-gather the updated weights (the same 2 Psi as an all-reduce when both have
+            # the same bytes), beside its backward only
+            t = rs + ag
+            window = backward_mb
         else:
-            # whole gradients accumulate; one all-reduce (ZeRO-1: reduce-scatter + all-gather,
-            # the same 2 Psi) after the last micro-batch, beside its backward only
-            t = sum(all_reduce_time(g, n, ln.bandwidth, ln.latency).total for g, n, ln in grads)
+            # whole gradients accumulate; one all-reduce after the last micro-batch, beside
+            # its backward only
+            t = sum(all_reduce_time(w * g_bytes, n, ln.bandwidth, ln.latency).total
+                    for w, n, ln in grads)
             window = backward_mb
         dp_comm = t - ctx.dp_overlap * min(t, window)
     bubble = 0.0

@@ -34,7 +34,7 @@ __all__ = ["CommTime", "Link", "COLLECTIVES", "bytes_sent_per_gpu", "all_reduce_
            "all_gather_time", "reduce_scatter_time", "p2p_time", "all_to_all_time",
            "collective_time",
            "group_strides", "group_inside_node", "members_per_node", "nics_per_group",
-           "group_link"]
+           "group_link", "all_to_all_link"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "p2p", "all_to_all")
 
@@ -187,3 +187,26 @@ def group_link(cluster, stride: int, size: int) -> Link:
     share = nics_per_group(stride, size, cluster.gpus_per_node, nics)
     bandwidth = min(cluster.intra_node_bandwidth, share * cluster.inter_node_bandwidth)
     return Link(bandwidth, cluster.inter_node_latency, False)
+
+
+
+def all_to_all_link(cluster, stride: int, size: int) -> Link:
+    """The link an all-to-all over a group runs at, as the one bandwidth B with which
+    ``all_to_all_time``'s (n-1)/n S / B gives its time.
+
+    Inside a node: NVLink, as ``group_link``. Across nodes an all-to-all is not a
+    ring: each member sends 1/n of its S bytes to every peer, so with k members on
+    its node (n - k)/n S must leave through the network and (k - 1)/n S goes over
+    NVLink, both at once. Every GPU of the node is in one such group and exchanges
+    at the same time (expert layers run in step), so each gets nics / gpus_per_node
+    of the node's NICs, not the k NICs a ring's parallel channels take
+    (``nics_per_group``). Time = max((n - k)/n S / (NIC share), (k - 1)/n S / NVLink):
+    DeepSeek-V3's report (DeepSeek-AI 2024, Section 3.2.2) bounds its cross-node
+    expert all-to-all by InfiniBand's 50 GB/s per GPU against NVLink's 160 GB/s the
+    same way. B = (n - 1) / max((n - k)/NIC share, (k - 1)/NVLink)."""
+    if group_inside_node(stride, size, cluster.gpus_per_node):
+        return group_link(cluster, stride, size)
+    k = members_per_node(stride, size, cluster.gpus_per_node)
+    nic_share = cluster.inter_node_bandwidth * cluster.nics / cluster.gpus_per_node
+    slowest = max((size - k) / nic_share, (k - 1) / cluster.intra_node_bandwidth)
+    return Link((size - 1) / slowest, cluster.inter_node_latency, False)
