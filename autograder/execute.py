@@ -9,7 +9,9 @@ What changes is who produces those outputs:
 * the student's cells run in a sandboxed kernel (`kernel_session`, `sandbox`),
   forked from a host that ran the drop's opening cells once (`warm_start`);
 * each test cell runs in this process (`judge.judge_cell`), reading the
-  notebook's answers through `threeaxes.grading.wire`.
+  notebook's answers through `threeaxes.grading.wire`;
+* the code cells after the last graded cell (a drop's depth) are not run: no grade
+  depends on them; each shows `NOT_RUN` instead of outputs.
 
 Settings (nbgrader config, command line or environment):
 
@@ -80,10 +82,30 @@ def run_notebook(nb, kernel: KernelSession, timeout: float, guard=None, oracle=N
             oracle.guard = previous
 
 
+# what a cell after the last graded one shows in the autograded notebook and the feedback
+NOT_RUN = ("Not run when grading: no grade depends on a cell after the last graded one. "
+           "Run it in your own notebook to see its output.\n")
+
+
+def is_graded(cell) -> bool:
+    """An answer or test cell, or any cell nbgrader scores (a written answer)."""
+    about = cell.get("metadata", {}).get("nbgrader", {})
+    return bool(about.get("solution") or about.get("grade")) or (
+        cell.cell_type == "code" and is_test_cell(cell))
+
+
 def _run_cells(nb, kernel, timeout, guard, oracle, opening) -> None:
     count = place = 0
-    for cell in nb.cells:
+    # a drop's depth after its exercises (PyTorch's own API, more traces) can change no
+    # grade: it runs under nbval in CI and in the student's notebook, not once per submission
+    last_graded = max((i for i, cell in enumerate(nb.cells) if is_graded(cell)), default=-1)
+    for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
+            continue
+        if index > last_graded:
+            cell.execution_count = None
+            cell.outputs = ([nbformat.v4.new_output("stream", name="stdout", text=NOT_RUN)]
+                            if cell.source.strip() else [])
             continue
         instructors = True
         if cell.source.strip():

@@ -87,13 +87,15 @@ def graded(tmp_path_factory):
                        and "runs" not in c.source]
         submit(KILLED, light)
         html = copy.deepcopy(light)
-        html.cells += [nbformat.v4.new_code_cell(
+        # before the last graded cell: the grader runs no cell after it (autograder/execute.py)
+        answer = next(k for k, c in enumerate(html.cells) if c.metadata.get("nbgrader", {}).get("solution"))
+        html.cells[answer + 1:answer + 1] = [nbformat.v4.new_code_cell(
             "from IPython.display import HTML, Javascript, display\n"
             f"display(HTML({SCRIPTS[0] + SCRIPTS[1]!r} + '<b>still shown</b>'))\n"
             "display(Javascript(\"alert('javascript')\"))\n"
             "display({'application/vnd.jupyter.widget-view+json': {'model_id': 'x', 'version_major': 2, "
-            "'version_minor': 0}, 'text/plain': 'a widget'}, raw=True)"),
-            nbformat.v4.new_markdown_cell(f"my notes {SCRIPTS[2]}")]
+            "'version_minor': 0}, 'text/plain': 'a widget'}, raw=True)")]
+        html.cells += [nbformat.v4.new_markdown_cell(f"my notes {SCRIPTS[2]}")]
         submit(HTML, html)
         submit(LARGE, light)
         (course / "submitted" / LARGE / DROP / "data.bin").write_bytes(os.urandom(100_000))
