@@ -34,35 +34,8 @@ The step-time model (every assumption is an argument of ``plan``):
   model chunk, counted on the critical path. ``pp_scatter_gather`` splits
   each send over the t tensor-parallel ranks' own InfiniBand cards and
   all-gathers it over NVLink on arrival (Narayanan et al. 2021, Section 4.1).
-- DP communication, with m micro-batches per replica and step (gradient
-  accumulation), priced as DeepSpeed and PyTorch's FSDP2 run it by default:
-  ZeRO-0/1 accumulate whole gradients locally and reduce them once per step
-  (an all-reduce, or ZeRO-1's reduce-scatter + all-gather: the same 2 Psi,
-  Rajbhandari et al. 2020, Section 7.2.1; Megatron-LM's distributed optimizer
-  is ZeRO-1 of this kind). ZeRO-2 keeps only a shard of the gradients, so it
-  reduce-scatters after every micro-batch's backward ("we cannot wait till
-  grad accumulation boundary", DeepSpeed maintainers, deepspeedai/DeepSpeed
-  #2252) and all-gathers the updated weights once: m RS + AG. ZeRO-3/FSDP
-  frees each unit's weights after its forward and backward, so every
-  micro-batch all-gathers them twice and reduce-scatters its gradients
-  (Section 7.2.2's 3 Psi per forward and backward): m (RS + 2 AG). Gradients
-  move at their own bytes and gathered weights at theirs: with Megatron-LM's
-  bf16 (``precision="megatron-bf16"``) gradients are reduced in fp32 and the
-  weights gathered in bf16, half the bytes (arguments.py: "bfloat16 requires
-  gradient accumulation and all-reduce to be done in fp32"). That is
-  FSDP2's default; keeping the weights and gradients whole between
-  micro-batches (``set_reshard_after_backward(False)``,
-  ``set_requires_gradient_sync(False)``, pytorch/pytorch#126166; what
-  ``torch.distributed.pipelining`` does for non-last micro-batches) holds
-  ZeRO-1's bytes and moves ZeRO-1's traffic, so the planner's ZeRO-1 row
-  prices that choice. The same holds with or without a pipeline.
-- DP overlap: ``dp_overlap`` is the fraction of what *can* hide that does.
-  An exchange overlaps only the backward passes it runs beside: ZeRO-0/1's
-  reduction only the last micro-batch's backward (DDP's ``no_sync`` for the
-  others, Li et al. 2020, Section 3.2.4; Megatron-LM disables grad sync for
-  every micro-batch but the last), ZeRO-2's reduce-scatters every
-  micro-batch's backward, ZeRO-3's prefetched gathers every forward and
-  backward. Hidden = dp_overlap * min(exchange, that window).
+- DP communication and how much of it hides (``dp_overlap``): each ZeRO
+  stage's exchange with m micro-batches per step, ``dp_exchange``.
 - bubble: ``bubble_overhead`` (Narayanan et al. 2021, Section 2.2) times the
   pipeline's busy time (compute + TP communication).
 """
@@ -74,8 +47,9 @@ from .activations import ACTIVATION_COUNTS, first_stage_activation_bytes
 from .bubble import bubble_fraction, bubble_overhead
 from .constraints import INTERLEAVE_RULES, interleave_group
 from .cp_ep_terms import cp_comm_time, ep_comm_time, gradient_groups, state_bytes
+from .dp_exchange import dp_exchange_time
 from .memory import PRECISIONS, MemoryBreakdown
-from .network import all_gather_time, all_reduce_time, group_link, p2p_time, reduce_scatter_time
+from .network import all_gather_time, all_reduce_time, group_link, p2p_time
 from .placement import layout_strides
 from .kernel_time import layer_time, logits_time
 from .stage_memory import ACTIVATION_SCALE
@@ -285,50 +259,19 @@ def evaluate(ctx: PlanContext, dp, tp, pp, mbs, zero, recompute, v, sp, cp=1, ep
                            cp_mode=cp_mode)
     ep_comm = ep_comm_time(ctx, groups, tp=tp, cp=cp, ep=ep, mbs=mbs, m=m, pp=pp,
                            sequence_parallel=sp)
-    dp_comm = 0.0
-    grads = gradient_groups(model, cluster, groups, tp=tp, pp=pp, ep=ep, etp=etp)
-    if grads:
-        # communication: each group reduces its gradients (dense over dp x cp, experts over
-        # edp) at the gradients' bytes and gathers weights at the weights' (Megatron-LM's
-        # bf16: gradients reduced in fp32, weights gathered in bf16)
-        g_bytes, w_bytes = ctx.grad_dtype_bytes, ctx.param_dtype_bytes
-        rs = sum(reduce_scatter_time(w * g_bytes, n, ln.bandwidth, ln.latency).total
-                 for w, n, ln in grads)
-        ag = sum(all_gather_time(w * w_bytes, n, ln.bandwidth, ln.latency).total
-                 for w, n, ln in grads)
-        # one micro-batch's backward on this stage: busy time per micro-batch times the
-        # backward's share of the work (4N of 6N per token, plus what recomputation re-runs)
-        busy = ctx.model_flops + ctx.recompute_flops[recompute]
-        backward_mb = (compute + tp_comm + cp_comm + ep_comm) / m * (2 / 3 * ctx.model_flops
-                                                 + ctx.recompute_flops[recompute]) / busy
-        if zero == 3:
-            # every micro-batch: all-gather the weights for its forward and again for its
-            # backward, reduce-scatter its gradients (3 Psi per forward and backward)
-            t = m * (rs + 2 * ag)
-            window = compute + tp_comm + cp_comm + ep_comm   # prefetched beside every pass
-        elif zero == 2:
-            # sharded gradients: reduce-scatter after every micro-batch's backward, then one
-            # all-gather of the updated weights
-            t = m * rs + ag
-            window = m * backward_mb
-        elif zero == 1:
-            # whole gradients accumulate; after the last micro-batch reduce-scatter them and
-            # all-gather the updated weights (the same 2 Psi as an all-reduce when both have
-            # the same bytes), beside its backward only
-            t = rs + ag
-            window = backward_mb
-        else:
-            # whole gradients accumulate; one all-reduce after the last micro-batch, beside
-            # its backward only
-            t = sum(all_reduce_time(w * g_bytes, n, ln.bandwidth, ln.latency).total
-                    for w, n, ln in grads)
-            window = backward_mb
-        dp_comm = t - ctx.dp_overlap * min(t, window)
+    # communication: the data-parallel exchange of each group of weights (dense over dp x cp,
+    # experts over edp), less what hides behind the passes it runs beside
+    busy = compute + tp_comm + cp_comm + ep_comm
+    backward_share = ((2 / 3 * ctx.model_flops + ctx.recompute_flops[recompute])
+                      / (ctx.model_flops + ctx.recompute_flops[recompute]))
+    dp_comm = dp_exchange_time(gradient_groups(model, cluster, groups, tp=tp, pp=pp, ep=ep, etp=etp),
+                               zero=zero, m=m, grad_bytes=ctx.grad_dtype_bytes,
+                               weight_bytes=ctx.param_dtype_bytes, busy=busy,
+                               backward_share=backward_share, overlap=ctx.dp_overlap)
     bubble = 0.0
     frac = 0.0
     if pp > 1:
-        bubble = bubble_overhead(pp, m, virtual_stages=v, interleave=ctx.interleave) * (
-            compute + tp_comm + cp_comm + ep_comm)
+        bubble = bubble_overhead(pp, m, virtual_stages=v, interleave=ctx.interleave) * busy
         frac = bubble_fraction(pp, m, virtual_stages=v, interleave=ctx.interleave)
     total = compute + tp_comm + pp_comm + dp_comm + bubble + cp_comm + ep_comm
     time = TimeBreakdown(compute, tp_comm, pp_comm, dp_comm, bubble, total, cp_comm, ep_comm)
