@@ -189,7 +189,6 @@ def group_link(cluster, stride: int, size: int) -> Link:
     return Link(bandwidth, cluster.inter_node_latency, False)
 
 
-
 def all_to_all_link(cluster, stride: int, size: int) -> Link:
     """The link an all-to-all over a group runs at, as the one bandwidth B with which
     ``all_to_all_time``'s (n-1)/n S / B gives its time.
@@ -200,10 +199,11 @@ def all_to_all_link(cluster, stride: int, size: int) -> Link:
     NVLink, both at once. Every GPU of the node is in one such group and exchanges
     at the same time (expert layers run in step), so each gets nics / gpus_per_node
     of the node's NICs, not the k NICs a ring's parallel channels take
-    (``nics_per_group``). Time = max((n - k)/n S / (NIC share), (k - 1)/n S / NVLink):
-    DeepSeek-V3's report (DeepSeek-AI 2024, Section 3.2.2) bounds its cross-node
-    expert all-to-all by InfiniBand's 50 GB/s per GPU against NVLink's 160 GB/s the
-    same way. B = (n - 1) / max((n - k)/NIC share, (k - 1)/NVLink)."""
+    (``nics_per_group``). Time = max((n - k)/n S / (NIC share), (k - 1)/n S / NVLink),
+    so B = (n - 1) / max((n - k)/NIC share, (k - 1)/NVLink). DeepSeek-V3's report
+    (DeepSeek-AI 2024, Section 3.2.2) names the same bound for its expert all-to-all,
+    InfiniBand's 50 GB/s per GPU against NVLink's 160 GB/s, and sends each token to at
+    most 4 nodes to keep that traffic down."""
     if group_inside_node(stride, size, cluster.gpus_per_node):
         return group_link(cluster, stride, size)
     k = members_per_node(stride, size, cluster.gpus_per_node)

@@ -176,9 +176,9 @@ def _modelzoo_row(label, tp, ep, pp, dp, recompute, tflops):
 
 
 # The same table's rows without FSDP, held out: printed beside the run above
-# (benchmarks/published_runs.py) and tested, not used to set anything. Megatron's distributed optimizer
-# (ZeRO-1), micro-batch 1, expert TP 1; "norm, act" recomputation is the planner's
-# "selective" (it frees memory, costs no modelled time).
+# (benchmarks/published_runs.py) and tested, not used to set anything. Megatron's
+# distributed optimizer (ZeRO-1), micro-batch 1, expert TP 1; "norm, act" recomputation is
+# the planner's "selective" (it frees memory, costs no modelled time).
 QWEN3_MODELZOO_HELD_OUT = (
     _modelzoo_row("DeepEP, EP 32 across nodes", 2, 32, 8, 16, "selective", 245.0),
     _modelzoo_row("all-to-all, PP 32", 2, 8, 32, 4, "selective", 200.0),
