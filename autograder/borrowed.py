@@ -46,6 +46,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder.judge import is_graded
 from threeaxes.grading import wire
 from threeaxes.grading.own_work import message, resolve
 
@@ -401,16 +402,11 @@ def _matches(known: dict, ids: set, cell, index: int) -> bool:
     source's instructor cells by place): the same code and grade id, and its own cell id, or
     one the source does not hold (a notebook saved without cell ids, as an old Jupyter or
     Colab may, gets new random ones; another instructor cell's id is not its own)."""
-    if _is_written(cell):
+    if is_graded(cell):
         return False
     mine, theirs = place_of(cell, index), known.get(index)
     return (theirs is not None and mine.source == theirs.source and mine.grade_id == theirs.grade_id
             and (mine.cell_id == theirs.cell_id or mine.cell_id not in ids))
-
-
-def _is_written(cell) -> bool:
-    about = cell.get("metadata", {}).get("nbgrader", {}) or {}
-    return bool(about.get("solution") or about.get("grade"))
 
 
 class Guard:
@@ -615,7 +611,7 @@ def instructor_cells(source_notebook: Path) -> tuple[Place, ...]:
 
 def instructor_places(nb) -> tuple[Place, ...]:
     """`instructor_cells` of a notebook already read."""
-    return tuple(place_of(c, i) for i, c in code_places(nb) if not _is_written(c))
+    return tuple(place_of(c, i) for i, c in code_places(nb) if not is_graded(c))
 
 
 def opening_is_instructors(nb, instructors) -> bool:
@@ -624,7 +620,7 @@ def opening_is_instructors(nb, instructors) -> bool:
     known = {p.index: p for p in instructors}
     ids = {p.cell_id for p in known.values() if p.cell_id}
     for index, cell in code_places(nb):
-        if _is_written(cell):
+        if is_graded(cell):
             return True
         if not _matches(known, ids, cell, index):
             return False

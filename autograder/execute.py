@@ -33,7 +33,7 @@ from traitlets import Bool
 
 from autograder import borrowed, warm_start
 from autograder.judge import _error as judge_error
-from autograder.judge import is_test_cell, judge_cell, notebook_names
+from autograder.judge import is_graded, is_test_cell, judge_cell, notebook_names
 from autograder.kernel_session import KernelSession
 
 
@@ -85,13 +85,6 @@ def run_notebook(nb, kernel: KernelSession, timeout: float, guard=None, oracle=N
 # what a cell after the last graded one shows in the autograded notebook and the feedback
 NOT_RUN = ("Not run when grading: no grade depends on a cell after the last graded one. "
            "Run it in your own notebook to see its output.\n")
-
-
-def is_graded(cell) -> bool:
-    """An answer or test cell, or any cell nbgrader scores (a written answer)."""
-    about = cell.get("metadata", {}).get("nbgrader", {})
-    return bool(about.get("solution") or about.get("grade")) or (
-        cell.cell_type == "code" and is_test_cell(cell))
 
 
 def _run_cells(nb, kernel, timeout, guard, oracle, opening) -> None:

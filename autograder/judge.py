@@ -29,6 +29,12 @@ def is_test_cell(cell) -> bool:
     return cell.get("cell_type") == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
+def is_graded(cell) -> bool:
+    """A cell nbgrader scores or the student writes: an answer, a test, a written answer."""
+    about = cell.get("metadata", {}).get("nbgrader", {}) or {}
+    return bool(about.get("solution") or about.get("grade"))
+
+
 def notebook_names(source: str) -> list[str]:
     """The names a cell reads (builtins aside): asked of the notebook, as in a kernel
     where a name the cell binds later still has the notebook's value before that."""

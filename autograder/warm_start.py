@@ -23,7 +23,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from autograder import borrowed
-from autograder.judge import is_test_cell
+from autograder.judge import is_graded
 from autograder.kernel_session import KernelHost, KernelSession
 
 KEPT = 3   # hosts a worker keeps: a drop's usual opening, and the odd notebook that differs
@@ -33,10 +33,9 @@ def opening_cells(nb) -> list[str]:
     """The sources of the code cells before the first answer or test cell."""
     sources = []
     for cell in nb.cells:
-        about = cell.get("metadata", {}).get("nbgrader", {})
         if cell.cell_type != "code":
             continue
-        if about.get("solution") or about.get("grade") or is_test_cell(cell):
+        if is_graded(cell):
             break
         sources.append(cell.source)
     return sources
