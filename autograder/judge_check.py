@@ -24,6 +24,8 @@ def main(argv=None) -> int:
     import nbformat
 
     from autograder import borrowed
+    from autograder.oracle import Oracle
+    from autograder.withheld import package_for
     from autograder.execute import run_notebook
     from autograder.judge import is_test_cell
     from autograder.kernel_session import KernelSession
@@ -41,10 +43,10 @@ def main(argv=None) -> int:
     instructors = borrowed.instructors_cells_of(path.parent.name, path.stem, Path.cwd())
     guard = borrowed.guard_for(path.parent.name, instructors, Path.cwd())
     with tempfile.TemporaryDirectory(prefix="threeaxes-oracle-") as folder:
-        oracle = borrowed.Oracle(guard.paths, Path(folder)) if guard else None
+        oracle = Oracle(guard.paths, Path(folder)) if guard else None
         try:
             with KernelSession(isolate=not args.no_isolate, timeout=args.timeout,
-                               package=borrowed.package_for(guard.paths) if guard else None,
+                               package=package_for(guard.paths) if guard else None,
                                oracle_socket=oracle.socket_path if oracle else None) as kernel:
                 print("sandbox:", kernel.sandbox)
                 run_notebook(nb, kernel, args.timeout, guard, oracle)

@@ -49,7 +49,7 @@ def main() -> None:
     if oracle:
         settings["env"]["THREEAXES_ORACLE"] = oracle["inside" if report["namespaces"] else "outside"]
     if settings.get("package_parent") and not report["namespaces"]:
-        # no mounts here: the withheld copy goes first on the path (autograder/borrowed.py)
+        # no mounts here: the withheld copy goes first on the path (autograder/withheld.py)
         settings["env"]["PYTHONPATH"] = settings["package_parent"]
         sys.path.insert(0, settings["package_parent"])
     os.environ.clear()
@@ -75,7 +75,7 @@ def _leave_the_grader_behind(settings: dict) -> None:
 
 def _package_seen(marker: str) -> str:
     """"withheld" when the `threeaxes` the kernels will import is the withheld copy
-    (autograder/borrowed.py), else where the one they would import lives."""
+    (autograder/withheld.py), else where the one they would import lives."""
     import importlib.util
     spec = importlib.util.find_spec("threeaxes")
     folders = list(spec.submodule_search_locations) if spec else []

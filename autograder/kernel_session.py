@@ -28,7 +28,7 @@ from pathlib import Path
 
 from autograder import sandbox
 from autograder.budget import Budget
-from autograder.borrowed import WITHHELD_MARKER
+from autograder.withheld import WITHHELD_MARKER
 from threeaxes.grading.wire import Answers
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +47,7 @@ class KernelHost:
     def __init__(self, *, isolate: bool = True, files: dict[str, bytes] | None = None,
                  package: Path | None = None, oracle_socket: str | None = None):
         """`package`: a copy of threeaxes the kernels import instead of this one;
-        `oracle_socket`: where the grader answers its withheld functions (autograder/borrowed.py)."""
+        `oracle_socket`: where the grader answers its withheld functions (autograder/oracle.py)."""
         # isolated: an empty folder the sandbox builds its root on; otherwise the kernel's scratch
         self._scratch = tempfile.TemporaryDirectory(prefix="threeaxes-grade-")
         workdir = "/tmp/work" if isolate else self._scratch.name

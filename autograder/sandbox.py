@@ -261,7 +261,7 @@ DEVICES = ("null", "zero", "full", "random", "urandom")
 def _minimal_root(keep: list[str], stage: str, replace=()) -> list[str]:
     """Change root into a new, mostly empty tree: SYSTEM and `keep` bound read-only all the
     way down, a /dev of DEVICES only, a fresh /tmp, /dev/shm and /proc; each (source, target,
-    writable) of `replace` bound over target (autograder/borrowed.py: the package with
+    writable) of `replace` bound over target (autograder/withheld.py: the package with
     withheld functions; the grader's socket). Home folders, the course, other submissions'
     scratch and any other copy of the course on the machine are simply not there. Returns
     the mounts made under /tmp (a kernel's fresh /tmp binds them again)."""

@@ -27,6 +27,7 @@ INSTRUCTOR_ONLY = ("source/", "autograder/samples/", "submitted/", "tests/", ".c
                    "autograder/kernel_session.py", "autograder/sandbox.py", "autograder/feedback.py",
                    "autograder/release.py", "autograder/student_repo.py",
                    "autograder/references/", "autograder/cases.py", "autograder/borrowed.py",
+                   "autograder/oracle.py", "autograder/withheld.py",
                    "autograder/grade_worker.py", "autograder/report.py", "autograder/config_cases.py",
                    "autograder/exchange.py", "autograder/cell_runner.py", "autograder/warm_start.py",
                    "autograder/forked_kernel.py")

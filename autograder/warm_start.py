@@ -22,7 +22,8 @@ import tempfile
 from collections import OrderedDict
 from pathlib import Path
 
-from autograder import borrowed
+from autograder.oracle import Oracle
+from autograder.withheld import package_for
 from autograder.judge import is_graded
 from autograder.kernel_session import KernelHost, KernelSession
 
@@ -47,9 +48,9 @@ class OpeningHost:
     def __init__(self, sources: list[str], *, isolate: bool, files: dict[str, bytes], withheld: set | None,
                  timeout: float):
         self._scratch = tempfile.TemporaryDirectory(prefix="threeaxes-oracle-")
-        self.oracle = borrowed.Oracle(withheld, Path(self._scratch.name)) if withheld else None
+        self.oracle = Oracle(withheld, Path(self._scratch.name)) if withheld else None
         self.host = KernelHost(isolate=isolate, files=files,
-                               package=borrowed.package_for(withheld) if withheld else None,
+                               package=package_for(withheld) if withheld else None,
                                oracle_socket=self.oracle.socket_path if self.oracle else None)
         self.sandbox = self.host.sandbox
         self.outputs = [self.host.run_cell(source, timeout) for source in sources if self.host.alive]

@@ -20,7 +20,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import borrowed
+from autograder import borrowed, withheld
+from autograder import oracle as oracle_module
 from autograder.execute import NOT_RUN
 from grading_harness import ROOT, answer_ids, autograded_ids, drops
 
@@ -28,7 +29,7 @@ DROPS = [d.name for d in drops()]
 
 
 def exercises(drop):
-    return borrowed.load_exercises(ROOT / "source" / drop / "grading.json")
+    return withheld.load_exercises(ROOT / "source" / drop / "grading.json")
 
 
 @pytest.mark.parametrize("drop", DROPS)
@@ -41,9 +42,9 @@ def test_every_graded_exercise_names_what_it_may_not_call_and_each_name_exists(d
     for e in listed:
         assert e.forbid and e.why and e.may, e.answer
         for name in e.forbid:
-            obj = borrowed.resolve(name)        # importable, or this raises naming it
+            obj = withheld.resolve(name)        # importable, or this raises naming it
             assert callable(obj), name
-            assert borrowed.definition(name).startswith("threeaxes."), name
+            assert withheld.definition(name).startswith("threeaxes."), name
 
 
 @pytest.mark.parametrize("drop", DROPS)
@@ -59,7 +60,7 @@ def test_every_drop_has_an_attack_that_calls_the_package(drop):
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
-    return borrowed.stub_package({"threeaxes.data_parallel.buckets:plan_buckets"},
+    return withheld.stub_package({"threeaxes.data_parallel.buckets:plan_buckets"},
                                  tmp_path_factory.mktemp("withheld"))
 
 
@@ -82,7 +83,7 @@ def test_the_grader_answers_as_data_and_records_each_call(short_dir, monkeypatch
     from threeaxes.data_parallel import plan_buckets
     from threeaxes.grading import oracle as client
 
-    oracle = borrowed.Oracle({"threeaxes.data_parallel.buckets:plan_buckets"}, short_dir)
+    oracle = oracle_module.Oracle({"threeaxes.data_parallel.buckets:plan_buckets"}, short_dir)
     try:
         monkeypatch.setenv(client.ENV, oracle.socket_path)
         got = client.call("threeaxes.data_parallel.buckets:plan_buckets", ([8, 4, 4], 8), {})
@@ -113,7 +114,7 @@ def test_what_the_cost_model_returns_crosses_the_wire_as_itself():
 
 
 def _exercise(answer, test):
-    return borrowed.Exercise(answer, (test,), ("threeaxes.data_parallel.plan_buckets",),
+    return withheld.Exercise(answer, (test,), ("threeaxes.data_parallel.plan_buckets",),
                              "plans the buckets", "plain Python")
 
 
@@ -314,7 +315,7 @@ def test_the_oracle_caps_requests_replies_and_the_time_a_call_takes(short_dir):
     import threading
     import time
 
-    oracle = borrowed.Oracle({"time:sleep", "operator:mul", "operator:add"}, short_dir, timeout=3)
+    oracle = oracle_module.Oracle({"time:sleep", "operator:mul", "operator:add"}, short_dir, timeout=3)
     try:
         # an endless line: read up to the cap, then refused; the grader holds no more of it
         stop, sent = threading.Event(), [0]
@@ -335,8 +336,8 @@ def test_the_oracle_caps_requests_replies_and_the_time_a_call_takes(short_dir):
         writer.start()
         writer.join(30)
         stop.set()
-        assert not writer.is_alive() and sent[0] < borrowed.MAX_REQUEST_BYTES + (16 << 20), sent[0]
-        assert "over" in oracle.answer(b"x" * (borrowed.MAX_REQUEST_BYTES + 1))
+        assert not writer.is_alive() and sent[0] < oracle_module.MAX_REQUEST_BYTES + (16 << 20), sent[0]
+        assert "over" in oracle.answer(b"x" * (oracle_module.MAX_REQUEST_BYTES + 1))
         # a small request whose answer would be huge: refused in the worker, not sent
         big = {"path": "operator:mul", "args": {"__tuple__": ["x" * 1000, 20_000]}, "kwargs": {"__dict__": []}}
         reply = _ask(oracle.socket_path, json.dumps(big).encode() + b"\n")
@@ -416,7 +417,7 @@ def test_each_route_to_a_withheld_function_costs_its_exercise_the_points(package
             source = OWN if name == "own" else ROUTES[name]
         nb.cells.append(_cell(source, grade=False, solution=True, grade_id=f"{name}_answer"))
         nb.cells.append(_cell(_test(name), grade=True, solution=False, grade_id=f"{name}_test"))
-    oracle = borrowed.Oracle(guard.paths, short_dir)
+    oracle = oracle_module.Oracle(guard.paths, short_dir)
     try:
         with KernelSession(isolate=True, timeout=60, package=package,
                            oracle_socket=oracle.socket_path) as kernel:
@@ -482,9 +483,9 @@ def _run_attack(package, short_dir, nb, source):
     from autograder.execute import run_notebook
     from autograder.kernel_session import KernelSession
 
-    a = borrowed.Exercise("a_answer", ("a_test",), ("threeaxes.cost.model_state_bytes",), "counts", "arithmetic")
+    a = withheld.Exercise("a_answer", ("a_test",), ("threeaxes.cost.model_state_bytes",), "counts", "arithmetic")
     guard = borrowed.Guard([a, _exercise("b_answer", "b_test")], borrowed.instructor_places(source))
-    oracle = borrowed.Oracle(guard.paths, short_dir)
+    oracle = oracle_module.Oracle(guard.paths, short_dir)
     try:
         with KernelSession(isolate=True, timeout=60, package=package,
                            oracle_socket=oracle.socket_path) as kernel:

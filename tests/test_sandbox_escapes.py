@@ -222,9 +222,9 @@ def test_a_course_installed_with_pip_install_dot_still_gets_the_withheld_copy(tm
     (purelib / "course_env.pth").write_text(str(Path(pytest.__file__).resolve().parent.parent) + "\n")
     script = """
 import json
-from autograder import borrowed
+from autograder import withheld
 from autograder.kernel_session import KernelHost, KernelSession
-host = KernelHost(isolate=True, package=borrowed.package_for({"threeaxes.cost.planner:search"}))
+host = KernelHost(isolate=True, package=withheld.package_for({"threeaxes.cost.planner:search"}))
 with KernelSession(host, timeout=60) as kernel:
     code = ("import inspect, os, threeaxes.cost.planner as p; "
             "print(json.dumps([p.__file__, 'withheld' in inspect.getsource(p.search).lower()]))")

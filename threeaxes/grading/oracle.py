@@ -1,6 +1,6 @@
 """How a graded kernel reaches a function it may not compute itself.
 
-In a graded run (`autograder/borrowed.py`) the student's kernel gets a copy of
+In a graded run (`autograder/withheld.py`, answered by `autograder/oracle.py`) the student's kernel gets a copy of
 `threeaxes` in which every function that some exercise forbids (its drop's
 `grading.json`, "exercises") has lost its body: the body is one call to
 `call` below, which asks the grader for the result over a socket. The grader
