@@ -7,7 +7,9 @@
    with a throwaway gradebook so the repository gains no database.
 3. Normalise the released notebooks: notebook metadata is the kernelspec and
    the language_info the course's kernel reports, as JupyterLab writes them when
-   it opens a notebook (so a student's copy opens unmodified), and a regeneration
+   it opens a notebook (so a student's copy opens unmodified), plus Colab's
+   colab.collapsed_sections where a notebook has "Going deeper" sections (Colab
+   ignores JupyterLab's fold state; threeaxes.sections.fold_for_colab), and a regeneration
    with the same Python gives byte-identical files (a test checks this).
 
 `python -m autograder.release [--out DIR]` writes to DIR/release instead of
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from autograder.grade import nbgrader
 from threeaxes.course import INSTALL_CELL, is_install_cell
+from threeaxes.sections import fold_for_colab
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,6 +83,7 @@ def language_info() -> dict:
 def normalise(path: Path) -> None:
     nb = json.loads(path.read_text())
     nb["metadata"] = {"kernelspec": KERNELSPEC, "language_info": language_info()}
+    fold_for_colab(nb)      # Colab's own folding state, from the "deeper" tags
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":
             cell["outputs"], cell["execution_count"] = [], None

@@ -20,8 +20,13 @@ PyPI; here only this environment's versions (Python 3.11, torch 2.13,
 ipywidgets 8) can be had offline. What it proves: the course needs nothing but
 those six and the wheel, the wheel carries its data, the install cell works,
 and a kernel with no Jupyter server packages runs the drops, ranks and widgets.
+
+Colab also folds what JupyterLab folds: it ignores "jp-MarkdownHeadingCollapsed" and folds
+the sections whose heading cell ids its notebook metadata lists (colab.collapsed_sections);
+the fast tests at the end check every notebook's "Going deeper" sections are listed there.
 """
 import importlib.metadata
+import json
 import os
 import re
 import shutil
@@ -36,7 +41,9 @@ import pytest
 from packaging.requirements import Requirement
 
 from grading_harness import answer_ids, set_answer, solution_of
+from autograder.release import normalise
 from threeaxes.course import INSTALL_CELL
+from threeaxes.sections import colab_folded, fold_for_colab
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,7 +56,6 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 RANKS_DROP = "drop02-data-parallel"          # launches 2 to 4 ranks, a DDP run among them
 WIDGETS_DROP = "drop12-bubble-fixed-m"       # an explorer widget, and pipeline ranks
 
-pytestmark = pytest.mark.slow
 
 
 def _canonical(name: str) -> str:
@@ -186,6 +192,7 @@ def colab_release() -> Path:
     return ROOT / "release"
 
 
+@pytest.mark.slow
 def test_colab_wheel_carries_the_visible_checks_stored_cases(colab):
     with zipfile.ZipFile(colab.wheel) as whl:
         packed = {n.rsplit("/", 1)[1] for n in whl.namelist() if n.startswith("threeaxes/grading/cases/")}
@@ -193,6 +200,7 @@ def test_colab_wheel_carries_the_visible_checks_stored_cases(colab):
     assert stored and packed == stored
 
 
+@pytest.mark.slow
 def test_colab_environment_ships_only_what_colab_ships(colab):
     colab.uninstall_course()
     for module in ("torch", "numpy", "matplotlib", "ipywidgets", "ipykernel", "cloudpickle"):
@@ -244,6 +252,7 @@ def run_released(colab, notebook: Path, solved_from: Path, monkeypatch):
     return nb
 
 
+@pytest.mark.slow
 def test_colab_runs_a_drop_that_launches_ranks(colab, colab_release, monkeypatch):
     nb = run_released(colab, colab_release / RANKS_DROP / f"{RANKS_DROP}.ipynb",
                       ROOT / "source" / RANKS_DROP / f"{RANKS_DROP}.ipynb", monkeypatch)
@@ -253,6 +262,7 @@ def test_colab_runs_a_drop_that_launches_ranks(colab, colab_release, monkeypatch
     assert all(any(o.output_type == "stream" and o.name == "stdout" for o in c.outputs) for c in launching)
 
 
+@pytest.mark.slow
 def test_colab_runs_a_drop_with_widgets(colab, colab_release, monkeypatch):
     nb = run_released(colab, colab_release / WIDGETS_DROP / f"{WIDGETS_DROP}.ipynb",
                       ROOT / "source" / WIDGETS_DROP / f"{WIDGETS_DROP}.ipynb", monkeypatch)
@@ -263,3 +273,65 @@ def test_colab_runs_a_drop_with_widgets(colab, colab_release, monkeypatch):
     shown = {v["data"][WIDGET_VIEW]["model_id"] for v in views}
     assert shown <= set(state)
     assert any(m["model_module"] == "@jupyter-widgets/controls" for m in state.values())
+
+
+# Folded for Colab. The drops whose notebooks other work still edits get the tool at the end
+# (python -m threeaxes.sections source/drop1*/drop1*.ipynb); release/ follows with `make release`.
+NOT_YET_FOLDED = {"drop10", "drop11", "drop12", "drop13", "drop14", "drop15", "drop16"}
+
+
+def _with_depth():
+    paths = sorted(ROOT.glob("source/drop*/drop*.ipynb")) + sorted(ROOT.glob("notebooks/*.ipynb")) \
+        + sorted(ROOT.glob("release/drop*/drop*.ipynb"))
+    for path in paths:
+        nb = nbformat.reads(path.read_text(), as_version=nbformat.NO_CONVERT)
+        if not any("deeper" in c.metadata.get("tags", []) for c in nb.cells):
+            continue
+        rel = path.relative_to(ROOT)
+        waiting = rel.parts[0] == "release" or path.parent.name[:6] in NOT_YET_FOLDED
+        marks = [pytest.mark.xfail(strict=True, reason="not folded for Colab yet: "
+                                   + ("run `make release`" if rel.parts[0] == "release"
+                                      else f"run python -m threeaxes.sections {rel}"))] if waiting else []
+        yield pytest.param(rel, marks=marks, id=str(rel))
+
+
+@pytest.mark.parametrize("path", list(_with_depth()))
+def test_going_deeper_is_folded_in_colab_as_in_jupyterlab(path):
+    nb = json.loads((ROOT / path).read_text())
+    # what JupyterLab folds, read from its own flag: the reference Colab's list must match
+    folded_in_jupyterlab = [c["id"] for c in nb["cells"] if c["metadata"].get("jp-MarkdownHeadingCollapsed")]
+    listed = nb["metadata"].get("colab", {}).get("collapsed_sections")
+    assert listed == folded_in_jupyterlab, (
+        f"{path}: Colab would open {sorted(set(folded_in_jupyterlab) - set(listed or []))} unfolded; "
+        f"run python -m threeaxes.sections {path}")
+    for cell in nb["cells"]:
+        if cell["id"] in listed:
+            assert cell["metadata"].get("id") == cell["id"], f"{path}: cell {cell['id']} lacks metadata.id"
+
+
+def test_the_release_keeps_colabs_fold_state(tmp_path):
+    """What nbgrader releases is normalised (autograder.release.normalise); that must write
+    Colab's list, not strip it with the rest of the metadata."""
+    name = "drop02-data-parallel"
+    nb = json.loads((ROOT / "source" / name / f"{name}.ipynb").read_text())
+    nb["metadata"].pop("colab", None)
+    path = tmp_path / f"{name}.ipynb"
+    path.write_text(json.dumps(nb))
+    normalise(path)
+    out = json.loads(path.read_text())
+    expected = [c["id"] for c in nb["cells"] if c["metadata"].get("jp-MarkdownHeadingCollapsed")]
+    assert len(expected) >= 2 and out["metadata"]["colab"] == {"collapsed_sections": expected}
+
+
+def test_folding_a_heading_without_a_cell_id_says_what_to_do():
+    nb = {"metadata": {}, "cells": [{"cell_type": "markdown", "metadata": {"tags": ["deeper"]},
+                                     "source": ["## Going deeper: x\n"]}]}
+    with pytest.raises(ValueError, match="Going deeper: x.*no cell id"):
+        fold_for_colab(nb)
+
+
+def test_folding_is_idempotent_and_drops_a_stale_list():
+    nb = {"metadata": {"colab": {"collapsed_sections": ["gone"]}},
+          "cells": [{"cell_type": "markdown", "id": "a", "metadata": {}, "source": ["## Core\n"]}]}
+    assert fold_for_colab(nb) and nb["metadata"] == {}
+    assert not fold_for_colab(nb)

@@ -1,6 +1,6 @@
 """Every committed notebook is clean: no outputs, no execution counts, the
 kernelspec (and, where students open it, the language_info JupyterLab would write)
-as its only metadata, and the install cell right under its title."""
+as its only metadata besides Colab's fold state, and the install cell right under its title."""
 import json
 import subprocess
 from pathlib import Path
@@ -9,6 +9,7 @@ import pytest
 
 from autograder.release import KERNELSPEC, language_info
 from threeaxes.course import INSTALL_CELL
+from threeaxes.sections import colab_folded
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,11 +34,18 @@ def test_there_are_notebooks_to_check():
 @pytest.mark.parametrize("path", NOTEBOOKS)
 def test_notebook_has_no_outputs_and_only_the_kernels_metadata(path):
     nb = json.loads((ROOT / path).read_text())
+    meta = dict(nb["metadata"])
+    # Colab's fold state may be there, and then only as the "deeper" tags make it
+    # (tests/test_colab.py requires it where a notebook has optional sections)
+    if "colab" in meta:
+        assert meta.pop("colab") == {"collapsed_sections": colab_folded(nb)}, (
+            f"{path}: colab metadata is not the fold state of its 'deeper' sections; "
+            f"run python -m threeaxes.sections {path}")
     if path.startswith("source/"):
-        assert list(nb["metadata"]) == ["kernelspec"], f"{path}: metadata keys {list(nb['metadata'])}"
-        assert nb["metadata"]["kernelspec"]["name"] == "python3"
+        assert list(meta) == ["kernelspec"], f"{path}: metadata keys {list(nb['metadata'])}"
+        assert meta["kernelspec"]["name"] == "python3"
     else:   # what a student opens: what JupyterLab writes on opening it is there already
-        assert nb["metadata"] == {"kernelspec": KERNELSPEC, "language_info": language_info()}, (
+        assert meta == {"kernelspec": KERNELSPEC, "language_info": language_info()}, (
             f"{path}: its metadata is not what JupyterLab would write on opening it; run `make release`")
     for i, cell in enumerate(nb["cells"]):
         if cell["cell_type"] == "code":

@@ -48,3 +48,63 @@ def core_code_answers(notebook: dict) -> list[str]:
     """The grade ids of the code answers in the core: what its visible checks try."""
     return [c["metadata"]["nbgrader"]["grade_id"] for _, c in split(notebook)[0]
             if c["cell_type"] == "code" and c.get("metadata", {}).get("nbgrader", {}).get("solution")]
+
+
+def optional_headings(notebook: dict) -> list[dict]:
+    """The heading cells tagged "deeper": each opens a section a student may skip."""
+    return [c for c in notebook["cells"] if c["cell_type"] == "markdown"
+            and "deeper" in c.get("metadata", {}).get("tags", [])
+            and heading_level("".join(c["source"])) is not None]
+
+
+def colab_folded(notebook: dict) -> list[str]:
+    """The ids Colab should fold: those of the optional headings, in page order.
+
+    Colab ignores JupyterLab's "jp-MarkdownHeadingCollapsed"; it folds the sections whose
+    heading cell's id is listed in the notebook metadata colab.collapsed_sections."""
+    ids = []
+    for cell in optional_headings(notebook):
+        if not cell.get("id"):
+            first = "".join(cell["source"]).splitlines()[0]
+            raise ValueError(f"the optional heading {first!r} has no cell id: save the notebook as "
+                             "nbformat 4.5 (JupyterLab adds ids) so that Colab can fold it")
+        ids.append(cell["id"])
+    return ids
+
+
+def fold_for_colab(notebook: dict) -> bool:
+    """Write Colab's folding state from the "deeper" tags: the notebook's
+    colab.collapsed_sections, and each optional heading's id again in its cell metadata
+    (where Colab keeps ids for notebooks older than nbformat 4.5). True when it changed."""
+    before = repr(notebook)
+    folded = colab_folded(notebook)
+    for cell in optional_headings(notebook):
+        cell.setdefault("metadata", {})["id"] = cell["id"]
+    if folded:
+        notebook["metadata"].setdefault("colab", {})["collapsed_sections"] = folded
+    elif "colab" in notebook["metadata"]:
+        notebook["metadata"]["colab"].pop("collapsed_sections", None)
+        if not notebook["metadata"]["colab"]:
+            del notebook["metadata"]["colab"]
+    return repr(notebook) != before
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m threeaxes.sections NOTEBOOK...: fold every notebook's "Going deeper"
+    sections for Colab too (rewrites the files that change, as the repository writes them)."""
+    import argparse
+    import json
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="+", type=Path)
+    for path in parser.parse_args(argv).notebooks:
+        nb = json.loads(path.read_text())
+        if fold_for_colab(nb):
+            path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+            print(f"folded for Colab: {path} ({len(colab_folded(nb))} sections)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
