@@ -128,3 +128,34 @@ def test_the_graded_mistakes_score_as_grading_json_says():
 def test_an_error_in_the_answer_names_the_drawn_call():
     with pytest.raises(AssertionError, match=r"gb_per_gpu\(3072, 3\) raised ValueError"):
         drop10.ask_gb(lambda s, b: int("not a number"), 3072, 3)
+
+
+def test_the_diagnosis_reference_is_the_formula_by_hand():
+    # Korthikanti Table 2 written out: 40 layers of sbh(10 + 24/t) and 5as^2b/t at s=4096, b=2, t=4
+    s, b = 4096, 2
+    want = {"linear": LAYERS * s * b * H * (10 + 24 / TP) / 1e9,
+            "scores": LAYERS * 5 * HEADS * s * s * b / TP / 1e9}
+    got = drop10.oom_terms_gb()
+    assert set(got) == set(want) and all(got[k] == pytest.approx(want[k], rel=1e-12) for k in want)
+    # the diagnosis the exercise asks for: the scores alone take more than the states and
+    # the linear term together leave free, and they grew fourfold from 2,048 tokens
+    states = by_hand(s, b, attention=False) - want["linear"]
+    assert states + want["linear"] < 80 < states + want["linear"] + want["scores"]
+    assert by_hand(2048, 2) < 80
+
+
+def test_the_diagnosis_catalogue_is_judged_and_named():
+    from autograder.references import catalogue
+
+    right = drop10.oom_terms_gb()
+    catalogue.judge_fixed("drop10", "oom_terms_answer", dict(right))
+    rounded = {k: round(v, 1) for k, v in right.items()}          # the stated 1% takes a rounding
+    catalogue.judge_fixed("drop10", "oom_terms_answer", rounded)
+    for wrong, named in (({**right, "scores": right["scores"] * TP}, "not divided by tp"),
+                         ({**right, "scores": right["scores"] / 4096}, "has one s"),
+                         ({k: v / LAYERS for k, v in right.items()}, "one layer"),
+                         ({k: v * 1e9 / 2**30 for k, v in right.items()}, "GiB")):
+        with pytest.raises(AssertionError, match=named):
+            catalogue.judge_fixed("drop10", "oom_terms_answer", wrong)
+    with pytest.raises(AssertionError, match="is not right"):
+        catalogue.judge_fixed("drop10", "oom_terms_answer", {**right, "linear": right["linear"] * 1.05})

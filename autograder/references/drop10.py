@@ -4,8 +4,13 @@ The story and its scenario live with the student's side (`threeaxes/grading/drop
 `SCENARIO`, `CRASHED`, `ATTENTION`); the notebook asserts its facts, so a change of the
 cost model that breaks the story fails loudly.
 
-Two autograded exercises:
+Three autograded exercises:
 
+* `oom_terms` (the core's diagnosis): the GB per GPU of the two activation terms
+  of Korthikanti et al. 2022 Table 2 (the linear sbh(10 + 24/t) and the scores
+  5as^2b/t) for `CRASHED` at 4,096 tokens over all layers, a fixed answer
+  whose value `oom_terms_gb` gives through `threeaxes.cost.activation_bytes`;
+  `OOM_TERMS_REL` is the tolerance the notebook states (1%).
 * `gb_per_gpu(seq_len, micro_batch)`: the GB one GPU needs under `CRASHED`'s
   layout, judged by value against `threeaxes.cost.stage_memory` (model states
   from ZeRO Section 3.1 and Figure 1, activations from Korthikanti et al.
@@ -28,10 +33,23 @@ from threeaxes.grading.drop10 import (ATTENTION, CLUSTER_NAME, CRASHED, MODEL_NA
                                       N_GPUS, SCENARIO, SCENARIO_BEFORE, SEQ_AFTER, SEQ_BEFORE,
                                       TOKENS_PER_STEP, scenario)
 
-__all__ = ["SCENARIO", "CRASHED", "GB_TOLERANCE", "expected_gb", "formula_gb", "plain_gb", "ask_gb",
+__all__ = ["SCENARIO", "CRASHED", "GB_TOLERANCE", "OOM_TERMS_REL", "oom_terms_gb", "expected_gb", "formula_gb", "plain_gb", "ask_gb",
            "gb_mistake", "gb_cases", "draw_gb_cases"]
 
 GB_TOLERANCE = 0.006                  # relative; the Section 4.3 extras stay under 0.5% here
+OOM_TERMS_REL = 0.01                  # relative, as the notebook states: a student's rounding passes
+
+
+def oom_terms_gb() -> dict:
+    """GB (1e9 bytes) per GPU of the crashed layout's two activation terms at 4,096 tokens,
+    all layers: {"linear": sbh(10 + 24/t), "scores": 5as^2b/t} times n_layers."""
+    from threeaxes.cost import activation_bytes
+
+    model = SCENARIO["model"]
+    layer = activation_bytes(SEQ_AFTER, CRASHED["micro_batch"], model.d_model, model.n_heads,
+                             tp=CRASHED["tp"])
+    return {"linear": model.n_layers * layer.linear / 1e9,
+            "scores": model.n_layers * layer.attention / 1e9}
 
 
 def _terms(seq_len, micro_batch) -> dict:
