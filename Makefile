@@ -4,18 +4,22 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# two installs: what a student's make lab needs (requirements.txt), then what tests, grading and
+# the linter need on top of it (requirements-dev.txt); constraints.txt pins both
+LAB_STAMP := $(VENV)/.lab-stamp
 STAMP  := $(VENV)/.installed-stamp
 # pytest workers: 2 matches the 2-core machines the course is tested on
 JOBS   ?= 2
 
-.PHONY: lab lab-instructor reset test test-fast release grade grade-demo report student-repo bench clean-grading help
+.PHONY: lab lab-instructor reset lint test test-fast release grade grade-demo report student-repo bench clean-grading help
 
 help:
 	@echo "make lab        your copy of the course in work/ (new drops added, nothing overwritten),"
 	@echo "                then JupyterLab on its start page (installs .venv first)"
 	@echo "make reset DROP=<drop>  back up your copy of one drop in work/ and take the release's again"
 	@echo "make lab-instructor     JupyterLab on the repository itself, with nbgrader's formgrader"
-	@echo "make test       the whole suite: package, notebooks (nbval), grading path"
+	@echo "make test       ruff, then the whole suite: package, notebooks (nbval), grading path"
+	@echo "make lint       ruff check (pyproject.toml's rules), as make test runs it first"
 	@echo "make test-browser  a student's session in headless Chromium (apt-get install chromium chromium-driver)"
 	@echo "make release    regenerate release/ from source/ with nbgrader"
 	@echo "make grade      autograde submitted/ (JOBS at once, each sandboxed), write feedback/ and grades.csv"
@@ -25,26 +29,33 @@ help:
 	@echo "make bench      print the benchmark figures"
 	@echo "make hub        a JupyterHub for a class on this machine (HUB_ARGS=\"--students a,b --port 8000\"; README)"
 
-$(STAMP): requirements.txt constraints.txt pyproject.toml
+$(LAB_STAMP): requirements.txt constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -r requirements.txt -c constraints.txt
 	$(BIN)/python -m pip install -q --no-deps -e .
+	touch $(LAB_STAMP)
+
+$(STAMP): $(LAB_STAMP) requirements-dev.txt
+	$(BIN)/python -m pip install -q -r requirements-dev.txt -c constraints.txt
 	touch $(STAMP)
 
 # Students work in work/ (git-ignored); see autograder/workspace.py.
-lab: $(STAMP)
+lab: $(LAB_STAMP)
 	$(BIN)/python -m autograder.workspace lab
 
 lab-instructor: $(STAMP)
 	$(BIN)/python -m autograder.workspace lab --instructor
 
-reset: $(STAMP)
+reset: $(LAB_STAMP)
 	$(BIN)/python -m autograder.workspace reset $(DROP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 # a kernel can take over a minute to answer while the grading test loads both cores;
 # PYTHONPATH: the source notebooks' hidden tests import autograder.references
-test: $(STAMP)
+test: lint
 	PYTHONPATH=$(CURDIR) $(BIN)/python -m pytest -n $(JOBS) --dist loadfile -p no:cacheprovider \
 	    tests --nbval-lax --nbval-kernel-startup-timeout=180 notebooks source --durations=15
 

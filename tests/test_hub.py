@@ -22,7 +22,7 @@ def test_the_hub_and_its_proxy_are_pinned_in_hub_and_never_in_the_students_envir
     pinned = [line for line in (ROOT / "hub" / "requirements.txt").read_text().splitlines()
               if line and not line.startswith("#")]
     assert all("==" in line for line in pinned), pinned
-    for student_side in ("requirements.txt", "constraints.txt", "environment.yml"):
+    for student_side in ("requirements.txt", "requirements-dev.txt", "constraints.txt", "environment.yml"):
         assert "jupyterhub" not in (ROOT / student_side).read_text().lower(), student_side
 
 
@@ -33,7 +33,8 @@ def test_each_role_gets_the_extensions_nbgrader_documents_for_a_hub(tmp_path):
         folder = tmp_path / "jupyter" / name
         server = json.loads((folder / "jupyter_server_config.json").read_text())["ServerApp"]["jpserver_extensions"]
         lab = json.loads((folder / "labconfig" / "page_config.json").read_text())["disabledExtensions"]
-        return {k.rsplit(".", 1)[1] for k, on in server.items() if on}, set(lab), (folder / "nbgrader_config.py").read_text()
+        config = (folder / "nbgrader_config.py").read_text()
+        return {k.rsplit(".", 1)[1] for k, on in server.items() if on}, set(lab), config
 
     server, lab_off, config = role("student")
     assert server == {"assignment_list"}

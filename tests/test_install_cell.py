@@ -54,3 +54,39 @@ def test_install_cell_installs_the_package_into_a_fresh_environment(tmp_path):
     where = subprocess.run([str(fresh_python), "-c", "import threeaxes.toy, threeaxes; print(threeaxes.__file__)"],
                            cwd=workdir, env=run_env, check=True, capture_output=True, text=True).stdout
     assert Path(where.strip()).is_relative_to(env), where
+
+
+def _pinned(path: Path) -> dict[str, str]:
+    """name -> version of the `name==version` lines of a requirements file (the rest skipped)."""
+    lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
+    return {_canonical(name): version for name, _, version in
+            (line.partition("==") for line in lines if "==" in line)}
+
+
+def _canonical(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(".", "-")
+
+
+TEST_TOOLS = {"pytest", "pytest-xdist", "hypothesis", "selenium", "nbval", "nbgrader", "ruff"}
+
+
+def test_make_lab_installs_what_a_student_needs_and_no_test_tool():
+    student = _pinned(ROOT / "requirements.txt")
+    dev = _pinned(ROOT / "requirements-dev.txt")
+    constraints = _pinned(ROOT / "constraints.txt")
+    assert not TEST_TOOLS & set(student), sorted(TEST_TOOLS & set(student))
+    assert TEST_TOOLS <= set(dev), sorted(TEST_TOOLS - set(dev))
+    assert "-r requirements.txt" in (ROOT / "requirements-dev.txt").read_text().splitlines()
+    assert student["torch"] == "2.13.0", "torch pinned exactly: a looser pin pulls a multi-GB CUDA build"
+    for name, version in {**student, **dev}.items():
+        assert constraints.get(name) == version, (
+            f"constraints.txt pins {name} at {constraints.get(name)}, not {version}")
+    tomllib = pytest.importorskip("tomllib")   # Python 3.11+
+
+    needed = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {_canonical(spec.split(">")[0].split("=")[0].split("<")[0]) for spec in needed}
+    assert names <= set(student), f"Colab installs {sorted(names - set(student))}, which make lab leaves out"
+    make = (ROOT / "Makefile").read_text()
+    lab_rule = make.split("$(LAB_STAMP):", 1)[1].split("\n\n", 1)[0]
+    assert "requirements.txt" in lab_rule and "requirements-dev" not in lab_rule, lab_rule
+    assert "\nlab: $(LAB_STAMP)" in make
