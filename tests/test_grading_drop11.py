@@ -140,3 +140,36 @@ def test_the_new_cluster_shares_one_nic_per_node_and_the_cluster_still_gains():
     assert milder.time.tp_comm == pytest.approx(by_hand(*VISIBLE) / (100 * GB) + steps * 10e-6)
     loss = 1 - (milder.tokens_per_second / 256) / (before.tokens_per_second / 128)
     assert 0 < loss < drop11.DROP_RANGE[0]
+
+
+def test_the_diagnosis_reference_is_the_ring_count_by_hand_plus_latency():
+    # GPT-3 175B: 96 layers over pp=8, m=128 micro-batches of one 2,048-token sequence, h=12288,
+    # 4 all-reduces per layer per micro-batch, a ring over t=8 sends 2(t-1)/t of 2 b s h bytes,
+    # through the new node's one 25 GB/s card; each of the 2(t-1) ring steps pays 10 us
+    all_reduces = 96 // 8 * 128 * 4
+    by_hand = all_reduces * 2 * 7 / 8 * (2 * 2048 * 12288) / 25e9
+    latency = all_reduces * 2 * 7 * 10e-6
+    assert drop11.tp_after_seconds() == pytest.approx(by_hand + latency, rel=1e-9)
+    # leaving the latency out, as the exercise allows, is inside the stated tolerance
+    assert abs(by_hand / drop11.tp_after_seconds() - 1) < drop11.TP_AFTER_REL / 2
+    # and the term explains most of the slower step
+    from threeaxes.cost import plan
+    before = plan(drop11.MODEL, drop11.OLD_CLUSTER, drop11.OLD_BATCH, **drop11.OLD_CONFIG)
+    after = plan(drop11.MODEL, drop11.NEW_CLUSTER, drop11.NEW_BATCH, **drop11.old_config_on(drop11.NEW_CLUSTER),
+                 allow_tp_across_nodes=True)
+    assert after.time.tp_comm - before.time.tp_comm > 0.8 * (after.time.total - before.time.total)
+
+
+def test_the_diagnosis_catalogue_is_judged_and_named():
+    from autograder.references import catalogue
+
+    right = 96 // 8 * 128 * 4 * 2 * 7 / 8 * (2 * 2048 * 12288) / 25e9
+    catalogue.judge_fixed("drop11", "tp_after_answer", right)
+    catalogue.judge_fixed("drop11", "tp_after_answer", round(right))
+    for wrong, named in ((right * 25 / 300, "old link"), (right / 1.75, "2 \\(t - 1\\) / t"),
+                         (right / 2, "backward"), (right * 8, "n_layers / pp"), (right / 128, "one micro-batch"),
+                         (right * 2, "bf16"), (right * 4, "a quarter")):
+        with pytest.raises(AssertionError, match=named):
+            catalogue.judge_fixed("drop11", "tp_after_answer", wrong)
+    with pytest.raises(AssertionError, match="is not right"):
+        catalogue.judge_fixed("drop11", "tp_after_answer", right * 1.3)

@@ -5,6 +5,10 @@ package's `threeaxes.grading.drop11`. Everything here is computed from
 `threeaxes.cost` at grading time, so a change of the cost model changes the
 answers with it:
 
+* `tp_after_s` (the core's diagnosis): the seconds one step on the new cluster spends
+  in tensor-parallel all-reduces with the old layout, a fixed answer whose value
+  `tp_after_seconds` takes from the planner's `tp_comm` term (bytes over the link,
+  plus each ring step's latency, which the student may leave out: `TP_AFTER_REL`).
 * `moved_axis(old_dims, new_dims, old_gpus_per_node, new_gpus_per_node)`: the
   axis whose group ran inside a node before and crosses nodes after, or
   "none" (`cost.network.group_inside_node`); `moved_axes` lists them all.
@@ -29,8 +33,18 @@ from threeaxes.grading.drop11 import (AXES_BY_STRIDE, DROP_RANGE, MODEL, NEW_BAT
                                       NEW_CLUSTER, NEW_SCENARIO, OLD_BATCH, OLD_CLUSTER, OLD_CONFIG,
                                       OLD_SCENARIO, old_config_on)
 
-__all__ = ["moved_axes", "moved_axis", "AXIS_SLIPS", "draw_axis_cases", "plain_axis", "axis_mistake",
+__all__ = ["TP_AFTER_REL", "tp_after_seconds", "moved_axes", "moved_axis", "AXIS_SLIPS", "draw_axis_cases", "plain_axis", "axis_mistake",
            "tp_wire_bytes", "tp_bytes_mistake", "plain_bytes", "draw_bytes_case"]
+TP_AFTER_REL = 0.1      # relative, as the notebook states; latency is 4% of the term here
+
+
+def tp_after_seconds() -> float:
+    """The planner's tensor-parallel term of one step: the old layout on the new cluster."""
+    from threeaxes.cost import plan
+
+    result = plan(MODEL, NEW_CLUSTER, NEW_BATCH, **old_config_on(NEW_CLUSTER), allow_tp_across_nodes=True)
+    return result.time.tp_comm
+
 
 def moved_axes(old_cluster, new_cluster, old_dims: tuple, new_dims: tuple) -> list:
     """Axes whose group ran inside one node before and crosses nodes after."""
