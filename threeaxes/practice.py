@@ -245,7 +245,7 @@ def check(name: str, answer, *, rel: float = 0.02) -> bool:
 
 # the model answers, in words; the number each checks is computed (`_answers`)
 _MODEL_ANSWERS = {
-    "q1": "Each GPU keeps a whole replica and trains on its own slice of the batch; one "
+    "q1": "In plain (replicated) data parallelism each GPU keeps a whole replica and trains on its own slice of the batch; one "
           "all-reduce a step averages the gradients so every replica takes the same update. "
           "The hard limit is memory: the whole model, with its gradients and optimizer "
           "states, must fit every single GPU.",
@@ -256,8 +256,10 @@ _MODEL_ANSWERS = {
     "q3": "Consecutive layers become stages on different GPUs; activations go forward and "
           "gradients back only at stage edges, so slower links do. The bubble is the time "
           "GPUs wait while the pipeline fills and drains; many micro-batches shrink it.",
-    "q4": "Parameters, gradients and optimizer states, all split over the data-parallel "
-          "ranks. A layer's weights are gathered just before it runs and freed right after. "
+    "q4": "ZeRO-3 (FSDP's full sharding) splits parameters, gradients and optimizer states "
+          "over the data-parallel ranks; ZeRO-1 splits only the optimizer states, ZeRO-2 the "
+          "gradients too. Under ZeRO-3 a layer's weights are gathered just before it runs "
+          "(forward, then again for backward) and freed right after. "
           "It saves memory like model splitting while the code stays data-parallel; the "
           "price is extra gathers, mostly hidden behind compute.",
     "q5": "Tensor parallelism inside a node, where per-layer traffic rides NVLink; pipeline "
@@ -308,18 +310,19 @@ def reveal_scenario(key: str):
 
 CARDS = (
     ("Data parallelism: what does it do, and what stops it?",
-     "Every GPU holds the whole model and takes its own slice of the batch; the gradients are "
-     "all-reduced once a step. It stops when the whole model no longer fits one GPU."),
+     "In its plain, replicated form every GPU holds the whole model and takes its own slice of "
+     "the batch; the gradients are all-reduced once a step. It stops when the whole model's "
+     "states no longer fit one GPU; ZeRO/FSDP shard them."),
     ("Tensor parallelism: what does it do, and what does it need?",
      "It cuts each layer's matrices (MLP width, attention heads) across GPUs and combines the "
      "partial results inside every layer. That traffic needs NVLink, so it stays in a node."),
     ("Pipeline parallelism: what does it do, and what does it cost?",
      "Consecutive layers become stages on different GPUs and micro-batches flow through them. "
      "It only sends at stage edges, so slow links are fine; the cost is the bubble."),
-    ("FSDP / ZeRO: what gets sharded?",
-     "Parameters, gradients and optimizer states, over the data-parallel ranks. A layer's "
-     "weights are gathered just before it runs and dropped after; the traffic mostly hides "
-     "behind compute."),
+    ("ZeRO-1, ZeRO-2, ZeRO-3 / FSDP: what gets sharded?",
+     "Over the data-parallel ranks, ZeRO-1 shards the optimizer states, ZeRO-2 the gradients "
+     "too, ZeRO-3 (FSDP) the parameters as well. Under ZeRO-3 a layer's weights are gathered "
+     "just before it runs and dropped after; the traffic mostly hides behind compute."),
     ("Where do TP and PP go?",
      "TP inside a node, where per-layer traffic is cheap; PP across nodes, where only stage "
      "edges cross the slower fabric; DP on top of both for the biggest models."),
