@@ -16,7 +16,9 @@ The students use nbgrader's own commands (fetch_assignment, submit,
 fetch_feedback). The instructor's nbgrader steps run through nbgrader's Python
 API (`nbgrader.apps.api.NbGraderAPI`, what the formgrader calls) in this one
 process, so each costs no new interpreter and nbgrader import (seconds each on
-2 cores). Bad input is refused with what to do about it, and no step deletes a
+2 cores). Collect never follows a link a student wrote into the exchange, and takes
+a submission only when it is the notebook alone (autograder/safe_collect.py). Bad
+input is refused with what to do about it, and no step deletes a
 submission: one that cannot be graded stays in submitted/ (and in the
 exchange) and is named in the report, with its cause and the log file under
 .graded/.logs/ that holds the rest (autograder/grade.py); an earlier grading's
@@ -33,7 +35,7 @@ from pathlib import Path
 
 from autograder import core_points
 from autograder.grade import (feedback_failures, forget, grade_submissions, gradebook_url, pending,
-                              register_assignments)
+                              refused, register_assignments)
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "nbgrader_config.py"
@@ -88,6 +90,8 @@ def _api(course: Course, **settings):
     from traitlets.config import Config
 
     config = Config(course.config)
+    # collect never follows a link a student wrote into inbound/ (autograder/safe_collect.py)
+    config.ExchangeFactory.collect = "autograder.safe_collect.SafeCollect"
     for key, value in settings.items():
         section, name = key.split(".")
         config[section][name] = value
@@ -165,6 +169,9 @@ def problem(course: Course, drop: str, student: str, students: list[str]) -> str
                 + f"). If they are in the class: nbgrader db student add {student} --first-name=... "
                 f"--last-name=..., then grade again; if not, delete {where}. {kept}")
     folder = course.root / where
+    why = refused(course.root, drop, student)
+    if why and "holds no notebook" not in why:   # a link, a device, a folder, another file: read nothing
+        return f"{student}/{drop}: {why}. {kept}"
     for expected in sorted((course.root / "release" / drop).glob("*.ipynb")):
         path = folder / expected.name
         if not path.is_file():
@@ -225,6 +232,10 @@ def collect(course: Course, drops: list[str], update: bool = False) -> str:
     for drop in drops:
         before = _collected(course, drop)
         _ok(api.collect(drop, update=update), f"collect {drop}")
+        from autograder.safe_collect import SafeCollect
+
+        lines += [f"not collected: {why}. Nothing of it was read or copied; ask the student to submit "
+                  f"the notebook alone (nbgrader submit {drop})" for why in SafeCollect.refused]
         after = _collected(course, drop)
         new = sorted(set(after) - set(before))
         updated = sorted(s for s in before if s in after and after[s] != before[s])

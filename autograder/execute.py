@@ -42,7 +42,6 @@ class JudgedExecute(Execute):
                               "(autograder/sandbox.py).").tag(config=True)
 
     def preprocess(self, nb, resources):
-        folder = Path(resources.get("metadata", {}).get("path") or ".")
         isolate = self.isolate and os.environ.get("THREEAXES_GRADE_ISOLATE", "1") != "0"
         about = resources.get("nbgrader", {})
         assignment, notebook = about.get("assignment", ""), about.get("notebook", "")
@@ -52,14 +51,14 @@ class JudgedExecute(Execute):
         # (place, cell id, grade id and code): a copy of one elsewhere is the student's
         shared = ({p.source for p in instructors} if borrowed.opening_is_instructors(nb, instructors)
                   else set())
-        opening = warm_start.host_for(nb, instructors=shared, isolate=isolate, files=_assignment_files(folder),
-                                      withheld=guard.paths if guard else None, timeout=self.timeout)
+        opening = warm_start.host_for(nb, instructors=shared, isolate=isolate,
+                                      files=_assignment_files(Path.cwd(), assignment), withheld=guard.paths if guard else None, timeout=self.timeout)
         if opening.sandbox.get("refused"):
             self.log.warning("grading without a sandbox: %s", opening.sandbox["refused"])
         with opening.session(self.timeout) as kernel:
             if not kernel.alive:   # the grader's trouble, not the student's: no grade rather than 0
                 raise RuntimeError(f"no kernel could be started for this submission: {opening.host.log_tail()}")
-            run_notebook(nb, kernel, self.timeout, guard, opening.oracle, opening=opening.outputs)
+            run_notebook(nb, kernel, self.timeout, guard, kernel.oracle, opening=opening.outputs)
         return nb, resources
 
 
@@ -151,9 +150,25 @@ def _judge(source: str, kernel: KernelSession, guard, grade_id: str) -> list[dic
 ENAME_UNCHECKED = "UncheckedAnswer"
 
 
-def _assignment_files(folder: Path) -> dict[str, bytes]:
-    """The assignment's files beside the notebook (data a drop ships), not notebooks."""
-    if not folder.is_dir():
+# the instructor's files of source/<drop>/ that are not the drop's data: the grading data stays out
+NOT_SHIPPED = ("grading.json",)
+
+
+def _assignment_files(course_root: Path, assignment: str) -> dict[str, bytes]:
+    """The data files a drop ships, as the instructor's source/<drop>/ holds them (regular
+    files, not notebooks, not the grading data), never what the submission's folder holds:
+    the kernel host writes these into its working folder, first on its sys.path."""
+    from autograder import one_notebook
+
+    folder = Path(course_root) / "source" / assignment
+    if not one_notebook.NAME.fullmatch(assignment or "-") or not folder.is_dir():
         return {}
-    return {p.name: p.read_bytes() for p in folder.iterdir()
-            if p.is_file() and p.suffix != ".ipynb" and p.stat().st_size < 16 << 20}
+    found = {}
+    for entry in os.scandir(folder):
+        if (entry.is_file(follow_symlinks=False) and not entry.name.endswith(".ipynb")
+                and not entry.name.startswith(".") and entry.name not in NOT_SHIPPED):
+            try:
+                found[entry.name] = one_notebook.read_regular(Path(entry.path), cap=16 << 20)
+            except OSError:
+                continue
+    return found

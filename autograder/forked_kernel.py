@@ -28,6 +28,9 @@ TIMEOUT = {"output_type": "error", "ename": "TimeoutError", "evalue": "the cell 
            "traceback": ["TimeoutError: the cell ran past the grading time limit"]}
 GRACE_S = 10   # after an interrupt, for the cell to stop before its kernel is
 ERRORS_KEPT = 1 << 20   # bytes of a kernel's stderr passed on to the grader's log
+MAX_LINE_BYTES = 48 << 20   # one reply of a kernel: a cell's outputs (the host's own cap is above it)
+OVERLONG = {"output_type": "error", "ename": "KernelStopped", "traceback": [],
+            "evalue": f"the kernel sent a reply of over {MAX_LINE_BYTES >> 20} MiB: it was stopped"}
 
 
 class Kernel:
@@ -38,8 +41,10 @@ class Kernel:
         self.kernel_pid = None   # as this process sees it (with a PID namespace, the child's child)
 
     @classmethod
-    def fork(cls, host) -> "Kernel":
-        """A child of `host` (autograder.kernel_host.Host: its shell, reply pipe and settings)."""
+    def fork(cls, host, oracle: str | None = None) -> "Kernel":
+        """A child of `host` (autograder.kernel_host.Host: its shell, reply pipe and settings);
+        `oracle`: the name of this kernel's own socket in the host's oracle folder (none: the
+        kernel is told of no oracle)."""
         to_kernel, from_host = os.pipe()
         to_host, from_kernel = os.pipe()
         errors_in, errors_out = os.pipe()   # its stderr: its own, not the host's log of every kernel
@@ -56,6 +61,11 @@ class Kernel:
                 if not host.namespaces:
                     os.write(from_kernel, b"%d\n" % os.getpid())
                 _forget_the_hosts_helpers()
+                folder = host.settings.get("oracle_folder")
+                if folder:
+                    os.environ.pop("THREEAXES_ORACLE", None)
+                    if oracle and "/" not in oracle:
+                        os.environ["THREEAXES_ORACLE"] = f"{folder['here']}/{oracle}"
                 serve_cells(host.runner, os.fdopen(to_kernel, "r"), os.fdopen(from_kernel, "w", buffering=1))
             finally:
                 os._exit(0)
@@ -75,11 +85,13 @@ class Kernel:
         except (BrokenPipeError, OSError):
             return self._dead([])
         line = self.replies.readline(request["timeout"])
-        late = line is None and self.replies.open
+        late = line is None and self.replies.open and not self.replies.overlong
         if late:
             self._signal(signal.SIGINT)
             line = self.replies.readline(GRACE_S)
         outputs = _outputs(line)
+        if outputs is None and self.replies.overlong:
+            return self._dead([OVERLONG])
         if outputs is None:   # it exited, crashed, ignored the interrupt or said nonsense
             return self._dead([TIMEOUT] if late else [])
         return {"outputs": outputs + ([TIMEOUT] if late else []), "status": "ok"}
@@ -161,13 +173,20 @@ class _Lines:
     comes on `errors` (the kernel's stderr) to this process's own, up to ERRORS_KEPT bytes."""
 
     def __init__(self, fd: int, errors: int | None = None):
-        self.fd, self.errors, self.buffer, self.open = fd, errors, b"", True
+        self.fd, self.errors, self.buffer, self.open, self.overlong = fd, errors, bytearray(), True, False
         self.errors_left = ERRORS_KEPT
 
     def readline(self, timeout: float) -> str | None:
+        """A line within `timeout`; None if none came, or if the kernel sent more than
+        MAX_LINE_BYTES without ending its line (`overlong` then says so)."""
         deadline = time.monotonic() + timeout
-        while b"\n" not in self.buffer:
+        searched = 0     # the buffer before this holds no newline
+        while (end := self.buffer.find(b"\n", searched)) < 0:
+            searched = len(self.buffer)
             left = deadline - time.monotonic()
+            if len(self.buffer) > MAX_LINE_BYTES:
+                self.overlong, self.buffer = True, bytearray()
+                return None
             if not self.open or left <= 0:
                 return None
             ready = select.select([self.fd] + ([self.errors] if self.errors is not None else []), [], [], left)[0]
@@ -175,12 +194,13 @@ class _Lines:
                 self._pass_errors_on()
             if self.fd not in ready:
                 continue
-            chunk = os.read(self.fd, 1 << 16)
+            chunk = os.read(self.fd, 1 << 20)
             if not chunk:
                 self.open = False
                 return None
             self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
+        line = bytes(self.buffer[:end])
+        del self.buffer[:end + 1]
         return line.decode()
 
     def _pass_errors_on(self) -> None:

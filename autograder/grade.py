@@ -45,13 +45,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import core_points
+from autograder import core_points, one_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = Path(__file__).resolve().parent / "samples"
 GRADED = ".graded"   # in the course root: one note per graded submission
 LOGS = ".logs"      # in GRADED: each worker's log, and one per submission that could not be graded
 TAIL_LINES = 15     # lines of a failure's log shown with its cause
+MAX_ANSWER_CHARS = 1 << 20   # one answer line of a grading worker (grade_worker.KEEP bounds its text)
 
 
 def nbgrader(course_root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -110,17 +111,36 @@ def add_students(course_root: Path, students) -> None:
 
 
 def submissions(course_root: Path) -> list[tuple[str, str]]:
-    """(assignment, student) of every notebook in submitted/."""
-    return sorted({(p.parent.name, p.parent.parent.name)
-                   for p in (course_root / "submitted").glob("*/*/*.ipynb")})
+    """(assignment, student) of every folder submitted/<student>/<assignment>/, links not
+    followed (autograder/one_notebook.py); one that is not a notebook alone is refused
+    when it comes to be graded (`refused`), named with its cause."""
+    return one_notebook.submission_folders(Path(course_root) / "submitted")
+
+
+def refused(course_root: Path, assignment: str, student: str) -> str | None:
+    """Why submitted/<student>/<assignment>/ is not graded (a link, a device, a folder or a
+    file other than the notebook in it), or None: checked before anything runs or is copied."""
+    if not (one_notebook.NAME.fullmatch(student) and one_notebook.NAME.fullmatch(assignment)):
+        return f"the folder names {student!r}/{assignment!r} are not a student id and a drop"
+    return one_notebook.refusal(Path(course_root) / "submitted" / student / assignment,
+                                one_notebook.notebooks_of(course_root, assignment))
 
 
 def _digest(course_root: Path, assignment: str, student: str) -> str:
-    """What a submission was graded from: its files' names and bytes."""
+    """What a submission was graded from: its files' names and bytes (regular files only, read
+    without following a link; a folder that holds anything else is refused before this)."""
     folder = Path(course_root) / "submitted" / student / assignment
     h = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        h.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+    try:
+        names = sorted(e.name for e in os.scandir(folder) if e.is_file(follow_symlinks=False))
+    except OSError:
+        names = []
+    for name in names:
+        try:
+            data = one_notebook.read_regular(folder / name)
+        except OSError:
+            data = b"\0unreadable"
+        h.update(name.encode() + b"\0" + data)
     return h.hexdigest()
 
 
@@ -131,7 +151,7 @@ def _note(course_root: Path, assignment: str, student: str) -> Path:
 def pending(course_root: Path, todo: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The submissions of `todo` not graded yet, changed since they were, or whose
     autograded notebook is gone (autograded/ deleted by hand, say)."""
-    return [(a, s) for a, s in todo if not _note(course_root, a, s).is_file()
+    return [(a, s) for a, s in todo if refused(course_root, a, s) or not _note(course_root, a, s).is_file()
             or _note(course_root, a, s).read_text() != _digest(course_root, a, s)
             or _autograded_missing(course_root, a, s)]
 
@@ -185,8 +205,13 @@ def grade_submissions(course_root: Path, todo: list[tuple[str, str]], jobs: int,
     add_students(course_root, [student for _, student in todo])
     logs = course_root / GRADED / LOGS
     logs.mkdir(parents=True, exist_ok=True)
-    queue = ByDrop(todo)
     out = Autograded()
+    for assignment, student in todo:   # a submission that is not its notebook alone: named, never run
+        why = refused(course_root, assignment, student)
+        if why:
+            out.failed[assignment, student] = f"{student}/{assignment}: {why}"
+            out.seconds[assignment, student] = 0.0
+    queue = ByDrop([item for item in todo if item not in out.failed])
     lock, start, stopping = threading.Lock(), time.perf_counter(), threading.Event()
     workers, broken = [], []   # broken: why no worker can start, once two in a row died starting
 
@@ -259,6 +284,8 @@ def grade_submissions(course_root: Path, todo: list[tuple[str, str]], jobs: int,
                             note = _note(course_root, *item)
                             note.parent.mkdir(parents=True, exist_ok=True)
                             note.write_text(digest)
+                        elif result.get("refused"):   # changed since the check above (grade_worker.py)
+                            out.failed[item] = f"{item[1]}/{item[0]}: {result['refused']}"
                         else:
                             out.failed[item] = _failure(course_root, item, result, log_path, mark)
                         _progress(progress, len(out.seconds), len(todo), time.perf_counter() - start, item,
@@ -266,8 +293,9 @@ def grade_submissions(course_root: Path, todo: list[tuple[str, str]], jobs: int,
             finally:
                 end(worker)
 
+    left = len(todo) - len(out.failed)
     threads = [threading.Thread(target=work, args=(k + 1,), daemon=True)
-               for k in range(max(1, min(jobs, len(todo))))]
+               for k in range(max(1, min(jobs, left)) if left else 0)]
     for t in threads:
         t.start()
     restore = _sigterm_as_interrupt()   # killed by a timeout or a CI runner: stop the workers as Ctrl-C does
@@ -304,8 +332,11 @@ def _ask(worker: subprocess.Popen, item) -> dict | None:
     try:
         worker.stdin.write(json.dumps(item) + "\n")
         worker.stdin.flush()
-        line = worker.stdout.readline()
+        line = worker.stdout.readline(MAX_ANSWER_CHARS + 1)
     except (BrokenPipeError, OSError, ValueError):
+        return None
+    if len(line) > MAX_ANSWER_CHARS:   # a worker's answer is a few kB: this one stops the worker
+        _kill(worker)
         return None
     try:
         return json.loads(line) if line else None

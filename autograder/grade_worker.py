@@ -7,7 +7,9 @@ line `{"success": bool, "error": str, "log": str}` once nbgrader's Autograde (th
 same converter `nbgrader autograde` runs, with the course's nbgrader_config.py
 and the given overrides) has graded it: `error` is nbgrader's traceback, `log`
 what nbgrader logged meanwhile (where the real cause is: nbgrader's own error
-only says "see the above traceback"). A worker imports nbgrader and the grader's
+only says "see the above traceback"). A submission folder that holds more than its
+notebook (autograder/one_notebook.py) is answered `{"success": false, "refused": why}`
+unread. A worker imports nbgrader and the grader's
 side of the judge once, not once per submission; the student's code never
 runs here (autograder/execute.py: it runs in a sandboxed kernel).
 
@@ -40,10 +42,18 @@ def main(argv=None) -> None:
     from nbgrader.apps.api import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
+    from autograder.grade import refused
+
     api = NbGraderAPI(coursedir=CourseDirectory(config=config, root=str(Path(root).resolve())), config=config)
     for line in sys.stdin:
         assignment, student = json.loads(line)
         print(f"-- grading {student}/{assignment} (worker {os.getpid()})", file=sys.stderr, flush=True)
+        # checked again here, just before nbgrader copies the folder: what changed since grade.py looked
+        why = refused(root, assignment, student)
+        if why:
+            answers.write(json.dumps({"success": False, "refused": why, "error": why, "log": ""}) + "\n")
+            answers.flush()
+            continue
         try:
             result = api.autograde(assignment, student, force=True, create=True)
         except Exception:   # noqa: BLE001 - capture_log catches nbgrader's own; anything else is named too

@@ -36,9 +36,11 @@ from autograder import budget, sandbox
 from autograder.cell_runner import CellRunner
 from autograder.forked_kernel import TIMEOUT, Kernel, dumps
 
+MAX_REQUEST_CHARS = 64 << 20   # one line from the grader: a cell's source, or the settings with a drop's files
+
 
 def main() -> None:
-    settings = json.loads(sys.stdin.readline())
+    settings = json.loads(sys.stdin.readline(MAX_REQUEST_CHARS + 1))
     budget.join(settings.get("cgroup_procs", []))   # before anything starts: all of it in one budget
     sandbox.die_with_parent()
     replies = os.fdopen(os.dup(1), "w", buffering=1)
@@ -48,6 +50,11 @@ def main() -> None:
     oracle = settings.get("oracle")               # the grader's socket, as this side sees it
     if oracle:
         settings["env"]["THREEAXES_ORACLE"] = oracle["inside" if report["namespaces"] else "outside"]
+    folder = settings.get("oracle_folder")        # or a folder with a socket per kernel (forked_kernel.py)
+    if folder:
+        folder["here"] = folder["inside" if report["namespaces"] else "outside"]
+        if folder.get("name"):                    # the opening cells' own
+            settings["env"]["THREEAXES_ORACLE"] = f"{folder['here']}/{folder['name']}"
     if settings.get("package_parent") and not report["namespaces"]:
         # no mounts here: the withheld copy goes first on the path (autograder/withheld.py)
         settings["env"]["PYTHONPATH"] = settings["package_parent"]
@@ -91,11 +98,14 @@ class Host:
         self.forked = False
 
     def serve(self, requests) -> None:
-        for line in requests:
+        while True:
+            line = requests.readline(MAX_REQUEST_CHARS + 1)
+            if not line or len(line) > MAX_REQUEST_CHARS:   # the grader's requests are short
+                break
             request = json.loads(line)
             if "fork" in request:
                 self._end()
-                self.kernel, self.forked = Kernel.fork(self), True
+                self.kernel, self.forked = Kernel.fork(self, oracle=request.get("oracle")), True
                 reply = {"forked": self.kernel.pid is not None}
             elif "end" in request:
                 self._end()

@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MARGIN_S = 30            # beyond a cell's timeout, for the kernel host to reply
 STARTUP_TIMEOUT_S = 180  # a host can take a minute to start on a loaded 2-core machine
 SUBMISSION_CELLS = 4    # a submission's time: this many cells' limits (a drop runs in about 30 s)
+MAX_LINE_CHARS = 64 << 20   # one reply line of a kernel host: a cell's outputs (images included)
 STOPPED = [{"output_type": "error", "ename": "KernelStopped", "traceback": [],
             "evalue": "the kernel had stopped (a cell exited, crashed it or ran too long)"}]
 
@@ -45,9 +46,13 @@ def _out_of_time(message: str) -> dict:
 
 class KernelHost:
     def __init__(self, *, isolate: bool = True, files: dict[str, bytes] | None = None,
-                 package: Path | None = None, oracle_socket: str | None = None):
+                 package: Path | None = None, oracle_socket: str | None = None,
+                 oracle_folder: str | None = None, oracle_name: str | None = None):
         """`package`: a copy of threeaxes the kernels import instead of this one;
-        `oracle_socket`: where the grader answers its withheld functions (autograder/oracle.py)."""
+        `oracle_socket`: where the grader answers its withheld functions (autograder/oracle.py),
+        one socket for every cell this host runs; or `oracle_folder`: the folder in which each
+        kernel's own oracle listens (`KernelSession(oracle=...)`), `oracle_name` the socket
+        there for the host's own (opening) cells."""
         # isolated: an empty folder the sandbox builds its root on; otherwise the kernel's scratch
         self._scratch = tempfile.TemporaryDirectory(prefix="threeaxes-grade-")
         workdir = "/tmp/work" if isolate else self._scratch.name
@@ -77,6 +82,13 @@ class KernelHost:
             inside = f"/run/threeaxes-oracle/{Path(oracle_socket).name}"
             settings["replace"] = settings.get("replace", []) + [[oracle_socket, inside, False]]
             settings["oracle"] = {"inside": inside, "outside": oracle_socket}
+        if oracle_folder is not None:
+            # a folder of sockets, one per kernel, each made and removed by the grader: bound
+            # read-only, searchable but not listable, so a kernel reaches the socket it is told of
+            os.chmod(oracle_folder, 0o711)
+            inside = "/run/threeaxes-oracle"
+            settings["replace"] = settings.get("replace", []) + [[oracle_folder, inside, False]]
+            settings["oracle_folder"] = {"inside": inside, "outside": oracle_folder, "name": oracle_name}
         self._budget = Budget.make()   # the host and all it starts, together (autograder/budget.py)
         settings["cgroup_procs"] = self._budget.procs_files
         self._log = tempfile.TemporaryFile()
@@ -92,6 +104,7 @@ class KernelHost:
         except OSError:   # it died at once; the missing reply below says so
             pass
         self._replies: queue.Queue = queue.Queue()
+        self.overlong = None   # why the host was stopped, when a line of its was over the cap
         threading.Thread(target=self._read, daemon=True).start()
         self.alive = True
         self.sandbox = self._reply(STARTUP_TIMEOUT_S).get("sandbox") or {}
@@ -111,6 +124,8 @@ class KernelHost:
     def run_cell(self, source: str, timeout: float) -> list[dict]:
         """A cell in the host itself: only before its first fork (the opening cells)."""
         reply = self.request({"source": source, "timeout": timeout}, timeout)
+        if not reply and self.overlong:
+            return [{"output_type": "error", "ename": "KernelStopped", "evalue": self.overlong, "traceback": []}]
         return reply["outputs"] if reply and reply.get("status") == "ok" else STOPPED
 
     def request(self, message: dict, timeout: float) -> dict | None:
@@ -140,7 +155,17 @@ class KernelHost:
             return {}
 
     def _read(self):
-        for line in self._proc.stdout:
+        """The host's replies, a line at a time, each at most MAX_LINE_CHARS: a longer one ends
+        the host (everything it runs is as untrusted as the kernels), and says so."""
+        while True:
+            line = self._proc.stdout.readline(MAX_LINE_CHARS + 1)
+            if len(line) > MAX_LINE_CHARS:
+                self.overlong = (f"the kernel host sent the grader a line of over {MAX_LINE_CHARS >> 20} MiB "
+                                 "(nothing the grader asked for is that long): it was stopped, with its kernel")
+                sandbox.kill_tree(self._proc)
+                break
+            if not line:
+                break
             self._replies.put(line)
         self._replies.put(None)
 
@@ -202,15 +227,21 @@ class KernelSession:
     is stopped and each later cell gets an error that says so."""
 
     def __init__(self, host: KernelHost | None = None, *, timeout: float = 90, budget_s: float | None = None,
-                 **host_settings):
+                 oracle=None, **host_settings):
+        """`oracle`: this kernel's own (autograder/oracle.py), listening in the host's
+        `oracle_folder`; it is closed with the kernel."""
         self._own_host = host is None
+        self.oracle = oracle
         self.host = host if host is not None else KernelHost(**host_settings)
         self.sandbox = self.host.sandbox
         self.answers = Answers(self.run_code, timeout)
         self.budget_s = SUBMISSION_CELLS * timeout if budget_s is None else budget_s
         self._deadline, self._test_deadline = time.monotonic() + self.budget_s, None
         self._stopped = STOPPED
-        reply = self.host.request({"fork": True}, STARTUP_TIMEOUT_S)
+        fork = {"fork": True}
+        if oracle is not None:
+            fork["oracle"] = Path(oracle.socket_path).name
+        reply = self.host.request(fork, STARTUP_TIMEOUT_S)
         self.alive = bool(reply and reply.get("forked"))
 
     @contextlib.contextmanager
@@ -225,6 +256,9 @@ class KernelSession:
 
     def run_cell(self, source: str, timeout: float) -> list[dict]:
         reply = self._request(source, timeout)
+        if reply is None and self.host.overlong:
+            self._stopped = [{"output_type": "error", "ename": "KernelStopped", "evalue": self.host.overlong,
+                              "traceback": []}]
         return self._stopped if reply is None else reply["outputs"]
 
     def run_code(self, code: str, timeout: float) -> str | None:
@@ -257,6 +291,8 @@ class KernelSession:
         if self.alive:
             self.alive = False
             self.host.request({"end": True}, MARGIN_S)
+        if self.oracle is not None:    # after the kernel: nothing it left queued is read by anyone
+            self.oracle.close()
         if self._own_host:
             self.host.close()
 

@@ -56,6 +56,7 @@ LIMITS = {  # per process, inherited by the kernel and its ranks
     "RLIMIT_CPU": 900,           # CPU seconds
     "RLIMIT_FSIZE": 256 << 20,   # largest file it may write
     "RLIMIT_NPROC": 2048,        # processes and threads of its user
+    "RLIMIT_NOFILE": 4096,       # open files and sockets of each process (ranks' gloo needs a few hundred)
     "RLIMIT_CORE": 0,
 }
 
@@ -137,6 +138,21 @@ def _enter_namespaces(settings: dict) -> None:
     if uid == 0:
         uid, gid = _give_up_root()
     _drop_privilege(uid, gid)
+
+
+def confine_worker(keep: list[str], stage: str) -> str:
+    """For a process of the grader's that computes what a kernel asks for (the oracle's
+    workers, autograder/oracle_worker.py), run by root: the kernel's minimal root (`keep`
+    read-only, no course, no home folders), no network, and KERNEL_UID with no privilege.
+    Run by another user it stays that user, unconfined: it holds no more than the grader.
+    Returns what was done."""
+    if os.getuid() != 0:
+        return "its grader's own user (not root), unconfined"
+    _call("unshare", CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _minimal_root(keep, stage)
+    _drop_privilege(*_give_up_root())
+    return f"uid {KERNEL_UID} in a root of its own"
 
 
 def _give_up_root() -> tuple[int, int]:

@@ -10,19 +10,23 @@ are copied into its notebook. A notebook that changed or added a cell before its
 first answer runs every cell in its own kernel, forked from a host that ran
 none: what it would have got without any of this.
 
-A worker keeps its last few hosts (submissions are graded drop by drop); each
-has its own oracle, the grader's side of the functions its drop withholds
-(autograder/borrowed.py).
+A worker keeps its last few hosts (submissions are graded drop by drop). Each
+kernel, the host's own opening cells included, has an oracle of its own (the
+grader's side of the functions its drop withholds, autograder/oracle.py) that
+ends with it; the host keeps only the unprivileged process their workers are
+forked from.
 """
 from __future__ import annotations
 
 import atexit
 import hashlib
+import secrets
 import tempfile
 from collections import OrderedDict
 from pathlib import Path
 
 from autograder.oracle import Oracle
+from autograder.oracle_worker import WorkerSource
 from autograder.withheld import package_for
 from autograder.judge import is_graded
 from autograder.kernel_session import KernelHost, KernelSession
@@ -48,24 +52,46 @@ class OpeningHost:
     def __init__(self, sources: list[str], *, isolate: bool, files: dict[str, bytes], withheld: set | None,
                  timeout: float):
         self._scratch = tempfile.TemporaryDirectory(prefix="threeaxes-oracle-")
-        self.oracle = Oracle(withheld, Path(self._scratch.name)) if withheld else None
-        self.host = KernelHost(isolate=isolate, files=files,
-                               package=package_for(withheld) if withheld else None,
-                               oracle_socket=self.oracle.socket_path if self.oracle else None)
-        self.sandbox = self.host.sandbox
-        self.outputs = [self.host.run_cell(source, timeout) for source in sources if self.host.alive]
+        self.withheld = set(withheld or ())
+        # the modules imported once, in an unprivileged process each kernel's worker is forked from
+        self._workers = WorkerSource({p.split(":")[0] for p in self.withheld}) if self.withheld else None
+        opening = self._oracle()
+        try:
+            self.host = KernelHost(isolate=isolate, files=files,
+                                   package=package_for(withheld) if withheld else None,
+                                   oracle_folder=self._scratch.name if self.withheld else None,
+                                   oracle_name=Path(opening.socket_path).name if opening else None)
+            self.sandbox = self.host.sandbox
+            self.outputs = [self.host.run_cell(source, timeout) for source in sources if self.host.alive]
+        except BaseException:
+            if self._workers:
+                self._workers.close()
+            self._scratch.cleanup()
+            raise
+        finally:
+            if opening:     # the opening cells' oracle ends with them: each kernel gets its own
+                opening.close()
+
+    def _oracle(self) -> Oracle | None:
+        """A new oracle, on a socket of its own in this host's oracle folder (named at random:
+        a kernel reaches only the one it is told of)."""
+        if not self.withheld:
+            return None
+        return Oracle(self.withheld, Path(self._scratch.name), source=self._workers,
+                      name=f"{secrets.token_hex(8)}.sock")
 
     @property
     def ready(self) -> bool:
         return self.host.alive
 
     def session(self, timeout: float) -> KernelSession:
-        return KernelSession(self.host, timeout=timeout)
+        """A kernel forked from this host, with an oracle of its own that ends with it."""
+        return KernelSession(self.host, timeout=timeout, oracle=self._oracle())
 
     def close(self) -> None:
         self.host.close()
-        if self.oracle:
-            self.oracle.close()
+        if self._workers:
+            self._workers.close()
         self._scratch.cleanup()
 
 

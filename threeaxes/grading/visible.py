@@ -39,6 +39,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import re
 from pathlib import Path
 
 from threeaxes import progress
@@ -49,7 +50,15 @@ CASES = Path(__file__).resolve().parent / "cases"
 REL = 1e-9
 
 
+DROP_NAME = re.compile(r"drop\d\d")   # the only names `load` reads: a file of CASES, never a path
+
+
 def load(drop: str) -> dict:
+    """The stored cases of one drop ("drop04"). The name is matched against DROP_NAME before
+    it goes near a path: whoever calls this (the grader answering a graded kernel, say) reads
+    a drop's cases and no other file."""
+    if type(drop) is not str or not DROP_NAME.fullmatch(drop):
+        raise ValueError(f"{str(drop)[:40]!r} is not a drop's name: a drop is named like 'drop04'")
     return json.loads((CASES / f"{drop}.json").read_text())
 
 
