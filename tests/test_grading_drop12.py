@@ -237,3 +237,29 @@ def test_a_refusal_counts_only_when_its_message_names_the_rule(message, outcome)
         assert said is None
     else:
         assert "multiple of p" in said and ("bare" in said) == (message is None), said
+
+
+def test_the_levers_reference_is_the_bubble_formula_by_hand():
+    # (p - 1)/(m + p - 1) with m = 52 / (dp x 1): fewer stages p=4, m=13; fewer replicas p=8, m=26
+    got = drop12.lever_bubbles()
+    assert got == pytest.approx({"fewer_stages": 3 / 16, "fewer_replicas": 7 / 33}, rel=1e-12)
+    # both levers land under the team's target, from a current layout over it
+    assert all(v < drop12.BUBBLE_TARGET for v in got.values()) and 7 / 20 > drop12.BUBBLE_TARGET
+
+
+def test_the_levers_catalogue_is_judged_and_named():
+    from autograder.references import catalogue
+
+    right = {"fewer_stages": 3 / 16, "fewer_replicas": 7 / 33}
+    catalogue.judge_fixed("drop12", "lever_bubbles_answer", right)
+    catalogue.judge_fixed("drop12", "lever_bubbles_answer", {k: round(v, 3) for k, v in right.items()})
+    for wrong, named in (({"fewer_stages": 3 / 13, "fewer_replicas": 7 / 26}, "idle over busy"),
+                         ({**right, "fewer_replicas": 7 / 20}, "m = 52 / 2 = 26"),
+                         ({k: 100 * v for k, v in right.items()}, "percentage"),
+                         ({k: 1 - v for k, v in right.items()}, "busy share"),
+                         ({"fewer_stages": 4 / 16, "fewer_replicas": 8 / 33}, "p - 1 slots"),
+                         ({**right, "fewer_stages": 7 / 20}, "p = 4")):
+        with pytest.raises(AssertionError, match=named):
+            catalogue.judge_fixed("drop12", "lever_bubbles_answer", wrong)
+    with pytest.raises(AssertionError, match="is not right"):
+        catalogue.judge_fixed("drop12", "lever_bubbles_answer", {**right, "fewer_stages": 0.15})

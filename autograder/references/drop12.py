@@ -38,9 +38,25 @@ from threeaxes.grading import as_number
 from threeaxes.grading.drop12 import (BUBBLE_TARGET, CURRENT, MICRO_BATCH, REFUSED,  # noqa: F401
                                       SCENARIO, names_the_rule, value_or_refusal)
 
-__all__ = ["SCENARIO", "CURRENT", "MICRO_BATCH", "BUBBLE_TARGET", "draw_bubble_case",
+__all__ = ["LEVERS", "lever_bubbles", "SCENARIO", "CURRENT", "MICRO_BATCH", "BUBBLE_TARGET", "draw_bubble_case",
            "draw_bad_interleave_case", "draw_relaxed_only_case", "reference_bubble", "bubble_outcome",
            "plain_bubble", "bubble_mistake", "raises_for_bad_interleave", "target_mistake"]
+
+
+# The two levers the core's first exercise names: fewer stages (dp kept, so m = 13) and fewer
+# replicas (m = 26); the freed GPUs go to tp = 8, a whole node, in both.
+LEVERS = {"fewer_stages": dict(dp=4, tp=8, pp=4), "fewer_replicas": dict(dp=2, tp=8, pp=8)}
+
+
+def lever_bubbles() -> dict:
+    """The planner's 1F1B bubble, as a share of the step, of each lever's layout."""
+    out = {}
+    for name, shape in LEVERS.items():
+        layout = {**CURRENT, **shape}
+        result = plan(SCENARIO["model"], SCENARIO["cluster"], SCENARIO["global_batch"], SCENARIO["seq_len"],
+                      **layout, **SCENARIO["assumptions"])
+        out[name] = result.bubble_fraction
+    return out
 
 
 def draw_bubble_case(rng, interleaved: bool) -> tuple:
