@@ -102,7 +102,7 @@ TERMS = (
     Term("reduce-scatter", 6, (r"(?i)reduce-scatters?\b",),
          "A collective in which every rank hands in a whole tensor and gets back the sum over the "
          "ranks of one slice of it; followed by an all-gather it makes an all-reduce."),
-    Term("sequence parallelism", 6, (r"(?i)sequence[- ]parallel",),
+    Term("sequence parallelism", 6, (r"(?i)sequence[- ]parallelism",),
          "Alongside tensor parallelism, it splits the token-wise parts of a block (LayerNorms, "
          "residual adds) along the sequence, so each rank stores s/t positions of them."),
     Term("interleaved schedule", 7, (r"(?i)interleav",),
@@ -120,6 +120,14 @@ TERMS = (
     Term("mixed-precision Adam", 9, (r"(?i)mixed-precision Adam",),
          "Training with 16-bit weights and gradients and an fp32 master copy and Adam state: 2 + 2 + "
          "12 = 16 bytes a parameter.", r"Mixed-precision Adam keeps, for every parameter"),
+    Term("memory-efficient attention", 10, (r"(?i)memory-efficient attention|FlashAttention",),
+         "Attention computed block by block without storing the s x s matrix of scores per head "
+         "(FlashAttention is the best-known kernel); the course's planner assumes it unless told "
+         "otherwise."),
+    Term("activation recomputation", 10, (r"(?i)recomput",),
+         "Keeping only some activations in forward and computing the rest again in backward: "
+         "selective recomputation redoes the attention scores, full recomputation whole layers, at "
+         "the price of extra compute."),
     Term("gradient accumulation", 10, (r"(?i)gradient accumulation|accumulat\w* (?:the )?gradients",),
          "Running a step's micro-batches one after another on the same ranks, adding their gradients, "
          "and stepping once; it trades time for activation memory without a pipeline."),
@@ -137,6 +145,17 @@ TERMS = (
     Term("key/value heads", 14, (r"(?i)key/value heads?|\bKV heads?|grouped-query|\bGQA\b",),
          "In grouped-query attention, the few heads of keys and values that several query heads "
          "share; tensor parallelism must split them too."),
+    Term("context parallelism (CP)", 15, (r"(?i)context parallelism",),
+         "Splitting each sequence over cp ranks, every layer bringing the other ranks' keys and "
+         "values to each rank's queries (by a ring or an all-to-all)."),
+    Term("all-to-all", 15, (r"(?i)all-to-all",),
+         "A collective in which every rank sends a different slice to every other rank."),
+    Term("mixture of experts (MoE)", 16, (r"(?i)mixture[- ]of[- ]experts|\bMoE\b",),
+         "A layer whose MLP is replaced by several expert MLPs and a router that sends each token "
+         "to a few of them."),
+    Term("expert parallelism (EP)", 16, (r"(?i)expert parallelism",),
+         "Placing a mixture of experts' experts on different ranks, tokens travelling to their "
+         "experts' ranks and back by all-to-all."),
 )
 
 BY_NAME = {t.name: t for t in TERMS}
