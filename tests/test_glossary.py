@@ -52,16 +52,36 @@ def _snippet(term, text):
     return text[max(0, m.start() - 40):m.end() + 40].replace("\n", " ")
 
 
+def problems(term, cores) -> list[str]:
+    """What is wrong with `term` in `cores` ({drop: [(cell, prose)]}): no definition in its drop's
+    core, or uses before it (in an earlier drop's core, or an earlier cell of its own)."""
+    if term.drop not in cores:
+        return [f"{term.name!r}: there is no drop {term.drop}"]
+    defining = [k for k, text in cores[term.drop] if term.defined(text)]
+    if not defining:
+        wanted = term.defines or "the term in bold, or followed by a colon, a parenthesis, is, are or means"
+        return [f"{term.name!r}: drop {term.drop}'s core has no definition of it "
+                f"(the glossary expects a match of {wanted})"]
+    return [f"{term.name!r} (defined in drop {term.drop}, cell {defining[0]}) is used before, in drop {n} "
+            f"cell {k}: ...{_snippet(term, text)}..."
+            for n in sorted(cores) for k, text in cores[n]
+            if (n < term.drop or (n == term.drop and k < defining[0])) and term.used(text)]
+
+
 @pytest.mark.parametrize("term", [_param(t) for t in glossary.TERMS])
 def test_the_defining_core_defines_the_term_and_no_core_uses_it_before(term):
-    assert term.drop in CORES, f"{term.name}: there is no drop {term.drop}"
-    defining = [k for k, text in CORES[term.drop] if term.defined(text)]
-    assert defining, (f"{term.name!r}: drop {term.drop}'s core has no definition of it "
-                      f"(the glossary expects a match of {term.defines or 'the term in bold, or followed by a colon, a parenthesis, is, are or means'})")
-    early = [(n, k, _snippet(term, text)) for n in DROPS for k, text in CORES[n]
-             if (n < term.drop or (n == term.drop and k < defining[0])) and term.used(text)]
-    assert not early, f"{term.name!r} (defined in drop {term.drop}, cell {defining[0]}) is used before: " + \
-        "; ".join(f"drop {n} cell {k}: ...{s}..." for n, k, s in early)
+    found = problems(term, CORES)
+    assert not found, "; ".join(found)
+
+
+def test_the_check_names_a_use_before_the_definition_and_a_missing_definition():
+    bubble = glossary.BY_NAME["bubble"]
+    assert problems(bubble, {4: [(3, "the idle time is the **bubble**")]}) == []
+    early = problems(bubble, {2: [(7, "a bubble appears")], 4: [(3, "the **bubble**")]})
+    assert len(early) == 1 and "drop 2 cell 7" in early[0]
+    same_drop = problems(bubble, {4: [(1, "mind the bubble"), (3, "the **bubble**")]})
+    assert len(same_drop) == 1 and "drop 4 cell 1" in same_drop[0]
+    assert "has no definition" in problems(bubble, {4: [(3, "the bubble shrinks")]})[0]
 
 
 def test_the_glossary_knows_what_the_issue_asks_for():

@@ -32,8 +32,8 @@ class Term:
             return re.search(self.defines, text) is not None
         for p in self.patterns:
             flags, p = (re.I, p.removeprefix("(?i)")) if p.startswith("(?i)") else (0, p)
-            bold = r"\*\*[^*\n]*?(?:%s)[^*\n]*?\*\*" % p
-            explained = r"(?:%s)\s*(?::|\(| is | are | means )" % p
+            bold = r"\*\*[^*\n]*?(?:" + p + r")[^*\n]*?\*\*"
+            explained = r"(?:" + p + r")\s*(?::|\(| is | are | means )"
             if re.search(bold, text, flags) or re.search(explained, text, flags):
                 return True
         return False

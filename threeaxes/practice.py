@@ -245,8 +245,9 @@ def check(name: str, answer, *, rel: float = 0.02) -> bool:
 
 # the model answers, in words; the number each checks is computed (`_answers`)
 _MODEL_ANSWERS = {
-    "q1": "In plain (replicated) data parallelism each GPU keeps a whole replica and trains on its own slice of the batch; one "
-          "all-reduce a step averages the gradients so every replica takes the same update. "
+    "q1": "In plain (replicated) data parallelism each GPU keeps a whole replica and trains "
+          "on its own slice of the batch; one all-reduce a step averages the gradients so every "
+          "replica takes the same update. "
           "The hard limit is memory: the whole model, with its gradients and optimizer "
           "states, must fit every single GPU.",
     "q2": "It cuts the matrices inside each layer (MLP columns and rows, attention heads) "
