@@ -319,7 +319,8 @@ CARDS = (
      "partial results inside every layer. That traffic needs NVLink, so it stays in a node."),
     ("Pipeline parallelism: what does it do, and what does it cost?",
      "Consecutive layers become stages on different GPUs and micro-batches flow through them. "
-     "It only sends at stage edges, so slow links are fine; the cost is the bubble."),
+     "It sends one activation per micro-batch at each stage edge, so slower links do; the cost "
+     "is the bubble."),
     ("ZeRO-1, ZeRO-2, ZeRO-3 / FSDP: what gets sharded?",
      "Over the data-parallel ranks, ZeRO-1 shards the optimizer states, ZeRO-2 the gradients "
      "too, ZeRO-3 (FSDP) the parameters as well. Under ZeRO-3 a layer's weights are gathered "
@@ -334,8 +335,8 @@ CARDS = (
      "When memory must shrink but the team wants to keep data-parallel code: no layer surgery, "
      "no pipeline schedule, parameters gathered layer by layer on demand."),
     ("How does the 16-bytes-a-parameter count turn into a plan?",
-     "16N above one GPU: add FSDP/ZeRO or TP. Above one node: add PP across nodes. Whatever "
-     "fits, DP multiplies the batch."),
+     "16N above one GPU: add FSDP/ZeRO or TP. Above one node: add PP across nodes (or shard "
+     "with ZeRO-3 across them). Whatever fits, DP multiplies the batch."),
     ("What is a pipeline bubble, and how do you shrink it?",
      "The idle time while the pipeline fills at the start of a step and drains at the end. "
      "More, smaller micro-batches shrink it, at the price of more messages."),
