@@ -29,12 +29,31 @@ class Exercise:
     may: str             # what may be used instead
 
 
+EXERCISE_KEYS = {"answer", "tests", "forbid", "why", "may"}   # each exercise has these (and more: cases.py's)
+
+
 def load_exercises(grading_json: Path) -> list[Exercise]:
+    """A drop's exercises, checked: a missing key, or a "forbid" entry that names no function
+    of the package, fails here with the file and the key that is wrong."""
     if not Path(grading_json).is_file():
         return []
     data = json.loads(Path(grading_json).read_text())
-    return [Exercise(e["answer"], tuple(e["tests"]), tuple(e["forbid"]), e["why"], e["may"])
-            for e in data.get("exercises", [])]
+    where = f"{Path(grading_json).parent.name}/grading.json"
+    found = []
+    for i, e in enumerate(data.get("exercises", [])):
+        at = f"{where}: exercises[{i}]"
+        if not isinstance(e, dict) or not EXERCISE_KEYS <= set(e):
+            keys = sorted(e) if isinstance(e, dict) else type(e).__name__
+            raise ValueError(f"{at} needs the keys {sorted(EXERCISE_KEYS)}; got {keys}")
+        if not isinstance(e["forbid"], list) or not all(isinstance(n, str) for n in e["forbid"]):
+            raise ValueError(f"{at}.forbid should be a list of dotted names of functions of threeaxes")
+        for k, name in enumerate(e["forbid"]):
+            try:
+                definition(name)
+            except (ImportError, AttributeError, TypeError, ValueError) as exc:
+                raise ValueError(f"{at}.forbid[{k}] = {name!r}: {exc}") from None
+        found.append(Exercise(e["answer"], tuple(e["tests"]), tuple(e["forbid"]), e["why"], e["may"]))
+    return found
 
 
 def definition(name: str) -> str:

@@ -3,8 +3,8 @@ what each exercise's answer may not call (threeaxes.grading.own_work).
 """
 EXERCISES = {
     'drop01': {
-        'training_bytes_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param'], 'why': 'counts the bytes per parameter that this exercise asks you to count', 'may': 'plain Python arithmetic'},
-        'largest_model_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param', 'threeaxes.grading.visible.load'], 'why': "counts the bytes per parameter that this exercise asks you to count (or reads the answer from the visible check's stored cases)", 'may': 'plain Python arithmetic'},
+        'training_bytes_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param', 'threeaxes.cost.rank_state_bytes'], 'why': 'counts the bytes per parameter that this exercise asks you to count', 'may': 'plain Python arithmetic'},
+        'largest_model_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param', 'threeaxes.cost.rank_state_bytes', 'threeaxes.grading.visible.load'], 'why': "counts the bytes per parameter that this exercise asks you to count (or reads the answer from the visible check's stored cases)", 'may': 'plain Python arithmetic'},
         'axis_roles_answer': {'forbid': ['threeaxes.grading.visible.load'], 'why': "reads the answer from the visible check's stored cases", 'may': 'the strings listed in the cell'},
     },
     'drop02': {
@@ -42,21 +42,25 @@ EXERCISES = {
         'shard_gather_answer': {'forbid': ['threeaxes.grading.visible.load'], 'why': "reads the visible check's stored answers", 'may': 'torch and comms.all_gather'},
     },
     'drop10': {
+        'oom_terms_answer': {'forbid': ['threeaxes.cost.activation_bytes', 'threeaxes.cost.model_state_bytes', 'threeaxes.cost.stage_memory', 'threeaxes.cost.llama_layer_bytes', 'threeaxes.cost.plan', 'threeaxes.cost.search'], 'why': 'computes the activation terms this exercise asks you to work out from the formula', 'may': "the model's fields and plain arithmetic"},
         'gb_per_gpu_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.activation_bytes', 'threeaxes.cost.stage_memory', 'threeaxes.cost.plan', 'threeaxes.cost.search'], 'why': 'computes the memory this exercise asks you to add up', 'may': "the model's fields and plain arithmetic"},
         'fix_config_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
     },
     'drop11': {
+        'tp_after_answer': {'forbid': ['threeaxes.cost.plan', 'threeaxes.cost.search', 'threeaxes.cost.bytes_sent_per_gpu', 'threeaxes.cost.group_link', 'threeaxes.cost.step_time'], 'why': 'prices the step whose tensor-parallel term this exercise asks you to work out', 'may': 'the numbers printed above and plain arithmetic'},
         'moved_axis_answer': {'forbid': ['threeaxes.cost.group_inside_node', 'threeaxes.cost.network.group_strides', 'threeaxes.cost.group_link'], 'why': 'works out which group stays in a node, the rule this exercise asks you to write', 'may': 'plain Python and the rule in the text'},
         'tp_bytes_answer': {'forbid': ['threeaxes.cost.plan', 'threeaxes.cost.search'], 'why': 'prices the tensor-parallel all-reduces from the bytes this exercise asks you to count', 'may': 'bytes_sent_per_gpu for one all-reduce, and plain arithmetic'},
         'new_layout_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
     },
     'drop12': {
+        'lever_bubbles_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead', 'threeaxes.cost.plan', 'threeaxes.cost.search', 'threeaxes.cost.best_configuration'], 'why': 'computes the bubbles this exercise asks you to work out', 'may': 'the formulas of drops 4 and 7 and plain arithmetic'},
         'bubble_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead'], 'why': 'is the bubble formula this exercise asks you to write', 'may': 'plain Python arithmetic'},
         'my_config_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
     },
     'drop13': {
         'model_parallel_floor_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.search'], 'why': 'computes the floor, or the model-state bytes behind it, that this exercise asks you to work out', 'may': "the model's and the cluster's fields and plain Python"},
-        'my_config_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge', 'threeaxes.grading.drop13.best_for_shape'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
+        'my_config_answer': {'forbid': ['threeaxes.cost.plan', 'threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge', 'threeaxes.grading.drop13.best_for_shape'], 'why': 'evaluates or searches the layouts, which is the choice this exercise asks you to make with the rules and your own numbers', 'may': "the rules, the model's and the cluster's fields and plain Python"},
+        'my_defence_answer': {'forbid': ['threeaxes.cost.plan', 'threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge', 'threeaxes.cost.violations', 'threeaxes.cost.check_config', 'threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param', 'threeaxes.cost.rank_state_bytes', 'threeaxes.cost.stage_memory', 'threeaxes.cost.activation_bytes', 'threeaxes.cost.first_stage_activation_bytes', 'threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead', 'threeaxes.cost.bytes_sent_per_gpu', 'threeaxes.grading.drop13.best_for_shape'], 'why': 'computes the numbers of the defence, which this exercise asks you to compute with the formulas of earlier drops', 'may': "the model's fields, drop13.RIVALS and plain Python"},
     },
     'drop14': {
         'state_gb_per_gpu_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param', 'threeaxes.cost.rank_state_bytes'], 'why': 'does the model-state accounting this exercise asks you to do', 'may': 'plain Python arithmetic'},

@@ -1,0 +1,334 @@
+"""Which public callables of `threeaxes` give an exercise's answer: found by trying them.
+
+For each exercise of a drop's grading.json whose visible check compares plain values (not
+ranks, not a configuration), the right value on each visible case comes from the drop's
+reference (`autograder/references/dropNN.py`, named by "visible"/"reference"), never from the
+package. Then every public function of the package is called with the case's arguments;
+where one returns an object of the package, each of its public methods is called with no
+arguments and with the case's, and each function that takes it with it (and a stage 0);
+where the first argument names a function of the package ("gpipe"), that function is called
+with the rest. A callable whose value (or, for a record or a dict, one of its fields, or the
+answer's keys of it) is the answer on every case is a route to the answer.
+
+Run in a subprocess (`python tests/forbidden_routes.py`) with an address-space limit and one
+second per call, it prints {drop/answer: [dotted names]} as JSON. Functions that start ranks,
+draw, open widgets or write files are not tried (`SKIPPED_MODULES`, `_starts_ranks`): they
+are slow, and the exercises they serve name them in "forbid" by hand.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import inspect
+import io
+import json
+import math
+import pkgutil
+import resource
+import signal
+import sys
+import warnings
+from fractions import Fraction
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SKIPPED_MODULES = ("threeaxes.launch", "threeaxes.widgets", "threeaxes.plots", "threeaxes.display",
+                   "threeaxes.train", "threeaxes.train_reference", "threeaxes.progress", "threeaxes.practice",
+                   "threeaxes.practice_beyond", "threeaxes.course", "threeaxes.comms", "threeaxes.trace",
+                   "threeaxes.grading.ranks", "threeaxes.grading.wire", "threeaxes.grading.wire_data",
+                   "threeaxes.grading.oracle", "threeaxes.grading.own_work", "threeaxes.grading.shown",
+                   "threeaxes.grading.visible", "threeaxes.grading.visible_config",
+                   "threeaxes.pipeline.measure", "threeaxes.pipeline.executor", "threeaxes.pipeline.torch_plans")
+PROBED_FORMS = {"number", "int", "int_tuple", "int_lists", "number_dict", "text", "raw"}
+CALL_LIMIT_S = 1
+MEMORY_BYTES = 6 << 30
+
+
+class _Slow(Exception):
+    pass
+
+
+def _alarm(*_):
+    raise _Slow()
+
+
+def probed_exercises(root: Path = ROOT) -> list[dict]:
+    """{"drop", "answer", "form", "cases": [(args, want)]} for each exercise a probe can judge."""
+    found = []
+    for path in sorted((root / "source").glob("drop*/grading.json")):
+        drop = path.parent.name[:6]
+        for e in json.loads(path.read_text()).get("exercises", []):
+            vis = e.get("visible") or {}
+            if vis.get("ranks") or "reference" not in vis or vis.get("form") not in PROBED_FORMS:
+                continue
+            cases = _cases(drop, e["answer"], vis)
+            found.append({"drop": drop, "answer": e["answer"], "form": vis["form"], "cases": cases,
+                          "value": bool(vis.get("value"))})
+    return found
+
+
+def _cases(drop: str, answer: str, vis: dict) -> list:
+    """[(args, right value)]: as `python -m autograder.cases` stored them from the drop's
+    reference, or, for a sealed answer (no value stored), from the reference itself."""
+    stored = json.loads((ROOT / "threeaxes" / "grading" / "cases" / f"{drop}.json").read_text())[answer]
+    if not stored.get("sealed"):
+        return [(list(c["args"]), c["want"]) for c in stored["cases"]]
+    ref = getattr(importlib.import_module(f"autograder.references.{drop}"), vis["reference"])
+    return [(list(args), ref(*args)) for args in vis.get("args", [[]])]
+
+
+def public_functions() -> dict:
+    """{dotted name: function or class} of every public name defined in a module of the package."""
+    import threeaxes
+
+    table = {}
+    for info in pkgutil.walk_packages(threeaxes.__path__, "threeaxes."):
+        name = info.name
+        if name.startswith(SKIPPED_MODULES) or any(p.startswith("_") for p in name.split(".")):
+            continue
+        try:
+            module = importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a module that does not import here offers nothing
+            continue
+        if _starts_ranks(module):
+            continue
+        for attr, obj in vars(module).items():
+            if attr.startswith("_") or getattr(obj, "__module__", None) != name:
+                continue
+            if inspect.isfunction(obj) or inspect.isclass(obj):
+                table[f"{name}.{attr}"] = obj
+    return table
+
+
+def _starts_ranks(module) -> bool:
+    return any(k in vars(module) for k in ("launch", "check_on_ranks", "run_on_ranks"))
+
+
+def _bound(fn, args):
+    """`fn` with `args` given in the order of its parameters, or None where they do not fit it.
+    Past its positional parameters, an argument goes to the first keyword-only one left whose
+    default is of its kind (a string to a string, a number to a number)."""
+    signature = _signature(fn)
+    if signature is None:
+        return None
+    kinds = [p.kind for p in signature.parameters.values()]
+    plain = [p for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    keyword = [p for p in signature.parameters.values() if p.kind == p.KEYWORD_ONLY]
+    positional, named = list(args[:len(plain)]), {}
+    for arg in args[len(plain):]:
+        if inspect.Parameter.VAR_POSITIONAL in kinds:
+            positional.append(arg)
+            continue
+        fits = [p for p in keyword if p.name not in named and _same_kind(p.default, arg)]
+        if not fits:
+            return None
+        named[fits[0].name] = arg
+    try:
+        signature.bind(*positional, **named)
+    except TypeError:
+        return None
+    return lambda: fn(*positional, **named)
+
+
+_SIGNATURES: dict = {}
+
+
+def _signature(fn):
+    """inspect.signature(fn), once per function (a bound method's is its function's, less self)."""
+    inner = getattr(fn, "__func__", fn)
+    key = (id(inner), hasattr(fn, "__self__"))
+    if key not in _SIGNATURES:
+        try:
+            _SIGNATURES[key] = (inner, inspect.signature(fn))
+        except (TypeError, ValueError):
+            _SIGNATURES[key] = (inner, None)
+    return _SIGNATURES[key][1]
+
+
+def _same_kind(default, arg) -> bool:
+    number = (int, float)
+    if isinstance(arg, bool) or isinstance(default, bool):
+        return isinstance(arg, bool) and isinstance(default, bool)
+    return (isinstance(arg, str) and isinstance(default, str)) or \
+        (isinstance(arg, number) and (isinstance(default, number) or default is None))
+
+
+def _call(fn, args=()):
+    """fn(*args) under the time limit, what it prints thrown away; an exception is returned."""
+    signal.alarm(CALL_LIMIT_S)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn(*args)
+    except BaseException as exc:  # noqa: BLE001 - a failed try is an answer too
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return exc
+    finally:
+        signal.alarm(0)
+
+
+def _plain(value):
+    """Plain JSON-like values of `value`, or None where it has none."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, Fraction):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return value
+    if hasattr(value, "_asdict"):
+        value = value._asdict()
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    try:
+        import torch
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            return value.item()
+    except ImportError:
+        pass
+    return None
+
+
+def answers(value, want, form: str, args=()) -> bool:
+    """Whether `value` is the answer `want`, or holds it: the answer's keys of a dict or
+    record, or, for a number, one field of it that is not one of the arguments handed back."""
+    from threeaxes.grading.visible import same
+
+    if isinstance(want, str) and want.startswith("raises"):
+        return isinstance(value, ValueError)
+    if isinstance(value, BaseException):
+        return False
+    got = _plain(value)
+    if got is None and want is not None:
+        return False
+    if form in ("number", "int") and isinstance(want, (int, float)) and not isinstance(want, bool):
+        if isinstance(got, (int, float)) and not isinstance(got, bool):
+            return same(float(got), float(want)) if math.isfinite(got) else False
+        if isinstance(got, dict):
+            echoed = any(isinstance(a, (int, float)) and same(float(a), float(want)) for a in args)
+            return not echoed and any(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                      and same(float(v), float(want)) for v in got.values())
+        return False
+    if isinstance(want, dict) and isinstance(got, dict):
+        return set(want) <= set(got) and all(_same_loose(got[k], want[k]) for k in want)
+    if form == "text" and isinstance(got, str) and isinstance(want, str):
+        return got.strip().lower() == want.strip().lower()
+    return _same_loose(got, want)
+
+
+def _same_loose(got, want) -> bool:
+    from threeaxes.grading.visible import same
+
+    if isinstance(want, (int, float)) and not isinstance(want, bool) and isinstance(got, (int, float)):
+        return same(float(got), float(want))
+    if isinstance(want, (list, tuple)) and isinstance(got, (list, tuple)):
+        return len(got) == len(want) and all(_same_loose(g, w) for g, w in zip(got, want))
+    return same(got, want)
+
+
+def _is_package_object(value) -> bool:
+    return (not isinstance(value, (BaseException, type)) and _plain(value) is None
+            and str(type(value).__module__).startswith("threeaxes."))
+
+
+def path_of(fn) -> str:
+    """"module:qualname" of a function, method or class, as autograder.withheld names them."""
+    fn = getattr(fn, "__func__", fn)
+    fn = fn.fget if isinstance(fn, property) else fn
+    return f"{fn.__module__}:{fn.__qualname__}"
+
+
+def tries(functions: dict, args: list):
+    """(label, chain, value) for each way of calling the package on one case's arguments:
+    `chain` holds the "module:qualname" of every callable the route passes through."""
+    objects = []
+    for name, fn in functions.items():
+        for label, call_args in [(name, args)] + _dispatched(name, args):
+            call = _bound(fn, call_args)
+            if call is None:
+                continue
+            value = _call(call)
+            yield label, (path_of(fn),), value
+            if _is_package_object(value):
+                objects.append((label, (path_of(fn),), value))
+    for label, chain, obj in objects:
+        for attr in dir(type(obj)):
+            if attr.startswith("_"):
+                continue
+            member = inspect.getattr_static(type(obj), attr, None)
+            if isinstance(member, property):
+                yield (f"{label}(...).{attr}", chain + (path_of(member),),
+                       _call(lambda: getattr(obj, attr), []))
+                continue
+            bound = getattr(obj, attr, None)
+            if not (inspect.ismethod(bound) or inspect.isfunction(bound)) or \
+                    not str(getattr(bound, "__module__", "")).startswith("threeaxes."):
+                continue
+            for call_args in ([], args):
+                call = _bound(bound, call_args)
+                if call is not None:
+                    yield (f"{label}(...).{attr}({'...' if call_args else ''})", chain + (path_of(bound),),
+                           _call(call))
+        for name, fn in functions.items():
+            for call_args in ([obj], [obj, 0]):
+                call = _bound(fn, call_args) if inspect.isfunction(fn) else None
+                if call is not None:
+                    yield (f"{name}({label}(...){', 0' if len(call_args) > 1 else ''})",
+                           chain + (path_of(fn),), _call(call))
+
+
+def _dispatched(name: str, args: list) -> list:
+    """Where the case's first argument is a string naming this function: it, with the rest."""
+    if args and isinstance(args[0], str) and name.rsplit(".", 1)[-1] in _names_for(args[0]):
+        return [(f"{name} (named by {args[0]!r})", list(args[1:]))]
+    return []
+
+
+def _names_for(text: str) -> set:
+    key = text.lower().replace("-", "_")
+    return {key, {"1f1b": "one_f_one_b"}.get(key, key)}
+
+
+def routes(exercise: dict, functions: dict) -> dict:
+    """{label: chain} of the routes that give `exercise`'s answer on every one of its cases: the
+    whole answer, or, for a dict of numbers, one of its entries (then the label says which)."""
+    matching = None
+    for args, want in exercise["cases"]:
+        here = set()
+        for label, chain, value in tries(functions, args):
+            if answers(value, want, exercise["form"], args):
+                here.add((label, chain))
+            elif exercise["form"] == "number_dict" and isinstance(want, dict):
+                here |= {(f"{label} [{key!r}]", chain) for key, part in want.items()
+                         if answers(value, part, "number", args)}
+        matching = here if matching is None else matching & here
+        if not matching:
+            return {}
+    return dict(sorted(matching or ()))
+
+
+def main() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (min(MEMORY_BYTES, hard) if hard > 0 else MEMORY_BYTES, hard))
+    signal.signal(signal.SIGALRM, _alarm)
+    functions = public_functions()
+    only = sys.argv[1:]
+    found = {}
+    for exercise in probed_exercises():
+        key = f"{exercise['drop']}/{exercise['answer']}"
+        if only and exercise["drop"] not in only:
+            continue
+        found[key] = routes(exercise, functions)
+    print(json.dumps(found, indent=1))
+
+
+if __name__ == "__main__":
+    main()
