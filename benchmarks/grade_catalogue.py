@@ -23,9 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from grading_harness import FULL, Course, catalogue_students, drops  # noqa: E402
+
 from autograder import report  # noqa: E402
 from autograder.grade import autograde, submissions  # noqa: E402
-from grading_harness import FULL, Course, catalogue_students, drops  # noqa: E402
 
 
 def main(argv=None) -> int:

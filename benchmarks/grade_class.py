@@ -23,10 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from autograder import report  # noqa: E402
-from autograder.grade import autograde, submissions  # noqa: E402
 from grading_harness import Course, drops, set_answer  # noqa: E402
 from grading_throughput import own_seconds  # noqa: E402
+
+from autograder import report  # noqa: E402
+from autograder.grade import autograde, submissions  # noqa: E402
 
 LOOPS = "while True:\n    pass"
 CRASHES = "import os\nos._exit(1)"

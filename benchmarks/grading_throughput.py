@@ -30,11 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-import nbformat  # noqa: E402
+from grading_harness import Course, drops  # noqa: E402
 from nbclient import NotebookClient  # noqa: E402
 
 from autograder.grade import autograde, nbgrader, submissions  # noqa: E402
-from grading_harness import Course, drops  # noqa: E402
 
 STOCK_PREPROCESSORS = ("['nbgrader.preprocessors.Execute', 'nbgrader.preprocessors.IgnorePattern', "
                        "'nbconvert.preprocessors.ClearMetadataPreprocessor', 'nbgrader.preprocessors.LimitOutput', "
@@ -76,7 +75,7 @@ def main(argv=None) -> int:
         own = {name: own_seconds(course, name) for name in chosen}
         own_total = sum(own[a] for a, _ in todo)
         print(f"{n} submissions ({args.students} students x {len(chosen)} drops), {os.cpu_count()} CPUs")
-        print(f"  own run time (nbclient, once per drop): "
+        print("  own run time (nbclient, once per drop): "
               + ", ".join(f"{name[:6]} {s:.1f} s" for name, s in own.items()))
 
         start = time.perf_counter()

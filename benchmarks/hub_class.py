@@ -36,10 +36,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import nbformat  # noqa: E402
+from grading_harness import Course, answer_ids, cell_by_grade_id  # noqa: E402
 
 from autograder import hub  # noqa: E402
 from autograder.release import generate  # noqa: E402
-from grading_harness import Course, answer_ids, cell_by_grade_id  # noqa: E402
 
 DROP = "drop01-three-kinds-of-parallel"
 PREFIX = "taxbench-"

@@ -26,8 +26,8 @@ launch is less than 10x faster than spawn.
 
 import argparse
 import datetime
-import os
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -35,11 +35,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing  # noqa: E402
+import torch
+import torch.distributed as dist
+import torch.multiprocessing
 
-from threeaxes.launch import launch  # noqa: E402
+from threeaxes.launch import launch
 
 MAX_LAUNCH_S = 0.5
 MIN_SPEEDUP = 10.0

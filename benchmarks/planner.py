@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root
 
-from threeaxes.cost import MoE, custom_model, get_cluster, get_model, search  # noqa: E402
+from threeaxes.cost import MoE, custom_model, get_cluster, get_model, search
 
 LIMITS_S = {64: 1.0, 1024: 5.0}
 

@@ -30,12 +30,17 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root
 
-from threeaxes.cost import SHAPES, get_cluster, get_model, search  # noqa: E402
-from threeaxes.cost.published import (KORTHIKANTI_2022_TABLE5, NARAYANAN_2021_TABLE1,  # noqa: E402
-                                      NARAYANAN_2021_TABLE2_PTDP, OTHER_RUNS, predict,
-                                      predict_iteration, predict_other)
-from threeaxes.cost.published_4d import (PUBLISHED_4D, QWEN3_MODELZOO_HELD_OUT,  # noqa: E402
-                                         predict_4d)
+from threeaxes.cost import SHAPES, get_cluster, get_model, search
+from threeaxes.cost.published import (
+    KORTHIKANTI_2022_TABLE5,
+    NARAYANAN_2021_TABLE1,
+    NARAYANAN_2021_TABLE2_PTDP,
+    OTHER_RUNS,
+    predict,
+    predict_iteration,
+    predict_other,
+)
+from threeaxes.cost.published_4d import PUBLISHED_4D, QWEN3_MODELZOO_HELD_OUT, predict_4d
 
 # the 4D runs outside the 15% band or below 0.85 of the best, and their documented bands
 # (tests/test_cost_published_4d.py says why for each)

@@ -63,9 +63,10 @@ def main():
                 comm = blocks["forward", "comm_seconds"] + blocks["backward", "comm_seconds"]
                 step_tp = step if not sp else step_tp
                 ratio = f"{step / step_tp:>11.2f}" if sp else f"{'':>11}"
+                ms = {key: 1e3 * value for key, value in blocks.items()}
                 print(f"{tp:>3} {'TP+SP' if sp else 'TP':<8} "
-                      f"{1e3 * blocks['forward', 'compute_seconds']:>12.2f} {1e3 * blocks['forward', 'comm_seconds']:>9.2f} "
-                      f"{1e3 * blocks['backward', 'compute_seconds']:>12.2f} {1e3 * blocks['backward', 'comm_seconds']:>9.2f} "
+                      f"{ms['forward', 'compute_seconds']:>12.2f} {ms['forward', 'comm_seconds']:>9.2f} "
+                      f"{ms['backward', 'compute_seconds']:>12.2f} {ms['backward', 'comm_seconds']:>9.2f} "
                       f"{comm / compute:>13.2f} {1e3 * step:>8.1f} {ratio}")
 
 

@@ -2,7 +2,6 @@
 from pathlib import Path
 
 import pytest
-
 from grading_harness import released_course
 
 

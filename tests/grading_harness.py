@@ -47,9 +47,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+from grading_attacks import ATTACKS, RUNS_OUT_OF_TIME, attacks_on
 
 from autograder.grade import nbgrader
-from grading_attacks import ATTACKS, RUNS_OUT_OF_TIME, attacks_on
 
 ROOT = Path(__file__).resolve().parent.parent
 GRADING_FILE = "grading.json"

@@ -8,11 +8,10 @@ import re
 
 import nbformat
 import pytest
+from grading_harness import ROOT
 
 from autograder import cases
 from autograder.references import catalogue
-
-from grading_harness import ROOT
 
 CALL = re.compile(r'catalogue\.telling\("(drop\d\d)", "(\w+)", (drop\d\d)\.(\w+), rng')
 

@@ -14,7 +14,8 @@ import cloudpickle
 import pytest
 import torch
 
-from threeaxes import comms, dims as dims_module, trace
+from threeaxes import comms, trace
+from threeaxes import dims as dims_module
 from threeaxes.cost import network
 from threeaxes.dims import ParallelDims
 from threeaxes.launch import launch

@@ -14,8 +14,13 @@ import cloudpickle
 import pytest
 import torch
 
-from threeaxes.context_parallel import (attention_activation_bytes, causal_pairs, gather_sequence,
-                                        sequence_positions, split_sequence)
+from threeaxes.context_parallel import (
+    attention_activation_bytes,
+    causal_pairs,
+    gather_sequence,
+    sequence_positions,
+    split_sequence,
+)
 from threeaxes.cost.context import context_parallel_bytes
 from threeaxes.launch import launch
 from threeaxes.toy import ToyConfig, ToyTransformer
@@ -34,10 +39,8 @@ def _inputs():
 
 
 def _on_cp_ranks(rank, cp_size):
-    from threeaxes.context_parallel import cp_attention_run
+    from threeaxes.context_parallel import all_reduce_grads, cp_attention_run
     from threeaxes.extra_axes import axis_layout
-
-    from threeaxes.context_parallel import all_reduce_grads
 
     out = cp_attention_run(rank, cp_size, CFG, BATCH, seed=1)
     cp = axis_layout("cp")
@@ -59,7 +62,7 @@ def _torch_context_parallel(cp):
     try:
         with context_parallel(cp.mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2]):
             return ("ran", F.scaled_dot_product_attention(q, k, v, is_causal=True))
-    except Exception as exc:   # recorded, asserted in the test
+    except Exception as exc:  # noqa: BLE001 (whatever PyTorch raises is recorded and asserted on)
         return (type(exc).__name__, str(exc))
 
 

@@ -1,8 +1,7 @@
 """FLOPs, MFU and training time against Megatron-LM and Korthikanti et al."""
 import pytest
 
-from threeaxes.cost import (flops_per_token, megatron_flops, mfu, step_time, training_flops,
-                            training_time)
+from threeaxes.cost import flops_per_token, megatron_flops, mfu, step_time, training_flops, training_time
 
 DAY = 86400.0
 

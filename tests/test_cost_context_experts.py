@@ -8,10 +8,15 @@ token leaves which rank; none is the function's output pasted back.
 
 import pytest
 
-from threeaxes.cost.context import (CP_MODES, context_parallel_bytes, context_parallel_time,
-                                    context_violations)
-from threeaxes.cost.experts import (MoE, active_params, expert_all_to_all_bytes,
-                                    expert_all_to_all_time, expert_params, expert_violations)
+from threeaxes.cost.context import CP_MODES, context_parallel_bytes, context_parallel_time, context_violations
+from threeaxes.cost.experts import (
+    MoE,
+    active_params,
+    expert_all_to_all_bytes,
+    expert_all_to_all_time,
+    expert_params,
+    expert_violations,
+)
 from threeaxes.cost.network import Link, all_to_all_time, bytes_sent_per_gpu
 
 
@@ -124,7 +129,10 @@ def test_dispatch_bytes_count_the_routed_copies_that_leave_the_rank(ep):
     # simulate a balanced router: token t's j-th choice is expert (2t + j) % E, experts
     # e * E/ep .. on rank e; count the hidden states that go to another rank
     tokens, h, k, d, E = 64, 32, 2, 2, 8
-    rank_of = lambda e: e // (E // ep)
+
+    def rank_of(e):
+        return e // (E // ep)
+
     me = 0
     leaving = sum(1 for t in range(tokens) for j in range(k) if rank_of((2 * t + j) % E) != me)
     assert expert_all_to_all_bytes(tokens, h, k, ep, dtype_bytes=d) == leaving * h * d

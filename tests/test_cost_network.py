@@ -1,9 +1,17 @@
 """Collective costs: hand-derived alpha-beta times (Thakur et al. 2005)."""
 import pytest
 
-from threeaxes.cost import (a100_cluster, all_gather_time, all_reduce_time,
-                            bytes_sent_per_gpu, collective_time, group_inside_node,
-                            group_link, p2p_time, reduce_scatter_time)
+from threeaxes.cost import (
+    a100_cluster,
+    all_gather_time,
+    all_reduce_time,
+    bytes_sent_per_gpu,
+    collective_time,
+    group_inside_node,
+    group_link,
+    p2p_time,
+    reduce_scatter_time,
+)
 
 GB = 1e9
 

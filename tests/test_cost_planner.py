@@ -3,8 +3,7 @@ import itertools
 
 import pytest
 
-from threeaxes.cost import (Cluster, Model, a100_cluster, custom_model, get_cluster, get_model,
-                            plan, search)
+from threeaxes.cost import Cluster, Model, a100_cluster, custom_model, get_cluster, get_model, plan, search
 
 # A toy model and cluster with round numbers, so every term can be worked by hand.
 TOY = Model("toy", n_layers=4, d_model=8, n_heads=2, vocab_size=16, seq_len=4,

@@ -6,8 +6,18 @@ from dataclasses import replace
 
 import pytest
 
-from threeaxes.cost import (LAYOUT_ORDER, Cluster, Model, MoE, custom_model, get_cluster,
-                            get_model, layout_strides, plan, search)
+from threeaxes.cost import (
+    LAYOUT_ORDER,
+    Cluster,
+    Model,
+    MoE,
+    custom_model,
+    get_cluster,
+    get_model,
+    layout_strides,
+    plan,
+    search,
+)
 from threeaxes.cost.network import group_strides
 
 TOY = Model("toy", n_layers=4, d_model=8, n_heads=2, vocab_size=16, seq_len=8,

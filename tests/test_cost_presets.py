@@ -1,8 +1,16 @@
 """Presets carry the datasheets' and papers' figures, in the units we use."""
 import pytest
 
-from threeaxes.cost import (MODELS, Cluster, a100_cluster, custom_model, get_cluster,
-                            get_model, h100_cluster, transformer_params)
+from threeaxes.cost import (
+    MODELS,
+    Cluster,
+    a100_cluster,
+    custom_model,
+    get_cluster,
+    get_model,
+    h100_cluster,
+    transformer_params,
+)
 
 
 def test_a100_datasheet_figures():

@@ -6,16 +6,37 @@ by row) or worked by hand below; none is the planner's own output pasted back.
 
 import pytest
 
-from threeaxes.cost import (SHAPES, a100_cluster, all_gather_time, custom_model, dim_factor,
-                            gemm_efficiency, get_cluster, get_model, layer_time, logits_time,
-                            p2p_time, plan, search)
+from threeaxes.cost import (
+    SHAPES,
+    a100_cluster,
+    all_gather_time,
+    custom_model,
+    dim_factor,
+    gemm_efficiency,
+    get_cluster,
+    get_model,
+    layer_time,
+    logits_time,
+    model_state_bytes,
+    p2p_time,
+    plan,
+    search,
+)
 from threeaxes.cost.kernel_time import GEMM_HALF_DIM, GEMM_PEAK_FRACTION
-from threeaxes.cost import model_state_bytes
-from threeaxes.cost.published import (KORTHIKANTI_2022_TABLE5, MEGATRON_2021,
-                                      NARAYANAN_2021_TABLE1, NARAYANAN_2021_TABLE2_PTDP,
-                                      OTHER_RUNS, achieved_tflops, predict, predict_iteration,
-                                      predict_other, table1_cluster, table1_model,
-                                      takeaway1_fastest_split)
+from threeaxes.cost.published import (
+    KORTHIKANTI_2022_TABLE5,
+    MEGATRON_2021,
+    NARAYANAN_2021_TABLE1,
+    NARAYANAN_2021_TABLE2_PTDP,
+    OTHER_RUNS,
+    achieved_tflops,
+    predict,
+    predict_iteration,
+    predict_other,
+    table1_cluster,
+    table1_model,
+    takeaway1_fastest_split,
+)
 
 A100_PEAK = 312e12          # A100 datasheet, BF16 dense; the paper's 312 teraFLOP/s (Section 5)
 A100_HBM = 2039e9           # A100 80GB SXM datasheet, bytes/s

@@ -13,10 +13,17 @@ Expected values are the sources' figures typed here; none is the planner's outpu
 import pytest
 
 from threeaxes.cost import group_link, h100_cluster, layout_strides, plan
-from threeaxes.cost.published_4d import (LLAMA3_405B_TABLE4, PUBLISHED_4D, QWEN3_235B_MEGATRON,
-                                         QWEN3_MODELZOO_HELD_OUT, llama3_405b,
-                                         llama3_405b_pipeline, model_tflops, predict_4d,
-                                         qwen3_235b)
+from threeaxes.cost.published_4d import (
+    LLAMA3_405B_TABLE4,
+    PUBLISHED_4D,
+    QWEN3_235B_MEGATRON,
+    QWEN3_MODELZOO_HELD_OUT,
+    llama3_405b,
+    llama3_405b_pipeline,
+    model_tflops,
+    predict_4d,
+    qwen3_235b,
+)
 
 IDS = [r.name for r in PUBLISHED_4D]
 # the runs outside the 15% band or below 0.85 of the best, and the test that says why

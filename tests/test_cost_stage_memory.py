@@ -2,8 +2,7 @@
 along the pipeline (Korthikanti et al. 2022, Section 4.2.3, Appendix B)."""
 import pytest
 
-from threeaxes.cost import (activation_bytes, first_stage_activation_bytes, get_model,
-                            model_state_bytes, stage_memory)
+from threeaxes.cost import activation_bytes, first_stage_activation_bytes, get_model, model_state_bytes, stage_memory
 
 SEVENTY = get_model("70B")
 

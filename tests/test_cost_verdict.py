@@ -6,8 +6,7 @@ import math
 import pytest
 
 from autograder.references.sizing import grade_configuration
-from threeaxes.cost import (GB, check_config, get_cluster, get_model, judge, plan, search,
-                            violations)
+from threeaxes.cost import GB, check_config, get_cluster, get_model, judge, plan, search, violations
 from threeaxes.grading.sizing import plain_config
 
 MODEL, CLUSTER = get_model("30B"), get_cluster("a100-80gb", n_nodes=4)   # 52 heads, 60 layers, 32 GPUs

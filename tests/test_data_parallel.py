@@ -18,8 +18,12 @@ from hypothesis import strategies as st
 
 from threeaxes import dims as dims_module
 from threeaxes.data_parallel import (
-    average_gradients, average_gradients_bucketed, gradient_buckets, plan_buckets,
-    shard_batch, train_data_parallel,
+    average_gradients,
+    average_gradients_bucketed,
+    gradient_buckets,
+    plan_buckets,
+    shard_batch,
+    train_data_parallel,
 )
 from threeaxes.dims import ParallelDims
 from threeaxes.toy import ToyConfig, ToyTransformer, lm_loss, make_batch, make_optimizer, train_steps

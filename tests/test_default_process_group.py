@@ -46,8 +46,7 @@ def _no_layout(rank, world_size, cfg, batch, bucket_bytes):
 
     from threeaxes import dims as dims_module
     from threeaxes import sharding, trace
-    from threeaxes.data_parallel import (DataParallel, average_gradients,
-                                         average_gradients_bucketed, shard_batch)
+    from threeaxes.data_parallel import DataParallel, average_gradients, average_gradients_bucketed, shard_batch
     from threeaxes.dims import ParallelDims
 
     assert not dims_module._current, "this rank should start with no layout"

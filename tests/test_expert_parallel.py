@@ -11,8 +11,7 @@ import torch.nn.functional as F
 
 from threeaxes.cost.experts import expert_all_to_all_bytes
 from threeaxes.cost.network import bytes_sent_per_gpu
-from threeaxes.expert_parallel import (
-    MoEConfig, MoEToy, expert_capacity, moe_all_to_all_bytes, moe_layers, skew_router_)
+from threeaxes.expert_parallel import MoEConfig, MoEToy, expert_capacity, moe_all_to_all_bytes, moe_layers, skew_router_
 from threeaxes.expert_parallel.measure import bytes_per_rank, ep_steps, load_by_expert
 from threeaxes.launch import launch
 from threeaxes.toy import ToyConfig, lm_loss, make_batch

@@ -19,7 +19,7 @@ F64 = 8
 
 
 def _on_cp_and_ep(rank, world_size):
-    from threeaxes import comms, trace
+    from threeaxes import trace
     from threeaxes.extra_axes import axis_layout
 
     out = {}

@@ -7,13 +7,13 @@ import matplotlib
 
 matplotlib.use("Agg")   # headless; the library itself never picks a backend
 
-import pytest  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import pytest
+from matplotlib.figure import Figure
 
-from threeaxes import plots  # noqa: E402
-from threeaxes.pipeline import interleaved_1f1b, one_f_one_b, simulate  # noqa: E402
-from threeaxes.plots import gantt  # noqa: E402
-from threeaxes.trace import Event, Trace  # noqa: E402
+from threeaxes import plots
+from threeaxes.pipeline import interleaved_1f1b, one_f_one_b, simulate
+from threeaxes.plots import gantt
+from threeaxes.trace import Event, Trace
 
 T0 = 1_700_000_000.0     # time.time() seconds, as a real launch records them
 

@@ -13,10 +13,23 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from grading_harness import (
+    CATALOGUE_DEPTH,
+    FULL,
+    GRADING_FILE,
+    ROOT,
+    ZERO,
+    Drop,
+    Mistake,
+    answer_ids,
+    autograded_ids,
+    catalogue_students,
+    drops,
+    graded_course,
+    student_code,
+)
 
 from autograder.release import assignments
-from grading_harness import (CATALOGUE_DEPTH, FULL, GRADING_FILE, ROOT, ZERO, Drop, Mistake, answer_ids,
-                             autograded_ids, catalogue_students, drops, graded_course, student_code)
 
 # THREEAXES_GRADE_ONLY=drop05 (comma-separated prefixes) grades only those drops, for
 # someone writing one drop; CI leaves it unset and grades every drop.

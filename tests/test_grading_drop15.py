@@ -28,5 +28,5 @@ def test_drawn_cases_split_into_2cp_chunks_and_cover_both_ways():
     for _ in range(20):
         cases = drop15.draw_cp_bytes_cases(rng)
         assert {c[0] for c in cases} == {"ring", "all_to_all"}
-        for method, b, s, h, cp, element in cases:
+        for _method, b, s, h, cp, element in cases:
             assert s % (2 * cp) == 0 and b >= 1 and h % 32 == 0 and element in (2, 4, 8)

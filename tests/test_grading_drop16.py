@@ -19,5 +19,5 @@ def test_drawn_cases_hold_an_uneven_share_and_a_single_rank():
         cases = drop16.draw_moe_bytes_cases(random.Random(seed))
         uneven = [c for c in cases if (c[3] * c[0] * c[4] / c[2]) != math.floor(c[3] * c[0] * c[4] / c[2])]
         assert uneven and any(c[5] == 1 for c in cases)
-        for tokens, d, E, k, cf, ep, b in cases:
+        for _tokens, _d, E, k, cf, ep, _b in cases:
             assert E % ep == 0 and cf in drop16.CAPACITY_FACTORS and 1 <= k <= E

@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from autograder.references import drop02, drop03, drop04
-from threeaxes.grading import check_on_ranks
-from threeaxes.grading import plain_tensor
+from threeaxes.grading import check_on_ranks, plain_tensor
 from threeaxes.toy import ToyTransformer, lm_loss, make_batch, train_steps
 
 FORGED = {"ok": True, "message": "looks fine", "max_abs_diff": 0.0}

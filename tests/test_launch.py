@@ -395,7 +395,7 @@ def test_keyboard_interrupt_stops_the_ranks_and_propagates(tmp_path):
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGUSR1)
             time.sleep(2)
-            raise AssertionError("the interrupted script hung; its stack:\n" + err_path.read_text())
+            raise AssertionError("the interrupted script hung; its stack:\n" + err_path.read_text()) from None
     finally:
         proc.kill()
         proc.wait()

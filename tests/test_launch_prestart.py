@@ -123,7 +123,10 @@ def test_without_a_forkserver_nothing_is_started(monkeypatch):
     assert prestart.forkserver_context().get_start_method() == "spawn"
 
 
-def _pretend_kernel(monkeypatch, kernel=object()):
+_A_KERNEL = object()
+
+
+def _pretend_kernel(monkeypatch, kernel=_A_KERNEL):
     class Shell:
         pass
 

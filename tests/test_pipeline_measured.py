@@ -24,14 +24,19 @@ import torch.nn as nn
 from threeaxes.cost.activations import in_flight_micro_batches
 from threeaxes.cost.bubble import bubble_fraction
 from threeaxes.launch import launch
-from threeaxes.pipeline import make_plan, peak_in_flight, simulate
-from threeaxes.pipeline import delay
+from threeaxes.pipeline import delay, make_plan, peak_in_flight, simulate
 from threeaxes.pipeline.measure import (
-    DelayedStage, bubble_bounds, hop_latencies, SavedActivations, measure_pipeline,
-    measured_bubble, one_microbatch_saved_bytes, predicted_peak_bytes,
+    DelayedStage,
+    SavedActivations,
+    bubble_bounds,
+    hop_latencies,
+    measure_pipeline,
+    measured_bubble,
+    one_microbatch_saved_bytes,
+    predicted_peak_bytes,
 )
-from threeaxes.plots import measured_beside_predicted
 from threeaxes.pipeline.stages import build_stages
+from threeaxes.plots import measured_beside_predicted
 from threeaxes.toy import ToyConfig, lm_loss, make_batch
 from threeaxes.trace import COMPUTE, Event, Trace
 

@@ -15,8 +15,8 @@ import torch
 from threeaxes.launch import launch
 from threeaxes.pipeline import Action, Plan
 from threeaxes.pipeline.reference import torch_pipeline_train
-from threeaxes.train import pipeline_train
 from threeaxes.toy import ToyConfig, ToyTransformer, make_batch, parameter_formula, train_steps
+from threeaxes.train import pipeline_train
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers need not import tests/
 

@@ -14,10 +14,18 @@ from pathlib import Path
 import pytest
 import torch
 
-import threeaxes
 from threeaxes.cost import bubble_fraction, bubble_overhead
-from threeaxes.pipeline import (SCHEDULES, Action, Plan, gpipe, interleaved_1f1b, make_plan,
-                                one_f_one_b, peak_in_flight, simulate)
+from threeaxes.pipeline import (
+    SCHEDULES,
+    Action,
+    Plan,
+    gpipe,
+    interleaved_1f1b,
+    make_plan,
+    one_f_one_b,
+    peak_in_flight,
+    simulate,
+)
 from threeaxes.pipeline.simulate import format_timeline
 from threeaxes.pipeline.stages import build_stages, check_stage_layers, split_stages
 from threeaxes.toy import ToyConfig, ToyTransformer, count_parameters, make_batch
@@ -271,7 +279,7 @@ def test_text_timeline_of_trace_events_skips_communication():
 def test_standard_plans_send_in_the_order_they_are_received():
     # NCCL has no tags: GPipe, 1F1B and interleaved 1F1B must cross each link in FIFO order
     from threeaxes.pipeline.executor import _check_fifo
-    for name, p, m, plan in plans():
+    for *_, plan in plans():
         _check_fifo(plan)
     for p, v in [(2, 2), (4, 2), (3, 3)]:
         _check_fifo(interleaved_1f1b(p, 2 * p, v))

@@ -6,13 +6,12 @@ import shutil
 
 import nbformat
 import pytest
+from grading_harness import ROOT
 
 from autograder import cases
 from threeaxes import progress
 from threeaxes.course import DROPS
 from threeaxes.grading import visible
-
-from grading_harness import ROOT
 
 DROP1 = "drop01-three-kinds-of-parallel"
 

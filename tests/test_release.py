@@ -4,9 +4,9 @@ import json
 from pathlib import Path
 
 import pytest
+from grading_harness import GRADING_FILE
 
 from autograder.release import assignments
-from grading_harness import GRADING_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSIGNMENTS = assignments()

@@ -20,8 +20,13 @@ import torch
 from threeaxes.cost.network import bytes_sent_per_gpu
 from threeaxes.dims import ParallelDims
 from threeaxes.tensor_parallel import (
-    SequenceParallelBlock, gather_from_sequence_region, gather_model_state,
-    reduce_scatter_to_sequence_region, scatter_to_sequence_region, sequence_parallel_toy)
+    SequenceParallelBlock,
+    gather_from_sequence_region,
+    gather_model_state,
+    reduce_scatter_to_sequence_region,
+    scatter_to_sequence_region,
+    sequence_parallel_toy,
+)
 from threeaxes.tensor_parallel.measure import comms_by_layer, comms_outside_layers, tp_step
 from threeaxes.tensor_parallel.torch_reference import torch_tp_step
 from threeaxes.toy import Block, ToyConfig, ToyTransformer, lm_loss, make_batch

@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 
 from threeaxes.dims import ParallelDims
 from threeaxes.sharding import (
-    FlatLayout, Zero2Optimizer, ZeroOptimizer, check_shardable, fully_shard, held_bytes, shard_of,
+    FlatLayout,
+    Zero2Optimizer,
+    ZeroOptimizer,
+    check_shardable,
+    fully_shard,
+    held_bytes,
+    shard_of,
 )
 from threeaxes.toy import ToyConfig, ToyTransformer, lm_loss, make_batch
 

@@ -240,7 +240,7 @@ def test_bytes_sent_per_step_against_the_zero_papers_volumes(run):
 @pytest.mark.slow
 def test_async_all_gather_and_reduce_scatter_equal_the_blocking_ones(run):
     n, results, _ = run
-    for rank, result in enumerate(results):
+    for result in results:
         r = result["async"]
         assert r["results"] == r["blocking"]
         # by hand: rank q holds [10q .. 10q + 3]; the scatter input repeats it n times,

@@ -5,8 +5,13 @@ against the ZeRO paper's volumes."""
 import pytest
 
 from threeaxes.launch import launch
-from threeaxes.sharding.regimes import (REGIMES, measure_regimes, predicted_bytes,
-                                        predicted_gathered_peak, predicted_wire_bytes)
+from threeaxes.sharding.regimes import (
+    REGIMES,
+    measure_regimes,
+    predicted_bytes,
+    predicted_gathered_peak,
+    predicted_wire_bytes,
+)
 from threeaxes.toy import ToyConfig, make_batch
 
 CFG = ToyConfig()          # float32, the drop's model

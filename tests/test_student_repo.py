@@ -4,10 +4,9 @@ import subprocess
 import sys
 
 import nbformat
-
-from autograder import student_repo
 from grading_harness import ROOT, hidden_test_lines, without_solution_markers
 
+from autograder import student_repo
 
 # Lines of an answer's solution that the package holds on purpose: the library the drops
 # demonstrate computes these formulas (each exercise forbids calling it, autograder/borrowed.py),
@@ -60,8 +59,10 @@ def test_the_export_holds_the_release_but_no_solution_hidden_test_or_reference(t
     # every file searched, the package included: the lines the library holds on purpose are named above
     released = "\n".join(exported.values())
     leaked = sorted(line for line in secrets if line in released and line not in LIBRARY_LINES)
-    assert not leaked, f"the student repository shows {len(leaked)} lines of solutions or hidden tests, e.g. {leaked[:3]}"
-    assert all(line in released for line in LIBRARY_LINES), "a library line listed above has gone; drop it from the list"
+    assert not leaked, (f"the student repository shows {len(leaked)} lines of solutions or hidden tests, "
+                        f"e.g. {leaked[:3]}")
+    assert all(line in released for line in LIBRARY_LINES), (
+        "a library line listed above has gone; drop it from the list")
     # every body of the references the hidden tests use: none of them anywhere in the export
     references = {}
     for path in sorted((ROOT / "autograder" / "references").glob("*.py")):

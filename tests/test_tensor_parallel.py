@@ -22,9 +22,19 @@ import torch.nn.functional as F
 from threeaxes import dims as dims_module
 from threeaxes.dims import ParallelDims
 from threeaxes.tensor_parallel import (
-    BLOCK_LAYOUT, TPBlock, check_tp_layout, copy_to_tp_region, gather_block_state,
-    gather_from_tp_region, gather_model_state, layout_of, reduce_from_tp_region,
-    scatter_to_tp_region, shard_block_state, shard_model_state, tensor_parallel_toy,
+    BLOCK_LAYOUT,
+    TPBlock,
+    check_tp_layout,
+    copy_to_tp_region,
+    gather_block_state,
+    gather_from_tp_region,
+    gather_model_state,
+    layout_of,
+    reduce_from_tp_region,
+    scatter_to_tp_region,
+    shard_block_state,
+    shard_model_state,
+    tensor_parallel_toy,
 )
 from threeaxes.toy import Block, ToyConfig, ToyTransformer, lm_loss, make_batch, train_steps
 
@@ -409,9 +419,9 @@ def _ours_and_torchs(rank, world_size, cfg, steps, batch, lr):
     """One rank: our TP toy next to parallelize_module's (ColwiseParallel on q, k, v,
     fc1; RowwiseParallel on proj, fc2; the rest replicated), same weights."""
     from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     from threeaxes.dims import ParallelDims
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     dims = ParallelDims.init(tp=world_size)
     mesh = dims.mesh["tp"]  # the layout's DeviceMesh is PyTorch's own: its tp axis feeds parallelize_module

@@ -38,7 +38,7 @@ def max_diff(full, reference):
     return max((full[k] - reference[k]).abs().max().item() for k in reference)
 
 
-@pytest.fixture(scope="module", params=LAYOUTS, ids=lambda layout: "dp%d-tp%d-pp%d" % layout)
+@pytest.fixture(scope="module", params=LAYOUTS, ids=lambda layout: "dp{}-tp{}-pp{}".format(*layout))
 def layout_run(request):
     return request.param, run(*request.param)
 

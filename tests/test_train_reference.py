@@ -20,7 +20,7 @@ import torch
 from threeaxes.launch import RankError, launch
 from threeaxes.toy import ToyConfig, ToyTransformer, make_batch, train_steps
 from threeaxes.train import full_state, train_3d
-from threeaxes.train_reference import DDP_PIPELINING_ERROR, tp_plan, torch_train_3d
+from threeaxes.train_reference import DDP_PIPELINING_ERROR, torch_train_3d, tp_plan
 
 CFG = ToyConfig(dtype=torch.float64)
 BATCH, M, STEPS, LR = 8, 2, 2, 0.1

@@ -5,11 +5,10 @@ import json
 
 import nbformat
 import pytest
+from grading_harness import ROOT
 
 from autograder import cases
 from threeaxes.grading import visible
-
-from grading_harness import ROOT
 
 FOLDERS = sorted(p for p in (ROOT / "source").glob("drop*") if (ROOT / "threeaxes" / "grading" / "cases"
                                                                   / f"{p.name[:6]}.json").is_file())

@@ -4,10 +4,10 @@ import matplotlib
 
 matplotlib.use("Agg")   # headless; the library itself never picks a backend
 
-import pytest  # noqa: E402
+import pytest
 
-from threeaxes.cost import GB, get_model  # noqa: E402
-from threeaxes.widgets.links import LinkExplorer  # noqa: E402
+from threeaxes.cost import GB, get_model
+from threeaxes.widgets.links import LinkExplorer
 
 MODEL = get_model("175B")
 

@@ -7,15 +7,21 @@ import matplotlib
 
 matplotlib.use("Agg")   # headless; the library itself never picks a backend
 
-import ipywidgets as widgets  # noqa: E402
-import pytest  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+import ipywidgets as widgets
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from threeaxes.cost import (  # noqa: E402
-    GB, MODELS, activation_bytes, first_stage_activation_bytes, get_cluster, model_state_bytes,
-    search)
-from threeaxes.widgets import BubbleExplorer, ConfigExplorer, MemoryExplorer  # noqa: E402
+from threeaxes.cost import (
+    GB,
+    MODELS,
+    activation_bytes,
+    first_stage_activation_bytes,
+    get_cluster,
+    model_state_bytes,
+    search,
+)
+from threeaxes.widgets import BubbleExplorer, ConfigExplorer, MemoryExplorer
 
 
 def _compute_boxes(figure):

@@ -7,13 +7,19 @@ import matplotlib
 
 matplotlib.use("Agg")   # headless; the library itself never picks a backend
 
-import pytest  # noqa: E402
+import pytest
 
-from threeaxes.cost import (  # noqa: E402
-    GB, MODELS, first_stage_activation_bytes, get_cluster, model_state_bytes, plan, search,
-    stage_memory)
-from threeaxes.cost.presets import MOE_MODELS  # noqa: E402
-from threeaxes.widgets import ConfigExplorer, MemoryExplorer  # noqa: E402
+from threeaxes.cost import (
+    MODELS,
+    first_stage_activation_bytes,
+    get_cluster,
+    model_state_bytes,
+    plan,
+    search,
+    stage_memory,
+)
+from threeaxes.cost.presets import MOE_MODELS
+from threeaxes.widgets import ConfigExplorer, MemoryExplorer
 
 MIXTRAL = MOE_MODELS["mixtral-8x7b"]
 

@@ -6,10 +6,10 @@ import matplotlib
 
 matplotlib.use("Agg")   # headless; the library itself never picks a backend
 
-import pytest  # noqa: E402
+import pytest
 
-from threeaxes.widgets import DecisionTreeExplorer, FlashcardDeck  # noqa: E402
-from threeaxes.widgets.decision_tree import TAKEN  # noqa: E402
+from threeaxes.widgets import DecisionTreeExplorer, FlashcardDeck
+from threeaxes.widgets.decision_tree import TAKEN
 
 DECK = [("q0", "a0"), ("q1", "a1"), ("q2", "a2"), ("q3", "a3")]
 

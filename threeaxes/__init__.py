@@ -12,6 +12,6 @@ __version__ = "0.1.0"
 # Start launch's forkserver (which imports torch once for every rank) on a background
 # thread now, in a Jupyter kernel, so the first launch finds it ready. Never blocks,
 # never raises; THREEAXES_PRESTART=0 turns it off, =1 turns it on outside kernels.
-from threeaxes.launch.prestart import on_import as _prestart_on_import  # noqa: E402  (nothing heavy)
+from threeaxes.launch.prestart import on_import as _prestart_on_import
 
 _prestart_on_import()

@@ -73,7 +73,7 @@ class ParallelDims:
             self._check_rank(self.rank)
 
     # -- checks against a model ---------------------------------------------------
-    def check_model(self, cfg, v: int = 1) -> "ParallelDims":
+    def check_model(self, cfg, v: int = 1) -> ParallelDims:
         """Raise a ValueError that says what to change unless this layout splits `cfg`:
         tp must divide the heads and the MLP width, pp * v stages must not exceed the layers."""
         if cfg.n_heads % self.tp:
@@ -119,7 +119,7 @@ class ParallelDims:
         return (ring[k - 1] if k > 0 else None, ring[k + 1] if k + 1 < self.pp else None)
 
     # -- one rank's view ------------------------------------------------------------
-    def at(self, rank: int) -> "ParallelDims":
+    def at(self, rank: int) -> ParallelDims:
         """This layout seen from global rank `rank` (no processes needed)."""
         return dataclasses.replace(self, rank=rank)
 
@@ -172,7 +172,7 @@ class ParallelDims:
 
     # -- on launched ranks ------------------------------------------------------------
     @classmethod
-    def init(cls, dp: int = 1, tp: int = 1, pp: int = 1) -> "ParallelDims":
+    def init(cls, dp: int = 1, tp: int = 1, pp: int = 1) -> ParallelDims:
         """Build the layout's DeviceMesh on every rank of the running group and make it
         the current layout. Collective: every rank must call it, with the same sizes.
         The same sizes as the current layout return it, groups and all; other sizes

@@ -60,7 +60,7 @@ class AxisLayout:
                              f"runs only on {self.axis!r}")
         return axis
 
-    def at(self, rank: int) -> "AxisLayout":
+    def at(self, rank: int) -> AxisLayout:
         return dataclasses.replace(self, rank=rank)
 
     def _me(self) -> int:

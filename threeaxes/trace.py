@@ -82,7 +82,7 @@ class Trace:
     events: list[Event] = field(default_factory=list)
 
     @classmethod
-    def merge(cls, traces) -> "Trace":
+    def merge(cls, traces) -> Trace:
         """One Trace from many (e.g. the per-rank traces a launch returns), sorted by start."""
         events = [e for t in traces for e in t.events]
         return cls(sorted(events, key=lambda e: (e.start, e.rank)))

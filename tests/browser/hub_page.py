@@ -76,7 +76,7 @@ class Shots:
         name = "".join(ch if ch.isalnum() else "-" for ch in what)[:60]
         try:
             self.driver.save_screenshot(str(self.folder / f"{self.n:02d}-{name}.png"))
-        except Exception:   # a screenshot must never hide the step's own failure
+        except Exception:  # noqa: BLE001 (a screenshot must never hide the step's own failure)
             pass
 
 

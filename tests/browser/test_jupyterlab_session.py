@@ -32,8 +32,23 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from lab_page import (CELL_TEXT, KERNEL_IDLE, OTHER_ORIGINS, PANEL, RUN_CELL, TOKEN, Lab, chromium, open_notebook,
-                      our_errors, require_browser, run_all, version_warnings, wait_for, wait_for_python)
+from lab_page import (
+    CELL_TEXT,
+    KERNEL_IDLE,
+    OTHER_ORIGINS,
+    PANEL,
+    RUN_CELL,
+    TOKEN,
+    Lab,
+    chromium,
+    open_notebook,
+    our_errors,
+    require_browser,
+    run_all,
+    version_warnings,
+    wait_for,
+    wait_for_python,
+)
 
 from autograder import workspace
 
@@ -92,8 +107,9 @@ if (!panel || !panel.context.isReady || !panel.sessionContext.session) return nu
 const kernel = panel.sessionContext.session.kernel;
 if (!kernel || kernel.status !== 'idle') return null;
 const widgets = panel.content.widgets;
-const deeper = widgets.map((w, i) => [w, i]).filter(([w]) => (w.model.getMetadata('tags') || []).includes('deeper')
-                                                  && w.model.type === 'markdown' && w.headingInfo && w.headingInfo.level > 0);
+const deeper = widgets.map((w, i) => [w, i]).filter(([w]) =>
+    (w.model.getMetadata('tags') || []).includes('deeper')
+    && w.model.type === 'markdown' && w.headingInfo && w.headingInfo.level > 0);
 return {dirty: panel.context.model.dirty, first: widgets[0].model.sharedModel.getSource().split('\\n')[0],
         deeper: deeper.map(([w, i]) => ({index: i, folded: w.headingCollapsed,
                                          next_hidden: i + 1 < widgets.length && widgets[i + 1].isHidden}))};

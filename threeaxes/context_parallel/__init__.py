@@ -14,12 +14,22 @@ activations a rank holds (the bytes it sends are the cost model's,
 layout: `threeaxes.extra_axes.axis_layout("cp")`.
 """
 from threeaxes.context_parallel.attention import METHODS, ContextParallelAttention, all_reduce_grads
-from threeaxes.context_parallel.measure import (attention_inputs, cp_attention_run,
-                                               one_process_attention, saved_bytes, wire_bytes)
+from threeaxes.context_parallel.measure import (
+    attention_inputs,
+    cp_attention_run,
+    one_process_attention,
+    saved_bytes,
+    wire_bytes,
+)
 from threeaxes.context_parallel.memory import attention_activation_bytes
 from threeaxes.context_parallel.ring import ring_attention
-from threeaxes.context_parallel.split import (causal_pairs, check_split, gather_sequence,
-                                              sequence_positions, split_sequence)
+from threeaxes.context_parallel.split import (
+    causal_pairs,
+    check_split,
+    gather_sequence,
+    sequence_positions,
+    split_sequence,
+)
 from threeaxes.context_parallel.ulysses import heads_to_sequence, sequence_to_heads, ulysses_attention
 
 __all__ = ["METHODS", "ContextParallelAttention", "all_reduce_grads", "attention_activation_bytes",

@@ -48,10 +48,10 @@ from .bubble import bubble_fraction, bubble_overhead
 from .constraints import INTERLEAVE_RULES, interleave_group
 from .cp_ep_terms import cp_comm_time, ep_comm_time, gradient_groups, state_bytes
 from .dp_exchange import dp_exchange_time
+from .kernel_time import layer_time, logits_time
 from .memory import PRECISIONS, MemoryBreakdown
 from .network import all_gather_time, all_reduce_time, group_link, p2p_time
 from .placement import layout_strides
-from .kernel_time import layer_time, logits_time
 from .stage_memory import ACTIVATION_SCALE
 
 __all__ = ["TimeBreakdown", "PlanResult", "PlanContext", "evaluate", "DEFAULT_COMPUTE_EFFICIENCY",

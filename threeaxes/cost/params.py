@@ -31,7 +31,7 @@ class ParamCount(int):
     final_norm: int
 
     def __new__(cls, *, per_layer: int, n_layers: int, embeddings: int,
-                position: int, final_norm: int) -> "ParamCount":
+                position: int, final_norm: int) -> ParamCount:
         layers = per_layer * n_layers
         obj = super().__new__(cls, layers + embeddings + position + final_norm)
         obj.per_layer = per_layer

@@ -17,9 +17,8 @@ from __future__ import annotations
 from .activations import RECOMPUTE
 from .constraints import check_config, divisors, interleave_group, valid_tp
 from .context import context_violations
+from .evaluate import DEFAULT_COMPUTE_EFFICIENCY, SHAPES, PlanContext, PlanResult, TimeBreakdown, evaluate
 from .experts import expert_violations
-from .evaluate import (DEFAULT_COMPUTE_EFFICIENCY, SHAPES, PlanContext, PlanResult,
-                       TimeBreakdown, evaluate)
 
 __all__ = ["TimeBreakdown", "PlanResult", "plan", "search", "DEFAULT_COMPUTE_EFFICIENCY",
            "SHAPES"]
@@ -164,7 +163,6 @@ def search(model, cluster, global_batch: int, seq_len: int | None = None, *,
     ctx = PlanContext(model, cluster, global_batch, seq_len, precision, compute_efficiency,
                       dp_overlap, usable_memory_fraction, pp_scatter_gather, flash_attention,
                       interleave, activation_count)
-    n = cluster.n_gpus
     results = []
     for tp, cp, cp_mode, pp, dp, ep, etp in _layouts(ctx, valid_tp(model, cluster,
                                                                    allow_tp_across_nodes),

@@ -89,7 +89,7 @@ class Cluster:
     def n_gpus(self) -> int:
         return self.n_nodes * self.gpus_per_node
 
-    def with_nodes(self, n_nodes: int) -> "Cluster":
+    def with_nodes(self, n_nodes: int) -> Cluster:
         return replace(self, n_nodes=n_nodes)
 
     def __str__(self) -> str:

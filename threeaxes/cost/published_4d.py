@@ -58,8 +58,8 @@ from typing import NamedTuple
 
 from .experts import MoE
 from .planner import search
-from .published import Prediction
 from .presets import Model, custom_model, h100_cluster
+from .published import Prediction
 
 __all__ = ["Published4D", "LLAMA3_405B_TABLE4", "QWEN3_235B_MEGATRON", "PUBLISHED_4D",
            "QWEN3_MODELZOO_HELD_OUT", "qwen3_235b_pipeline",

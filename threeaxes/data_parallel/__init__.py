@@ -22,8 +22,13 @@ importable from here too: ``from threeaxes.data_parallel import shard_batch, Dat
 from threeaxes.data_parallel.buckets import DEFAULT_BUCKET_BYTES, plan_buckets
 from threeaxes.data_parallel.compare import VARIANTS, naive_vs_overlapped, step_seconds
 from threeaxes.data_parallel.overlap import BucketHooks, DataParallel
-from threeaxes.data_parallel.step import (average_gradients, average_gradients_bucketed,
-                                          gradient_buckets, shard_batch, train_data_parallel)
+from threeaxes.data_parallel.step import (
+    average_gradients,
+    average_gradients_bucketed,
+    gradient_buckets,
+    shard_batch,
+    train_data_parallel,
+)
 
 __all__ = [
     "DEFAULT_BUCKET_BYTES", "plan_buckets",

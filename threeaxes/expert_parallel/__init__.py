@@ -14,9 +14,21 @@ Every collective goes through `threeaxes.comms` on the "ep" axis of
 from threeaxes.expert_parallel.config import MoEConfig
 from threeaxes.expert_parallel.experts import Experts, MoELayer, MoEToy, moe_layers, skew_router_
 from threeaxes.expert_parallel.layer import (
-    ExpertParallelMoE, expert_parallel_toy, local_experts, shard_batch_ep, sum_replicated_grads)
+    ExpertParallelMoE,
+    expert_parallel_toy,
+    local_experts,
+    shard_batch_ep,
+    sum_replicated_grads,
+)
 from threeaxes.expert_parallel.routing import (
-    Routing, assign_slots, choose_experts, combine, dispatch, expert_capacity, route)
+    Routing,
+    assign_slots,
+    choose_experts,
+    combine,
+    dispatch,
+    expert_capacity,
+    route,
+)
 from threeaxes.expert_parallel.traffic import ALL_TO_ALLS_PER_LAYER, moe_all_to_all_bytes
 
 __all__ = [

@@ -37,7 +37,7 @@ class MoEConfig:
             raise ValueError(f"capacity_factor={cf!r}; give a positive number (1.0 is each expert's "
                              f"even share), or None to pad to the busiest expert and drop nothing")
 
-    def check_ep(self, ep: int) -> "MoEConfig":
+    def check_ep(self, ep: int) -> MoEConfig:
         """Raise a ValueError unless `ep` ranks can share the experts evenly."""
         if type(ep) is not int or ep < 1 or self.n_experts % ep:
             options = [d for d in range(1, self.n_experts + 1) if self.n_experts % d == 0]

@@ -46,7 +46,7 @@ class Experts(nn.Module):
         hidden = F.gelu(torch.baddbmm(self.in_bias, x, self.w_in))   # (n, tokens, d_mlp)
         return torch.baddbmm(self.out_bias, hidden, self.w_out)
 
-    def rows(self, start: int, stop: int) -> "Experts":
+    def rows(self, start: int, stop: int) -> Experts:
         """A new Experts holding copies of experts [start, stop)."""
         part = Experts(stop - start, self.w_in.shape[1], self.w_in.shape[2], self.w_in.dtype)
         with torch.no_grad():
@@ -106,7 +106,7 @@ class MoEToy(ToyTransformer):
             block.mlp = MoELayer(cfg, moe)
         init_weights(self, seed)
 
-    def set_groups(self, groups: int) -> "MoEToy":
+    def set_groups(self, groups: int) -> MoEToy:
         for layer in moe_layers(self):
             layer.groups = groups
         return self

@@ -26,8 +26,8 @@ import torch
 import torch.nn as nn
 
 from threeaxes import comms
-from threeaxes.expert_parallel.experts import MoELayer, MoEToy, group_capacity, moe_layers
 from threeaxes.expert_parallel.exchange import all_to_all_ep
+from threeaxes.expert_parallel.experts import MoELayer, MoEToy, group_capacity, moe_layers
 from threeaxes.expert_parallel.routing import assign_slots, combine, dispatch, route
 
 __all__ = ["ExpertParallelMoE", "expert_parallel_toy", "local_experts", "sum_replicated_grads",

@@ -6,12 +6,11 @@
 
 `ep_step` (a `launch` target) builds the MoE toy from its seed on every rank, makes it
 expert-parallel over all the ranks, runs forward and backward on this rank's rows of the
-batch under `trace.record()` (a forward and a backward span per layer), sums the copied weights' gradients over ep, and returns raw
-values: logits, the loss, every gradient, the trace, each layer's routing counts.
+batch under `trace.record()` (a forward and a backward span per layer), sums the copied
+weights' gradients over ep, and returns raw values: logits, the loss, every gradient, the
+trace, each layer's routing counts.
 """
 from __future__ import annotations
-
-import torch
 
 from threeaxes import trace as trace_module
 from threeaxes.expert_parallel.experts import MoEToy, skew_router_

@@ -14,8 +14,18 @@ and an executor that runs any plan on real ranks.
     measure.py    a step measured: bubble from the trace, saved activation bytes
                   (saved.py), stages of known duration (delay.py)
 """
-from .schedules import (SCHEDULES, Action, Plan, Simulation, gpipe, interleaved_1f1b,
-                        make_plan, one_f_one_b, peak_in_flight, simulate)
+from .schedules import (
+    SCHEDULES,
+    Action,
+    Plan,
+    Simulation,
+    gpipe,
+    interleaved_1f1b,
+    make_plan,
+    one_f_one_b,
+    peak_in_flight,
+    simulate,
+)
 from .simulate import format_timeline
 
 __all__ = ["Action", "Plan", "Simulation", "gpipe", "one_f_one_b", "interleaved_1f1b",

@@ -127,7 +127,7 @@ class Plan(Mapping):
                         f"Plan.from_orders(...) to place each rank's order in valid slots")
 
     @classmethod
-    def from_orders(cls, orders: Mapping, name: str = "plan") -> "Plan":
+    def from_orders(cls, orders: Mapping, name: str = "plan") -> Plan:
         """Place each rank's order of actions into the earliest slots it can
         take (one slot per action), leaving None where a rank must wait."""
         done = timings(orders, lambda a: 1)

@@ -26,9 +26,9 @@ it draws one measured on real ranks.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Mapping, Sequence
 
 from ..trace import COMPUTE, Event
 

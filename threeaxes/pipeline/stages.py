@@ -9,7 +9,7 @@ so a stage's parameters compare one to one with a single-process run.
 from __future__ import annotations
 
 import copy
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch.nn as nn
 

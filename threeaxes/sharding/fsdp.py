@@ -59,10 +59,10 @@ class GatheredBytes:
 
 GATHERED = GatheredBytes()   # this process's count (one rank per process)
 
-_LIVE: dict[int, "ShardedUnit"] = {}   # storage address of each gathered buffer alive -> its unit
+_LIVE: dict[int, ShardedUnit] = {}   # storage address of each gathered buffer alive -> its unit
 
 
-def units_of(model: nn.Module) -> list["ShardedUnit"]:
+def units_of(model: nn.Module) -> list[ShardedUnit]:
     """The sharded units inside `model` (itself included), outermost first."""
     return [m._sharding_unit for m in model.modules() if hasattr(m, "_sharding_unit")]
 

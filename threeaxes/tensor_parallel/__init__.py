@@ -9,17 +9,33 @@
 
 Every collective goes through `threeaxes.comms` with axis="tp".
 """
-from threeaxes.tensor_parallel.block import TPBlock, TPCausalSelfAttention, TPMLP, tensor_parallel_toy
+from threeaxes.tensor_parallel.block import TPMLP, TPBlock, TPCausalSelfAttention, tensor_parallel_toy
 from threeaxes.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
 from threeaxes.tensor_parallel.maps import (
-    copy_to_tp_region, gather_from_tp_region, reduce_from_tp_region, scatter_to_tp_region)
-from threeaxes.tensor_parallel.shard import (
-    BLOCK_LAYOUT, check_tp_layout, gather_block_state, gather_model_state, layout_of,
-    shard_block_state, shard_model_state)
+    copy_to_tp_region,
+    gather_from_tp_region,
+    reduce_from_tp_region,
+    scatter_to_tp_region,
+)
 from threeaxes.tensor_parallel.sequence import (
-    SequenceParallelBlock, SequenceParallelToy, allreduce_sequence_parallel_grads,
-    check_sequence_split, gather_from_sequence_region, reduce_scatter_to_sequence_region,
-    scatter_to_sequence_region, sequence_parallel_toy)
+    SequenceParallelBlock,
+    SequenceParallelToy,
+    allreduce_sequence_parallel_grads,
+    check_sequence_split,
+    gather_from_sequence_region,
+    reduce_scatter_to_sequence_region,
+    scatter_to_sequence_region,
+    sequence_parallel_toy,
+)
+from threeaxes.tensor_parallel.shard import (
+    BLOCK_LAYOUT,
+    check_tp_layout,
+    gather_block_state,
+    gather_model_state,
+    layout_of,
+    shard_block_state,
+    shard_model_state,
+)
 
 __all__ = [
     "copy_to_tp_region", "reduce_from_tp_region", "gather_from_tp_region", "scatter_to_tp_region",

@@ -21,8 +21,8 @@ import copy
 
 import torch.nn as nn
 
-from threeaxes.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
 from threeaxes.dims import ParallelDims, resolve
+from threeaxes.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
 from threeaxes.tensor_parallel.maps import copy_to_tp_region
 from threeaxes.tensor_parallel.shard import check_tp_layout, shard_block_state
 from threeaxes.toy import MLP, Block, CausalSelfAttention, ToyConfig, ToyTransformer
@@ -86,7 +86,7 @@ class TPBlock(Block):
         self.mlp = TPMLP(cfg, dims)
 
     @classmethod
-    def from_block(cls, block: Block, cfg: ToyConfig, dims: ParallelDims | None = None) -> "TPBlock":
+    def from_block(cls, block: Block, cfg: ToyConfig, dims: ParallelDims | None = None) -> TPBlock:
         """This rank's shard of a full toy block (weights copied, not shared): the
         shard of tp coordinate `dims.coord("tp")`."""
         tp_block = cls(cfg, dims)

@@ -22,9 +22,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from threeaxes.tensor_parallel.maps import (
-    copy_to_tp_region, gather_from_tp_region, reduce_from_tp_region, scatter_to_tp_region)
 from threeaxes.dims import resolve
+from threeaxes.tensor_parallel.maps import (
+    copy_to_tp_region,
+    gather_from_tp_region,
+    reduce_from_tp_region,
+    scatter_to_tp_region,
+)
 from threeaxes.tensor_parallel.shard import _braces, _divisors
 
 

@@ -39,10 +39,10 @@ import torch.nn.functional as F
 
 from threeaxes import comms
 from threeaxes.dims import ParallelDims, resolve
-from threeaxes.tensor_parallel.block import TPBlock, TPCausalSelfAttention, TPMLP
+from threeaxes.tensor_parallel.block import TPMLP, TPBlock, TPCausalSelfAttention
 from threeaxes.tensor_parallel.layers import RowParallelLinear
 from threeaxes.tensor_parallel.shard import _braces, _divisors, check_tp_layout
-from threeaxes.toy import CausalSelfAttention, MLP, ToyConfig, ToyTransformer
+from threeaxes.toy import MLP, CausalSelfAttention, ToyConfig, ToyTransformer
 
 SEQ_DIM = 1  # activations are (batch, seq, d_model)
 GATHER_GRADS = ("reduce_scatter", "slice")

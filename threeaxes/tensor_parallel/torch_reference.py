@@ -28,8 +28,7 @@ __all__ = ["torch_tp_plan", "torch_tp_step"]
 def torch_tp_plan(n_layers: int, *, sequence_parallel: bool) -> dict:
     """parallelize_module's plan for the whole toy (keys are submodule names)."""
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel)
+    from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel
 
     row = RowwiseParallel(output_layouts=Shard(1)) if sequence_parallel else RowwiseParallel()
     plan = {}
