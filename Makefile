@@ -95,7 +95,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/tensor_parallel_comm.py
 	$(BIN)/python benchmarks/pipeline_bubble.py
 
-# A JupyterHub for one class on this machine (autograder/hub.py, hub/): real Unix accounts as
+# A JupyterHub for one class on this machine (autograder/hub/, hub/): real Unix accounts as
 # root, the demo login otherwise. jupyterhub and configurable-http-proxy, pinned in hub/, are
 # installed here on first use into a cache (never into .venv, never by make lab or make test).
 .PHONY: hub

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -99,6 +101,72 @@ def test_an_exchange_students_cannot_use_is_named_with_its_fix(tmp_path):
 @pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
 def test_a_missing_node_stops_the_install_with_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setenv("THREEAXES_HUB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(hub.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(hub.HubError, match="apt-get install nodejs npm"):
         hub.install(accounts=False)
+
+
+def test_staging_copies_what_the_servers_import_readable_by_all_and_no_grader(tmp_path, monkeypatch):
+    """A clone in a private folder: its .venv is closed to the students' accounts, so `stage`
+    copies it out, with the course package in place of the editable link back into the clone."""
+    from autograder.hub import staging
+
+    private = tmp_path / "home"
+    site, config, data = private / "site-packages", private / "etc" / "jupyter", private / "share" / "jupyter"
+    (site / "somepkg").mkdir(parents=True)
+    (site / "somepkg" / "__init__.py").write_text("X = 1\n")
+    (site / "somepkg" / "__init__.py").chmod(0o600)          # installed under umask 077
+    (site / "__editable__.threeaxes-0.1.0.pth").write_text(f"{ROOT}\n")
+    (site / "__editable___threeaxes_0_1_0_finder.py").write_text("")
+    (data / "lab" / "static").mkdir(parents=True)
+    (data / "lab" / "static" / "index.js").write_text("")
+    config.mkdir(parents=True)
+    private.chmod(0o700)
+    monkeypatch.setattr(staging, "this_env", lambda: hub.CourseEnv(site, config, data))
+    with pytest.raises(hub.HubError, match="closed to other accounts"):    # pytest's tmp_path is 700
+        hub.stage(tmp_path / "staged", log=lambda line: None)
+    shared = Path(tempfile.mkdtemp(prefix="threeaxes-stage-test-"))
+    shared.chmod(0o755)
+    try:
+        _check_staged(hub.stage(shared / "staged", log=lambda line: None), shared / "staged")
+    finally:
+        shutil.rmtree(shared)
+    with pytest.raises(hub.HubError, match="outside the clone"):
+        hub.stage(ROOT / "staged-here", log=lambda line: None)
+
+
+def _check_staged(env, folder: Path) -> None:
+    assert env == hub.staged_env(folder)
+    assert (env.site / "somepkg" / "__init__.py").stat().st_mode & 0o004
+    assert (env.site / "threeaxes" / "__init__.py").read_text() == (ROOT / "threeaxes" / "__init__.py").read_text()
+    assert not list(env.site.glob("__editable__*")), "an editable install would point back into the clone"
+    assert not (env.site / "autograder").exists() and not list(env.site.rglob("references"))
+    assert (env.data / "lab" / "static" / "index.js").is_file()
+    assert all(p.stat().st_mode & 0o005 == 0o005 for p in [folder, *env.site.rglob("*")] if p.is_dir())
+
+
+def test_a_hub_started_on_an_unstaged_folder_says_how_to_stage_it(tmp_path):
+    done = hub.Install(tmp_path / "venv", tmp_path / "proxy")
+    cfg = hub.Settings(state=tmp_path / "state", students=["ada"], instructor="teach", course=ROOT,
+                       accounts=False, env=tmp_path / "nothing")
+    with pytest.raises(hub.HubError, match="autograder.hub stage"):
+        hub.prepare(cfg, done)
+
+
+def test_the_hubs_python_sees_the_site_it_is_told(tmp_path, monkeypatch):
+    """The hub's venv reads the course's packages through one .pth line; THREEAXES_COURSE_SITE,
+    which the hub and every user's server are given, points it at a staged copy instead."""
+    import sys
+
+    from autograder.hub.installer import SITE_VARIABLE, site_hook
+
+    told, default = tmp_path / "told", tmp_path / "default"
+    for folder in (told, default):
+        folder.mkdir()
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv(SITE_VARIABLE, str(told))
+    exec(site_hook(default))
+    assert str(told) in sys.path and str(default) not in sys.path
+    monkeypatch.delenv(SITE_VARIABLE)
+    exec(site_hook(default))
+    assert str(default) in sys.path

@@ -14,8 +14,12 @@
 5. ada and bo fetch their feedback from the tab and read their own score, bo the
    sentence that names his mistake; neither reaches the other's server, submission or
    feedback, through the hub or as their own account in a shell;
-6. what goes wrong (section 5 of issue 35): a student without a home folder, and an
-   exchange others cannot write to, are refused with the fix in the message.
+6. what goes wrong: a student without a home folder, and an exchange others cannot write
+   to, are refused with the fix in the message.
+
+Where the clone lives in a folder other accounts cannot open (mktemp -d, a home of mode
+700), the course's environment is first staged where they can read it, as an instructor
+in that place is told to (`python -m autograder.hub stage`).
 
 Root only (it adds the accounts, and removes them and their homes after); it skips,
 saying why, without root, Chromium, or where jupyterhub and its proxy cannot be
@@ -37,10 +41,18 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from hub_page import (COURSE, LISTS, OPEN_FROM_TAB, SET_SOURCE, Shots, click, log_in,
-                      open_assignments_tab, row, save)
-from lab_page import (CELL_TEXT, KERNEL_IDLE, RUN_CELL, chromium, open_notebook, require_browser, run_all, wait_for,
-                      wait_for_python)
+from hub_page import COURSE, LISTS, OPEN_FROM_TAB, SET_SOURCE, Shots, click, log_in, open_assignments_tab, row, save
+from lab_page import (
+    CELL_TEXT,
+    KERNEL_IDLE,
+    RUN_CELL,
+    chromium,
+    open_notebook,
+    require_browser,
+    run_all,
+    wait_for,
+    wait_for_python,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -181,9 +193,18 @@ def test_a_class_on_the_hub_in_chromium(released, tmp_path):
         instructor = Instructor(course, base / "state", base / "instructor")
         entry = hub.pwd_entry(INSTRUCTOR)
         subprocess.run(["chown", "-R", f"{entry.pw_uid}:{entry.pw_gid}", str(course)], check=True)
+        # a clone in a private folder (a home of mode 700, mktemp -d): the students' accounts cannot
+        # read its .venv, so the course's environment is staged where they can, as the README tells
+        # an instructor to (python -m autograder.hub stage DIR, then start --env DIR)
+        staged = None
+        if not hub.open_to_all(hub.course_site()):
+            step = "staging the course's environment outside the private clone"
+            staged = base / "course-env"
+            hub.stage(staged, log=lambda line: print(line, flush=True))
+            lap("course environment staged")
         cfg = hub.Settings(state=base / "state", students=[ADA, BO, CY, DEE], instructor=INSTRUCTOR,
                            course=course, accounts=True, port=hub.free_port(),
-                           server_args=("--LabApp.expose_app_in_browser=True",))
+                           server_args=("--LabApp.expose_app_in_browser=True",), env=staged)
         settings = hub.prepare(cfg, done)
         class_hub = hub.Hub(settings, done)
         lap("accounts made, hub started")
@@ -232,7 +253,8 @@ def test_a_class_on_the_hub_in_chromium(released, tmp_path):
                     assert driver.execute_script(SET_SOURCE, notebook, grade_id, solution_of(source, grade_id)) is None
                 written = next(c.metadata["nbgrader"]["grade_id"] for c in source.cells if c.cell_type == "markdown"
                                and c.metadata.get("nbgrader", {}).get("solution"))
-                assert driver.execute_script(SET_SOURCE, notebook, written, "Data parallelism splits the batch.") is None
+                said = "Data parallelism splits the batch."
+                assert driver.execute_script(SET_SOURCE, notebook, written, said) is None
                 run_all(driver, notebook)
             else:
                 step = "bo: a typical mistake, its check names it"
