@@ -18,6 +18,9 @@ The exercise graded by value:
   tp across nodes, GiB for GB). The hidden test asks it, beside the scenario's
   own pair, about pairs it draws at grading time (`draw_floor_case`).
 
+The defence (`my_defence` for the student's own configuration, `rivals` for `RIVALS`) is
+judged by `autograder.references.defence` against this scenario.
+
 `floor_reference(model_spec, cluster_spec)` is the reference on the plain specs the
 visible check stores (`threeaxes.grading.drop13.model_from`, `cluster_from`).
 """
@@ -28,10 +31,20 @@ import math
 from threeaxes.cost import (CLUSTERS, MODELS, GiB, custom_model, divisors, get_cluster,
                             get_model, model_state_bytes, valid_tp)
 from threeaxes.grading import as_int
-from threeaxes.grading.drop13 import SCENARIO, best_for_shape, cluster_from, model_from  # noqa: F401
+from threeaxes.grading.drop13 import RIVALS, SCENARIO, best_for_shape, cluster_from, model_from  # noqa: F401
 
-__all__ = ["SCENARIO", "draw_floor_case", "model_parallel_floor", "floor_reference", "plain_floor",
+__all__ = ["SCENARIO", "RIVALS", "DEFENCE_SETUP", "draw_floor_case", "model_parallel_floor", "floor_reference", "plain_floor",
            "floor_mistake"]
+
+# what the defence's answer cell needs from the notebook before it (the catalogued mistakes
+# run after these lines: autograder.references.defence)
+DEFENCE_SETUP = [
+    "from threeaxes.grading import drop13",
+    "SCENARIO = drop13.SCENARIO",
+    "model, cluster, GLOBAL_BATCH = SCENARIO['model'], SCENARIO['cluster'], SCENARIO['global_batch']",
+    "ASSUME = SCENARIO['assumptions']",
+    "my_config = dict(dp=4, tp=2, pp=4, micro_batch=1, zero_stage=1, sequence_parallel=True)",
+]
 
 # head counts a drawn custom model may have (of 128 dimensions each): some divide 8, some not
 DRAWN_HEADS = (12, 20, 24, 25, 32, 40, 48, 52, 56, 64, 96)

@@ -15,15 +15,27 @@ The exercise graded by value:
   Section 5 and Figure 1); `state_mistake` names the usual slips. The hidden
   test asks about layouts it draws at grading time (`draw_state_case`).
 
-The scenario and `JOB_CHANGES` are the package's `threeaxes.grading.drop14`.
+The defence (`my_defence` for the student's own configuration, `rivals` for `RIVALS`) is
+judged by `autograder.references.defence` against this scenario. The scenario, `RIVALS`
+and `JOB_CHANGES` are the package's `threeaxes.grading.drop14`.
 """
 from __future__ import annotations
 
 from threeaxes.cost import GB, GiB, model_state_bytes
 from threeaxes.grading import as_number
-from threeaxes.grading.drop14 import JOB_CHANGES, SCENARIO, changed_scenario  # noqa: F401
+from threeaxes.grading.drop14 import JOB_CHANGES, RIVALS, SCENARIO, changed_scenario  # noqa: F401
 
-__all__ = ["SCENARIO", "draw_state_case", "expected_state_gb", "plain_state_gb", "state_mistake"]
+__all__ = ["SCENARIO", "RIVALS", "DEFENCE_SETUP", "draw_state_case", "expected_state_gb", "plain_state_gb", "state_mistake"]
+
+# what the defence's answer cell needs from the notebook before it (the catalogued mistakes
+# run after these lines: autograder.references.defence)
+DEFENCE_SETUP = [
+    "from threeaxes.grading import drop14",
+    "SCENARIO = drop14.SCENARIO",
+    "model, cluster, GLOBAL_BATCH = SCENARIO['model'], SCENARIO['cluster'], SCENARIO['global_batch']",
+    "ASSUME = SCENARIO['assumptions']",
+    "my_config = dict(dp=2, tp=2, pp=16, micro_batch=1, zero_stage=1, sequence_parallel=True)",
+]
 
 
 def draw_state_case(rng, zero_stage: int) -> tuple:

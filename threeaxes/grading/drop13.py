@@ -4,7 +4,8 @@
 The scenario: LLaMA's 33B model ("30B") on four DGX A100-style nodes of 8
 A100 80GB GPUs, a global batch of 512 sequences of its 2,048-token context.
 
-`best_for_shape(scenario, dp, tp, pp)` is the fastest fitting configuration of
+`RIVALS` are the layouts the core's defence asks about (the student says what stops or
+slows each first, with its number). `best_for_shape(scenario, dp, tp, pp)` is the fastest fitting configuration of
 one (dp, tp, pp) shape, from the library's `search` (the notebook's
 alternatives; drop 14 uses it too). `model_from` and `cluster_from` build a
 model and a cluster from the plain specs the visible check stores. The
@@ -16,9 +17,16 @@ from __future__ import annotations
 from threeaxes.cost import custom_model, get_cluster, get_model, search
 from threeaxes.grading import sizing
 
-__all__ = ["SCENARIO", "best_for_shape", "model_from", "cluster_from"]
+__all__ = ["SCENARIO", "RIVALS", "best_for_shape", "model_from", "cluster_from"]
 
 SCENARIO = sizing.scenario(get_model("30B"), get_cluster("a100-80gb", n_nodes=4), 512)
+
+# the defence's rivals: ZeRO-3 over every GPU with no model parallelism, and a
+# tensor-parallel group wider than a node
+RIVALS = {
+    "zero3_only": dict(dp=32, tp=1, pp=1, micro_batch=1, zero_stage=3),
+    "tp_across_nodes": dict(dp=2, tp=16, pp=1, micro_batch=1, zero_stage=1),
+}
 
 
 def best_for_shape(scenario: dict, dp: int, tp: int, pp: int):

@@ -5,7 +5,8 @@ The scenario: Llama 2 70B on eight DGX A100-style nodes of 8 A100 80GB
 GPUs, a global batch of 1,024 sequences of its 4,096-token context (the
 4M-token batch of Touvron et al. 2023b, Table 1).
 
-`JOB_CHANGES` are the changes to the job the notebook tries ("what would change
+`RIVALS` are the layouts the core's defence asks about (the student says what stops or
+slows each first, with its number). `JOB_CHANGES` are the changes to the job the notebook tries ("what would change
 the choice"); `changed_scenario` builds each. The references the hidden tests
 use are on the instructor's side (`autograder/references/drop14.py`).
 """
@@ -16,9 +17,17 @@ from dataclasses import replace
 from threeaxes.cost import get_cluster, get_model
 from threeaxes.grading import sizing
 
-__all__ = ["SCENARIO", "JOB_CHANGES", "changed_scenario"]
+__all__ = ["SCENARIO", "RIVALS", "JOB_CHANGES", "changed_scenario"]
 
 SCENARIO = sizing.scenario(get_model("70B"), get_cluster("a100-80gb", n_nodes=8), 1024)
+
+# the defence's rivals: a deep pipeline with no data parallelism, ZeRO-3 with no pipeline,
+# and a tensor-parallel group wider than a node
+RIVALS = {
+    "deep_pipeline_no_dp": dict(dp=1, tp=8, pp=8, micro_batch=1),
+    "zero3_no_pipeline": dict(dp=64, tp=1, pp=1, micro_batch=1, zero_stage=3),
+    "tp_across_nodes": dict(dp=4, tp=16, pp=1, micro_batch=1, zero_stage=1),
+}
 
 # name -> what changes: the cluster's fields, the global batch, the context
 JOB_CHANGES = {

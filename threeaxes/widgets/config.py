@@ -190,3 +190,31 @@ def _add_time_terms(ax, bars):
             added = True
     if added:
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+
+
+def candidate_breakdown(scenario: dict, config: dict, best=None) -> Figure:
+    """One layout the student set, under the cost model (`plan`), term by term: memory per
+    GPU by term against the GPU's capacity, step time by term; beside `best` (a
+    PlanResult, the search's fastest) when given. Prints the same figures. It evaluates the
+    layouts it is given and ranks nothing."""
+    from ..cost import plan
+
+    r = plan(scenario["model"], scenario["cluster"], scenario["global_batch"],
+             scenario.get("seq_len"), **config, **scenario.get("assumptions", {}))
+    rows = [("yours", r)] + ([("fastest", best)] if best is not None else [])
+    for name, x in rows:
+        m, t = x.memory, x.time
+        print(f"{name:8s} {x.label}\n"
+              f"         memory per GPU: weights {m.params / GB:.1f} + gradients {m.grads / GB:.1f} + "
+              f"optimizer {m.optimizer / GB:.1f} + activations {m.activations / GB:.1f} = "
+              f"{m.total / GB:.1f} GB of {x.capacity / GB:.0f} ({'fits' if x.fits else 'does NOT fit'})\n"
+              f"         step: compute {t.compute:.2f} + tp {t.tp_comm:.2f} + pp {t.pp_comm:.2f} + "
+              f"dp {t.dp_comm:.2f} + bubble {t.bubble:.2f} = {t.total:.2f} s "
+              f"(bubble {x.bubble_fraction:.1%} of the step)")
+    if best is not None:
+        print(f"yours takes {r.time.total / best.time.total:.2f}x the fastest step")
+    fig = Figure(figsize=(11.0, 2.2 + 0.5 * len(rows)), layout="constrained")
+    left, right = fig.subplots(1, 2, width_ratios=[1.3, 2.2])
+    draw_memory_bars([(n, x.memory) for n, x in rows], r.capacity, ax=left, title="memory per GPU")
+    draw_time_breakdown([(n, x.time) for n, x in rows], ax=right, title="step time by term")
+    return fig

@@ -1,0 +1,210 @@
+"""The graded defence of drops 13 and 14 (the instructor's side): a student's numbers for
+their own configuration, and their verdict on the rivals the drop names, judged against
+the cost model.
+
+    defence.judge_numbers("drop13", SCENARIO, my_config, my_defence)
+    defence.judge_rivals("drop13", SCENARIO, RIVALS, rivals)
+
+The numbers (`numbers_reference`), for the student's `my_config` as `plan` prices it:
+
+* `state_gb`: weights, gradients and optimizer state on one GPU (GB of 1e9 bytes),
+* `activation_gb`: the activations the first pipeline stage keeps at its peak,
+* `bubble`: the share of the step each stage sits idle,
+* `slow_link_gb`: what one GPU sends over the links between nodes in one step: the
+  pipeline's sends when its stages sit on different nodes (an activation forward and its
+  gradient back per micro-batch and model chunk, 1/tp of it with sequence parallelism), and
+  the data-parallel exchange when a replica group crosses nodes (ring bytes per GPU,
+  Thakur et al. 2005: all-reduce 2(n-1)/n S, reduce-scatter and all-gather (n-1)/n S; by
+  ZeRO stage as `threeaxes.cost.dp_exchange` prices it: stage 3 gathers the weights twice
+  and scatters the gradients for every micro-batch).
+
+The cost model prices time, not bytes, so `slow_link_bytes` counts the bytes of exactly
+the transfers `threeaxes.cost.evaluate` puts on an inter-node link (`group_link`).
+
+Tolerances (REL): the activations within 3% of the reference (the student's count leaves
+out the embedding's few extra bytes, under 2% here), the other three within 1% (exact
+counts, rounded); a rival's number within 3%. Every catalogued mistake is off by more than
+twice its tolerance (tests/test_defence.py checks it on each drop).
+
+A rival's verdict is (reason, number): the first rule it breaks (a rule of
+`threeaxes.cost.violations`, the number the rule compares: heads per tensor-parallel rank),
+else "memory" if it does not fit (the GB per GPU it needs), else the step-time term that
+costs it most beyond compute ("slow_links" for the data-parallel or pipeline traffic over
+the network, with its `slow_link_gb`; "bubble", with the idle share; "tp_comm" inside the
+node).
+"""
+from __future__ import annotations
+
+import math
+
+from threeaxes.cost import GB, bytes_sent_per_gpu, group_inside_node, plan, violations
+from threeaxes.grading.defence import KEYS, REASONS, plain_numbers, plain_rivals
+
+__all__ = ["REL", "KEYS", "REASONS", "numbers_reference", "slow_link_bytes", "rival_reference",
+           "broken_rules", "judge_numbers", "judge_rivals"]
+
+# how far a right count may be from the cost model's: the activations' 3% covers the
+# embedding's few extra bytes the student's formula leaves out; the rest are exact counts
+REL = {"state_gb": 0.01, "activation_gb": 0.03, "bubble": 0.01, "slow_link_gb": 0.01}
+RIVAL_REL = 0.03
+
+
+def _plan(scenario: dict, config: dict):
+    return plan(scenario["model"], scenario["cluster"], scenario["global_batch"],
+                scenario.get("seq_len"), **config, **scenario.get("assumptions", {}))
+
+
+def slow_link_bytes(scenario: dict, config: dict) -> float:
+    """Bytes one GPU sends over inter-node links in one step (a middle pipeline stage)."""
+    model, cluster = scenario["model"], scenario["cluster"]
+    dp, tp, pp, b = (config[k] for k in ("dp", "tp", "pp", "micro_batch"))
+    zero, v = config.get("zero_stage", 0), config.get("virtual_stages", 1)
+    sp = config.get("sequence_parallel", False)
+    m = scenario["global_batch"] // (dp * b)
+    seq = scenario.get("seq_len") or model.seq_len
+    per_node = cluster.gpus_per_node
+    total = 0.0
+    if pp > 1 and not group_inside_node(tp * dp, pp, per_node):
+        activation = 2 * b * seq * model.d_model / (tp if sp else 1)     # 16-bit b s h, a shard with sp
+        total += 2 * v * m * activation                                  # forward and back
+    if dp > 1 and not group_inside_node(tp, dp, per_node):
+        weights = 2 * model.n_params / (tp * pp)                         # 16-bit, this slice
+        rs, ag = (bytes_sent_per_gpu(op, weights, dp) for op in ("reduce_scatter", "all_gather"))
+        total += {0: bytes_sent_per_gpu("all_reduce", weights, dp), 1: rs + ag,
+                  2: m * rs + ag, 3: m * (rs + 2 * ag)}[zero]
+    return total
+
+
+def numbers_reference(scenario: dict, config: dict) -> dict:
+    """The four numbers for a configuration that follows the rules (fitting or not)."""
+    r = _plan(scenario, config)
+    mem = r.memory
+    return {"state_gb": (mem.params + mem.grads + mem.optimizer) / GB,
+            "activation_gb": mem.activations / GB, "bubble": r.bubble_fraction,
+            "slow_link_gb": slow_link_bytes(scenario, config) / GB}
+
+
+def broken_rules(scenario: dict, config: dict) -> dict:
+    """{rule: the number it compares} for every rule the layout breaks, in the order
+    `violations` lists them: heads or key/value heads per tensor-parallel rank, nodes one
+    tensor-parallel group spans, otherwise the degree that breaks it."""
+    model, cluster = scenario["model"], scenario["cluster"]
+    rules = {k: v for k, v in config.items() if k != "sequence_parallel"}
+    flags = {k: v for k, v in scenario.get("assumptions", {}).items()
+             if k in ("allow_tp_across_nodes", "allow_sharded_pp")}
+    tp = config["tp"]
+    numbers = {"tp_heads": model.n_heads / tp, "tp_kv_heads": model.kv_heads / tp,
+               "tp_node": tp / cluster.gpus_per_node, "pp_layers": model.n_layers / config["pp"]}
+    return {v.rule: numbers.get(v.rule, float(tp * config["pp"] * config["dp"]))
+            for v in violations(model, cluster, scenario["global_batch"], **rules, **flags)}
+
+
+def rival_reference(scenario: dict, config: dict) -> tuple:
+    """(reason, number) for a rival: its first broken rule, else memory, else its costliest
+    term beyond compute (tp_comm's number: GB one GPU sends in tensor-parallel all-reduces
+    a step, 4 per layer and micro-batch, 2(t - 1)/t of b s h 16-bit values each)."""
+    broken = broken_rules(scenario, config)
+    if broken:
+        return next(iter(broken.items()))
+    r = _plan(scenario, config)
+    if not r.fits:
+        return "memory", r.memory.total / GB
+    t = r.time
+    terms = {"slow_links": t.dp_comm + t.pp_comm, "bubble": t.bubble, "tp_comm": t.tp_comm}
+    reason = max(terms, key=terms.get)
+    return reason, {"slow_links": slow_link_bytes(scenario, config) / GB,
+                    "bubble": r.bubble_fraction,
+                    "tp_comm": _tp_bytes(scenario, config, r.micro_batches) / GB}[reason]
+
+
+def _tp_bytes(scenario: dict, config: dict, m: int) -> float:
+    model, tp, pp = scenario["model"], config["tp"], config["pp"]
+    seq = scenario.get("seq_len") or model.seq_len
+    per_layer = 6 if config.get("recompute") == "full" else 4
+    one = bytes_sent_per_gpu("all_reduce", 2 * config["micro_batch"] * seq * model.d_model, tp)
+    return per_layer * model.n_layers / pp * m * one
+
+
+def _close(got: float, want: float, rel: float = RIVAL_REL) -> bool:
+    return math.isfinite(got) and math.isclose(got, want, rel_tol=rel, abs_tol=1e-6)
+
+
+def _mistake_values(drop: str, answer: str, name: str) -> dict:
+    """{mistake name: (what its code binds to `name`, what the student is told)} for the
+    catalogued mistakes of the `name` part ("part": "my_defence" or "rivals" in grading.json;
+    the attacks have none), the code run after the notebook lines it needs first (the drop's
+    reference module's DEFENCE_SETUP)."""
+    import importlib
+
+    from autograder.cases import defined
+    from autograder.references import catalogue
+
+    entry = catalogue.exercise(drop, answer)
+    setup = importlib.import_module(f"autograder.references.{drop}").DEFENCE_SETUP
+    out = {}
+    for m in entry["mistakes"]:
+        if m.get("part") != name:
+            continue
+        try:
+            out[m["name"]] = (defined("\n".join(m["code"]), name, setup), m["says"])
+        except Exception:  # noqa: BLE001 - a mistake whose cell fails binds nothing to compare
+            out[m["name"]] = (None, m["says"])
+    return out
+
+
+def judge_numbers(drop: str, scenario: dict, my_config, my_defence,
+                  answer: str = "my_defence_answer") -> None:
+    """AssertionError naming what is wrong in the student's numbers for their own config:
+    the catalogued mistake whose cell gives the student's numbers (a mistake is named by
+    its numbers alone, so it is named whatever my_config is), else which number is off."""
+    from threeaxes.grading.sizing import plain_config
+
+    config = plain_config(my_config, "my_config")
+    got = plain_numbers(my_defence)
+    valid = not broken_rules(scenario, config)
+    want = numbers_reference(scenario, config) if valid else None
+    off = [k for k in KEYS if want is None or not _close(got[k], want[k], REL[k])]
+    if not off:
+        print("my_defence: every number within its tolerance of the cost model's for my_config "
+              "(activations 3%, the others 1%)")
+        return
+    for value, says in _mistake_values(drop, answer, "my_defence").values():
+        try:
+            theirs = plain_numbers(value)
+        except AssertionError:
+            continue
+        if all(_close(got[k], theirs[k], 1e-9) for k in KEYS) and (
+                want is None or any(not _close(theirs[k], want[k], REL[k]) for k in KEYS)):
+            raise AssertionError(f"my_defence[{off[0]!r}] = {got[off[0]]:.4g}: {says}")
+    if not valid:
+        raise AssertionError("my_config breaks a rule of the job (its own check says which), so "
+                             "it has no numbers to defend: fix my_config first")
+    raise AssertionError(f"my_defence[{off[0]!r}] = {got[off[0]]:.4g} is not within {REL[off[0]]:.0%} of "
+                         f"the cost model's figure for {config}; count it again with the formulas above")
+
+
+def judge_rivals(drop: str, scenario: dict, rival_configs: dict, rivals,
+                 answer: str = "my_defence_answer") -> None:
+    """AssertionError naming the first rival whose reason or number is wrong. A rival that
+    breaks several rules may be answered with any of them, with that rule's number."""
+    got = plain_rivals(rivals, list(rival_configs))
+    mistakes = _mistake_values(drop, answer, "rivals")
+    for key, config in rival_configs.items():
+        said, value = got[key]
+        broken = broken_rules(scenario, config)
+        right = dict([rival_reference(scenario, config)], **broken)
+        if said in right and _close(value, right[said]):
+            continue
+        for value_m, says in mistakes.values():
+            try:
+                theirs = plain_rivals(value_m, list(rival_configs))[key]
+            except AssertionError:
+                continue
+            if theirs[0] == said and _close(theirs[1], value, 1e-9):
+                raise AssertionError(f"rivals[{key!r}] = {got[key]}: {says}")
+        if said not in right:
+            raise AssertionError(f"rivals[{key!r}]: {said!r} is not what stops or slows {config} "
+                                 "first; check the rules, then the memory, then the terms of its step")
+        raise AssertionError(f"rivals[{key!r}]: the reason is right, the number {value:.4g} is not "
+                             f"within {RIVAL_REL:.0%} of the cost model's")
+    print(f"rivals: every reason right and every number within {RIVAL_REL:.0%}")
