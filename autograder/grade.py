@@ -19,6 +19,11 @@ graded yet, was submitted again since, or has lost its autograded notebook
 (autograded/ deleted by hand); `--force` grades everything again. feedback/ is
 written again each run.
 
+A submission is its notebook alone (autograder/one_notebook.py): a folder in submitted/
+that holds a link (the notebook itself included), a device, a pipe, a folder or any file
+but the notebook and what nbgrader submit writes beside it is refused before anything of it runs or is
+copied, and named with its cause at the end, as below.
+
 One submission never stops the class: a worker that dies is replaced (the
 submission it was grading is tried once more, then named), and a submission
 that cannot be graded, or whose feedback page cannot be written, is named at

@@ -5,7 +5,7 @@
 
 What is graded is the notebook, as a regular file. A submission's folder (submitted/<student>/<drop>/,
 or an exchange inbound/ entry) may hold the drop's notebook(s), named as in the instructor's
-source/<drop>/, and nbgrader's timestamp.txt; a link (the notebook itself included), a device, a
+source/<drop>/, and the two files nbgrader submit writes beside them (NBGRADER_FILES); a link (the notebook itself included), a device, a
 pipe, a folder or any other file refuses the whole submission before anything runs or is copied.
 Every check uses `lstat`: a link is looked at, never through. The folders themselves are the
 instructor's (nbgrader collect makes them) or the student's (inbound/): a folder that is a link is
@@ -18,7 +18,9 @@ import re
 import stat
 from pathlib import Path
 
-TIMESTAMP = "timestamp.txt"        # nbgrader submit writes it, collect copies it
+# what nbgrader submit writes beside the notebook, and collect copies: when it was handed in, and
+# the secret release_feedback names the student's feedback folder by
+NBGRADER_FILES = frozenset({"timestamp.txt", "submission_secret.txt"})
 MAX_NOTEBOOK_BYTES = 64 << 20     # a notebook's file: the drops' solved sources are under 1 MiB
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")   # a student id or drop as a folder name
 
@@ -46,7 +48,7 @@ def _kind(mode: int) -> str:
 def refusal(folder: Path, notebooks: set[str]) -> str | None:
     """Why `folder` is not a submission of one notebook (a sentence naming each thing in it
     that is not allowed, and what to do), or None when it holds the notebook(s) and at most
-    nbgrader's timestamp.txt, each a regular file."""
+    nbgrader's own NBGRADER_FILES, each a regular file."""
     folder = Path(folder)
     try:
         mode = os.lstat(folder).st_mode
@@ -61,9 +63,9 @@ def refusal(folder: Path, notebooks: set[str]) -> str | None:
         return f"its folder cannot be read ({exc.strerror})"
     for entry in entries:
         mode = entry.stat(follow_symlinks=False).st_mode
-        if entry.name in notebooks | {TIMESTAMP} and stat.S_ISREG(mode):
+        if entry.name in notebooks | NBGRADER_FILES and stat.S_ISREG(mode):
             found.add(entry.name)
-        elif entry.name in notebooks | {TIMESTAMP}:
+        elif entry.name in notebooks | NBGRADER_FILES:
             wrong.append(f"{entry.name} is {_kind(mode)}")
         elif stat.S_ISREG(mode):
             wrong.append(f"{entry.name} is a file other than the notebook")

@@ -4,7 +4,8 @@ Students write into the exchange's inbound/: an entry there may be a link (to th
 source folder, the gradebook, a root-only file), or a folder holding links, devices, folders or
 files beside the notebook. nbgrader's own collect copies an entry with `shutil.copytree`, which
 reads through every link as the instructor (often root). Here an entry is taken only when it is a
-real folder that holds the drop's notebook(s) and nbgrader's timestamp.txt, each a regular file
+real folder that holds the drop's notebook(s) and the files nbgrader submit writes beside
+them, each a regular file
 (autograder/one_notebook.py); each file is copied from a descriptor opened with O_NOFOLLOW, so a
 link swapped in after the check is refused, not read. Any other entry is left where it is, copied
 nowhere, and named in `SafeCollect.refused` (the exchange's report prints it).
@@ -48,7 +49,7 @@ class SafeCollect(ExchangeCollect):
         if why:
             raise RuntimeError(f"{src}: {why}")
         os.makedirs(dest)
-        for name in sorted(notebooks | {one_notebook.TIMESTAMP}):
+        for name in sorted(notebooks | one_notebook.NBGRADER_FILES):
             try:
                 data = one_notebook.read_regular(Path(src) / name)
             except FileNotFoundError:
