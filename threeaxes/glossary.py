@@ -144,7 +144,7 @@ TERMS = (
          r"\*\*MFU\*\*|MFU\W{0,3}\((?i:model)|(?i:model FLOPs? utili[sz]ation)"),
     Term("key/value heads", 14, (r"(?i)key/value heads?|\bKV heads?|grouped-query|\bGQA\b",),
          "In grouped-query attention, the few heads of keys and values that several query heads "
-         "share; tensor parallelism must split them too."),
+         "share; tensor parallelism splits them too, or copies them when tp exceeds their number."),
     Term("context parallelism (CP)", 15, (r"(?i)context parallelism",),
          "Splitting each sequence over cp ranks, every layer bringing the other ranks' keys and "
          "values to each rank's queries (by a ring or an all-to-all)."),
