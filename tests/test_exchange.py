@@ -50,7 +50,10 @@ from grading_harness import (CELL_TIMEOUT_S, ROOT, Course, answer_ids, load_drop
 DROPS = ["drop01-three-kinds-of-parallel", "drop10-oom-at-step-4000"]
 DUE = DROPS[0]                      # the drop with a due date
 NEVER_RELEASED = "drop02-data-parallel"
-ROSTER = ["alice", "bob", "carol", "dave"]
+# students on the roster who write links into inbound/ by hand (`plant_links`): nothing of theirs is collected
+LINKERS = ["frank", "grace", "heidi"]
+ROSTER = ["alice", "bob", "carol", "dave", *LINKERS]
+SECRET = "root-only-secret-5e0c"
 GRADED = ["alice", "bob", "carol"]
 # nbgrader's API misspells `authenticator` when it releases feedback; traitlets warns
 pytestmark = pytest.mark.filterwarnings("ignore:Passing unrecognized arguments to super\\(ExchangeReleaseFeedback")
@@ -207,6 +210,7 @@ def klass(tmp_path_factory, released):
     submit("dave", DROPS[1], None)
     # eve: not on the roster
     submit("eve", DROPS[0], fetch("eve", DROPS[0]))
+    plant_links(ex, course.root, base, DROPS[0], fetch("frank", DROPS[0]))
 
     # the instructor: due date, collect, grade, release feedback
     instructor_cli("db", "assignment", "add", DUE, f"--duedate={k.due.isoformat()}")
@@ -219,6 +223,29 @@ def klass(tmp_path_factory, released):
         for drop in DROPS:
             nbgrader_as(homes[student], "fetch_feedback", drop)
     return k
+
+
+def plant_links(ex: Path, course_root: Path, base: Path, drop: str, blank) -> None:
+    """What students can write into inbound/ without nbgrader submit (the second red team's
+    attack): frank's entry is a link to the instructor's source folder; grace's holds her
+    notebook as a link to the source notebook; heidi's holds her own blank notebook and,
+    beside it, links to the gradebook and to a file only root may read."""
+    inbound = ex / "three-axes" / "inbound"
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f %Z")
+    secret = base / "root-only.txt"
+    secret.write_text(SECRET)
+    secret.chmod(0o600)
+    (inbound / f"frank+{drop}+{stamp}+aaaa").symlink_to(course_root / "source" / drop, target_is_directory=True)
+    grace = inbound / f"grace+{drop}+{stamp}+bbbb"
+    grace.mkdir()
+    (grace / f"{drop}.ipynb").symlink_to(course_root / "source" / drop / f"{drop}.ipynb")
+    (grace / "timestamp.txt").write_text(stamp)
+    heidi = inbound / f"heidi+{drop}+{stamp}+cccc"
+    heidi.mkdir()
+    nbformat.write(blank, heidi / f"{drop}.ipynb")
+    (heidi / "timestamp.txt").write_text(stamp)
+    (heidi / "gradebook.db").symlink_to(course_root / "gradebook.db")
+    (heidi / "notes.txt").symlink_to(secret)
 
 
 def gradebook_submission(k, drop, student):
@@ -313,19 +340,43 @@ def test_submit_refuses_a_missing_or_renamed_notebook(klass):
 @pytest.mark.slow
 def test_what_cannot_be_graded_is_named_and_kept(klass):
     problems = "\n".join(klass.grade.problems)
-    assert len(klass.grade.problems) == 3, problems
-    assert f"dave/{DROPS[0]}: the notebook {DROPS[0]}.ipynb is missing; it holds Copy of my notebook.ipynb" \
-        in problems
+    assert len(klass.grade.problems) == 2, problems
     assert f"dave/{DROPS[1]}: {DROPS[1]}.ipynb is not a notebook" in problems
     assert f"eve/{DROPS[0]}: 'eve' is not in the roster" in problems
     assert "nothing was deleted" in problems
     assert all(f"NOT GRADED: {p}" in str(klass.grade) for p in klass.grade.problems)
-    for student, drop, name in [("dave", DROPS[0], "Copy of my notebook.ipynb"),
-                                ("dave", DROPS[1], f"{DROPS[1]}.ipynb"), ("eve", DROPS[0], f"{DROPS[0]}.ipynb")]:
+    for student, drop, name in [("dave", DROPS[1], f"{DROPS[1]}.ipynb"), ("eve", DROPS[0], f"{DROPS[0]}.ipynb")]:
         kept = klass.course.root / "submitted" / student / drop / name
         assert kept.read_bytes() == klass.submitted[student, drop]
     # collect already said so, before any grading
-    assert klass.collect.count("cannot be graded as it is") == 3
+    assert klass.collect.count("cannot be graded as it is") == 2
+    # a renamed notebook is a file other than the notebook: not collected, named, left in the exchange
+    assert (f"not collected: dave/{DROPS[0]}: " in klass.collect
+            and "Copy of my notebook.ipynb is a file other than the notebook" in klass.collect), klass.collect
+    assert not (klass.course.root / "submitted" / "dave" / DROPS[0]).exists()
+    assert any((p / "Copy of my notebook.ipynb").is_file()
+               for p in (klass.ex / "three-axes" / "inbound").glob(f"dave+{DROPS[0]}+*"))
+
+
+@pytest.mark.slow
+def test_collect_follows_no_link_a_student_wrote_into_inbound(klass):
+    """Collect, run as root, once copied the source notebook, the gradebook and a root-only file
+    into submitted/ through links in inbound/, and graded them 6 / 7."""
+    said = {who: line for line in klass.collect.splitlines() for who in LINKERS
+            if line.startswith(f"not collected: {who}/{DROPS[0]}: ")}
+    assert set(said) == set(LINKERS), klass.collect
+    assert "is a link, not a folder" in said["frank"]
+    assert f"{DROPS[0]}.ipynb is a link" in said["grace"]
+    assert "gradebook.db is a link" in said["heidi"] and "notes.txt is a link" in said["heidi"]
+    for who in LINKERS:
+        assert not (klass.course.root / "submitted" / who).exists(), who
+        assert all(s != who for _, s in klass.grade.graded)
+        assert not list(klass.homes[who].glob("*/feedback/*/*.html")), who
+    for folder in ("submitted", "autograded", "feedback"):
+        for path in (klass.course.root / folder).rglob("*"):
+            assert not path.is_symlink() and path.name != "gradebook.db", path
+            if path.is_file():
+                assert SECRET.encode() not in path.read_bytes(), path
 
 
 @pytest.mark.slow

@@ -60,13 +60,17 @@ def graded(tmp_path_factory):
                               markdown cell with a script
         a-killed-worker       alice's, but its worker is killed (twice)  not graded, named; the
                               whenever it grades this one                rest of its queue graded
-        large-file            alice's (light), and a 100 kB data file    graded, or named with
-                              beside it                                  its cause
+        large-file            alice's (light), and a 100 kB data file    not graded, named: a
+                              beside it                                  submission is its notebook
+                                                                         alone (the drop's own data
+                                                                         file, as big, in source/,
+                                                                         reaches every kernel)
         not-json              a notebook that is not JSON                not graded, named
         twice-the-same-grade-id  a test cell given another's grade id    not graded, named
     """
     course = tmp_path_factory.mktemp("grade-script") / "course"
     shutil.copytree(ROOT / "source" / DROP, course / "source" / DROP)
+    (course / "source" / DROP / "table.bin").write_bytes(os.urandom(100_000))   # data the drop ships
     shutil.copy(ROOT / "nbgrader_config.py", course)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(grade, "SAMPLES", ROOT / "autograder" / "samples")
@@ -203,14 +207,34 @@ class _Live(HTMLParser):
         self._in_script = False
 
 
-def test_a_large_extra_file_is_graded_and_stops_no_one(graded):
-    """The kernel host once took its settings, the submission's extra files with them, on
-    its command line, where more than 128 kB does not fit; they now come on its input
-    (autograder/kernel_session.py), and the submission scores what alice scores."""
-    assert (graded.root / "autograded" / LARGE / DROP / f"{DROP}.ipynb").is_file(), graded.ended
-    assert float(graded.rows[LARGE]["raw_score"]) == 5.0
-    assert f"{LARGE}/{DROP}" not in str(graded.ended)
+def test_a_file_beside_the_notebook_is_refused_named_and_stops_no_one(graded):
+    """A submission is its notebook alone: the data file beside it is named, nothing of it is
+    run or copied. The drop's own 100 kB file in source/ goes to every kernel host (on its
+    input: a command line holds no more than about 128 kB) and alice still scores 5."""
+    said = str(graded.ended)
+    assert (f"{LARGE}/{DROP}: a submission is the notebook alone, as a regular file, and this one holds "
+            "more: data.bin is a file other than the notebook") in said, said
+    assert not (graded.root / "autograded" / LARGE).exists()
+    assert not graded.rows.get(LARGE, {}).get("timestamp"), graded.rows.get(LARGE)   # no submission graded
     assert float(graded.rows["alice"]["raw_score"]) == 5.0
+
+
+def test_the_kernel_host_gets_the_drops_own_files_and_nothing_a_submission_holds(tmp_path):
+    """A hashlib.py handed in beside the notebook once ran in the kernel host, before the guard."""
+    from autograder.execute import _assignment_files
+
+    source = tmp_path / "source" / DROP
+    source.mkdir(parents=True)
+    (source / f"{DROP}.ipynb").write_text("{}")
+    (source / "grading.json").write_text("{}")
+    (source / "table.csv").write_text("a,b\n1,2\n")
+    (source / "link.py").symlink_to(source / "table.csv")
+    (source / "folder").mkdir()
+    submitted = tmp_path / "submitted" / "mallory" / DROP
+    submitted.mkdir(parents=True)
+    (submitted / "hashlib.py").write_text("print('ran')\n")
+    assert _assignment_files(tmp_path, DROP) == {"table.csv": b"a,b\n1,2\n"}
+    assert _assignment_files(tmp_path, "../submitted/mallory/" + DROP) == {}
 
 
 def test_student_html_and_javascript_are_made_inert(graded):
