@@ -48,6 +48,7 @@ def _param(term):
 
 
 def _snippet(term, text):
+    text = re.sub(r"\s+", " ", text)
     m = next(re.search(p, text) for p in term.patterns if re.search(p, text))
     return text[max(0, m.start() - 40):m.end() + 40].replace("\n", " ")
 
@@ -82,6 +83,9 @@ def test_the_check_names_a_use_before_the_definition_and_a_missing_definition():
     same_drop = problems(bubble, {4: [(1, "mind the bubble"), (3, "the **bubble**")]})
     assert len(same_drop) == 1 and "drop 4 cell 1" in same_drop[0]
     assert "has no definition" in problems(bubble, {4: [(3, "the bubble shrinks")]})[0]
+    # a term wrapped over two lines of markdown is still found, in bold or not
+    assert glossary.BY_NAME["model states (training state)"].used("a model's training\nstate")
+    assert glossary.BY_NAME["data parallelism (DP)"].defined("plain **data\nparallelism**;")
 
 
 def test_the_glossary_knows_what_the_issue_asks_for():

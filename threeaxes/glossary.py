@@ -16,6 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+def _one_line(text: str) -> str:
+    """Markdown wraps a term across lines at will: match on the text with its whitespace as spaces."""
+    return re.sub(r"\s+", " ", text)
+
+
 @dataclass(frozen=True)
 class Term:
     name: str
@@ -25,14 +30,16 @@ class Term:
     defines: str | None = None     # what its definition looks like in that core
 
     def used(self, text: str) -> bool:
+        text = _one_line(text)
         return any(re.search(p, text) for p in self.patterns)
 
     def defined(self, text: str) -> bool:
+        text = _one_line(text)
         if self.defines is not None:
             return re.search(self.defines, text) is not None
         for p in self.patterns:
             flags, p = (re.I, p.removeprefix("(?i)")) if p.startswith("(?i)") else (0, p)
-            bold = r"\*\*[^*\n]*?(?:" + p + r")[^*\n]*?\*\*"
+            bold = r"\*\*[^*]*?(?:" + p + r")[^*]*?\*\*"
             explained = r"(?:" + p + r")\s*(?::|\(| is | are | means )"
             if re.search(bold, text, flags) or re.search(explained, text, flags):
                 return True
@@ -51,7 +58,7 @@ TERMS = (
          "they cost memory in proportion to the batch."),
     Term("data parallelism (DP)", 1, (r"(?i)data[- ]parallel",),
          "Every rank runs the whole model on its own slice of the batch, and the ranks average their "
-         "gradients once a step.", r"Data parallelism splits \*\*the batch\*\*"),
+         "gradients once a step."),
     Term("tensor parallelism (TP)", 1, (r"(?i)tensor[- ]parallel",),
          "Every rank holds a slice of each layer's weight matrices, and the ranks exchange partial "
          "results inside every layer.", r"Tensor parallelism splits \*\*each layer's weights\*\*"),
