@@ -50,6 +50,11 @@ TERMS = (
     Term("rank", 1, (r"\branks?\b",),
          "One of the processes that train together, numbered from 0; in the course each rank stands "
          "for one GPU.", r"processes \(ranks\)"),
+    Term("gloo", 1, (r"\bgloo\b",),
+         "PyTorch's backend for collectives between CPU processes; on GPUs the course uses NCCL, "
+         "NVIDIA's."),
+    Term("collective", 1, (r"(?i)\bcollectives?\b",),
+         "A communication call that every rank of a group makes together, such as an all-reduce."),
     Term("all-reduce", 1, (r"(?i)all-reduces?\b",),
          "A collective in which every rank hands in a tensor and gets back the element-wise sum over "
          "all the ranks."),
