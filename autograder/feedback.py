@@ -12,34 +12,29 @@ and its markdown cells whatever the student typed; the feedback page (and the
 formgrader's view of the autograded notebook, which the instructor opens while
 logged in to Jupyter) would render them as the page's own HTML and run their
 scripts. Every code cell's outputs are cleaned (they all come from the
-student's kernel, or from test cells reading its answers): `text/html` and
-`text/markdown` through bleach (nbconvert's `SanitizeHTML`) with the tags a
-table or a formatted result needs and no script, event handler, style, frame,
-form or `javascript:` link; JavaScript, widget views, SVG and every other
-rich type dropped, text, LaTeX, JSON, PNG and JPEG kept. A markdown or raw
-cell's source is cleaned the same way unless it is the instructor's: a locked
-cell (nbgrader puts those back from the source notebook when it autogrades) or
-one whose text is a cell of the drop's source notebook
+student's kernel, or from test cells reading its answers) by the allowlist of
+`autograder.inert`: HTML, markdown and TeX made inert, each output's metadata
+reduced to an image's numeric width and height; JavaScript, widget views, SVG
+and every other rich type dropped, text, JSON, PNG and JPEG kept. A markdown or
+raw cell's source is cleaned the same way unless it is the instructor's: a
+locked cell (nbgrader puts those back from the source notebook when it
+autogrades) or one whose text is a cell of the drop's source notebook
 (`source/<drop>/<notebook>.ipynb` in the course nbgrader runs in); the
-notebook's saved widget state goes too. Scores do not change: nbgrader reads
+notebook's saved widget state goes too, and an execution count that is not a
+number. Scores do not change: nbgrader reads
 them from error outputs and `text/plain`, which stay as they were.
 """
 from pathlib import Path
 
 import nbformat
-from bleach.sanitizer import ALLOWED_ATTRIBUTES, ALLOWED_TAGS
-from nbconvert.preprocessors.sanitize import SanitizeHTML
 from nbgrader.preprocessors import ClearHiddenTests, GetGrades, NbGraderPreprocessor
 from traitlets import List
 
-# enough for a DataFrame, a formatted result or a student's written answer; nothing that runs
-TAGS = sorted(set(ALLOWED_TAGS) | {
-    "p", "br", "hr", "div", "span", "pre", "sub", "sup", "del", "ins", "kbd", "samp", "var", "small",
-    "h1", "h2", "h3", "h4", "h5", "h6", "dl", "dt", "dd", "details", "summary",
-    "table", "thead", "tbody", "tfoot", "tr", "th", "td", "caption", "colgroup", "col", "img"})
-ATTRIBUTES = {**ALLOWED_ATTRIBUTES, "*": ["class", "title"], "img": ["src", "alt", "width", "height"],
-              "th": ["colspan", "rowspan", "align"], "td": ["colspan", "rowspan", "align"]}
-KEPT_AS_IS = {"metadata", "text/plain", "text/latex", "application/json", "image/png", "image/jpeg"}
+from autograder import inert
+
+# shown escaped, in <pre> or as an image: kept as they are (nbgrader reads a score from text/plain)
+KEPT_AS_IS = {"text/plain", "application/json", "image/png", "image/jpeg"}
+CLEANED = {"text/html": inert.clean_html, "text/markdown": inert.clean_markdown, "text/latex": inert.clean_latex}
 
 
 class GetGradesSayingWhatWaits(GetGrades):
@@ -87,14 +82,8 @@ class StripTestTracebacks(CoursePreprocessor):
 
 
 class SanitizeStudentMarkup(CoursePreprocessor):
-    def _cleaner(self) -> SanitizeHTML:
-        return SanitizeHTML(tags=TAGS, attributes=ATTRIBUTES, strip=True, strip_comments=True,
-                            safe_output_keys=KEPT_AS_IS, sanitized_output_types={"text/html", "text/markdown"},
-                            parent=self)
-
     def preprocess(self, nb, resources):
         nb.metadata.pop("widgets", None)   # saved widget state: rendered by the page's widget manager
-        self._clean = self._cleaner()
         about = resources.get("nbgrader", {})
         # nbgrader runs in the course root; else the notebook's folder is <root>/<step>/<student>/<drop>
         roots = [Path.cwd()] + list(Path(resources.get("metadata", {}).get("path") or ".").resolve().parents[2:3])
@@ -104,18 +93,23 @@ class SanitizeStudentMarkup(CoursePreprocessor):
         return super().preprocess(nb, resources)
 
     def preprocess_cell(self, cell, resources, index):
-        clean = getattr(self, "_clean", None) or self._cleaner()
         if cell.cell_type == "code":
-            cell.outputs = _clean_outputs(cell.get("outputs", []), clean)
-        elif cell.cell_type in ("markdown", "raw") and not _instructors(cell) \
+            cell.outputs = _clean_outputs(cell.get("outputs", []))
+            if type(cell.get("execution_count")) is not int:   # the page writes it as it is
+                cell.execution_count = None
+        elif cell.cell_type == "markdown" and not _instructors(cell) \
                 and cell.source not in getattr(self, "_instructors", set()):
-            cell.source = clean.sanitize_html_tags(cell.source)
+            cell.source = inert.clean_markdown(cell.source)
+        elif cell.cell_type == "raw" and not _instructors(cell) \
+                and cell.source not in getattr(self, "_instructors", set()):
+            cell.source = inert.clean_html(cell.source)
         return cell, resources
 
 
-def _clean_outputs(outputs: list, clean: SanitizeHTML) -> list:
-    """The outputs with HTML and markdown cleaned, every type not kept as is dropped, and any
-    output that is not one of nbformat's four kinds (with its data a mapping) dropped whole."""
+def _clean_outputs(outputs: list) -> list:
+    """The outputs with HTML, markdown and TeX cleaned, every type not kept as is dropped, each
+    one's metadata reduced to images' numeric sizes, and any output that is not one of
+    nbformat's four kinds (with its data a mapping) dropped whole."""
     kept = []
     for out in outputs:
         kind = out.get("output_type")
@@ -125,12 +119,15 @@ def _clean_outputs(outputs: list, clean: SanitizeHTML) -> list:
         data = out.get("data")
         if kind not in ("display_data", "execute_result") or not isinstance(data, dict):
             continue
+        out["metadata"] = inert.clean_metadata(out.get("metadata"))
+        if kind == "execute_result" and type(out.get("execution_count")) is not int:
+            out["execution_count"] = None
         for key, value in list(data.items()):
             if key in KEPT_AS_IS:   # as they were: nbgrader reads a partial score from text/plain
                 continue
             value = "".join(value) if isinstance(value, list) else value   # nbformat allows a list of lines
-            if key in ("text/html", "text/markdown") and isinstance(value, str):
-                data[key] = clean.sanitize_html_tags(value)
+            if key in CLEANED and isinstance(value, str):
+                data[key] = CLEANED[key](value)
             else:
                 del data[key]
         kept.append(out)
