@@ -55,6 +55,9 @@ TERMS = (
          "NVIDIA's."),
     Term("collective", 1, (r"(?i)\bcollectives?\b",),
          "A communication call that every rank of a group makes together, such as an all-reduce."),
+    Term("group", 1, (r"(?i)\bgroups?\b",),
+         "The ranks that make a collective together; along one axis of a layout, the ranks that "
+         "share their coordinates on the other axes (drop 8)."),
     Term("all-reduce", 1, (r"(?i)all-reduces?\b",),
          "A collective in which every rank hands in a tensor and gets back the element-wise sum over "
          "all the ranks."),
