@@ -1,5 +1,5 @@
 """Imports go one way: no cycle among the modules of threeaxes/ and autograder/, and
-nothing low in the package imports what sits above it (CONTRIBUTING.md has the map).
+nothing low in either package imports what sits above it (CONTRIBUTING.md has the map).
 
 The graph is read from the source with `ast`, not by importing anything. Every
 ``import`` and ``from ... import`` counts, at module level and inside functions (and
@@ -38,6 +38,37 @@ AXIS_PACKAGES = ("threeaxes.data_parallel", "threeaxes.tensor_parallel", "threea
 # The top: what draws, shows and grades. Nothing else in threeaxes imports it.
 TOP = ("threeaxes.plots", "threeaxes.display", "threeaxes.widgets", "threeaxes.grading",
        "threeaxes.practice", "threeaxes.practice_beyond", "threeaxes.progress")
+
+# autograder/, bottom to top: a module imports its own layer and those below, never above.
+# The folder names of the planned layout (course, spec, runtime, judging, preprocessors, apps)
+# are listed already, so a module that moves into one keeps its place.
+AUTOGRADER_LAYERS = (
+    # the course's data and the small readers everything shares: per-drop references, stored
+    # cases, the drops' minutes and grade ids, the cell predicates, the withheld copy of the
+    # package, what a submission's folder may hold
+    ("data", ("autograder.references", "autograder.cases", "autograder.drop_minutes", "autograder.judge",
+              "autograder.withheld", "autograder.one_notebook", "autograder.course", "autograder.spec")),
+    # the sandboxed kernel: isolation, budgets, the host, its client, forks, the oracle's workers
+    ("runtime", ("autograder.sandbox", "autograder.budget", "autograder.cell_runner", "autograder.forked_kernel",
+                 "autograder.kernel_host", "autograder.kernel_session", "autograder.oracle_worker",
+                 "autograder.runtime")),
+    # judging on top of the runtime: the oracle, the guard, the warm start of a drop's opening
+    ("judging", ("autograder.oracle", "autograder.borrowed", "autograder.warm_start", "autograder.judging")),
+    # what nbgrader_config.py names, and nbgrader's collect made safe
+    ("nbgrader plugins", ("autograder.execute", "autograder.feedback", "autograder.inert", "autograder.core_points",
+                          "autograder.safe_collect", "autograder.preprocessors")),
+    # the commands (python -m autograder.X), which may use each other
+    ("commands", ("autograder.release", "autograder.grade", "autograder.grade_worker", "autograder.exchange",
+                  "autograder.report", "autograder.judge_check", "autograder.student_repo", "autograder.workspace",
+                  "autograder.config_cases", "autograder.hub", "autograder.apps")),
+)
+
+
+def autograder_layer(module: str) -> int | None:
+    """The index in AUTOGRADER_LAYERS of `module`'s layer; None for one not placed yet."""
+    if module == "autograder":
+        return 0
+    return next((i for i, (_, members) in enumerate(AUTOGRADER_LAYERS) if within(module, members)), None)
 
 
 def within(module: str, prefixes) -> bool:
@@ -227,3 +258,36 @@ def test_one_name_per_idea():
                 if isinstance(target, ast.Name) and target.id in where:
                     where[target.id].append(name)
     assert where == {"AXES": ["threeaxes.dims"], "VARIANTS": ["threeaxes.data_parallel.compare"]}, where
+
+
+def test_every_autograder_module_has_a_layer():
+    unplaced = sorted(m for m in import_graph() if m.startswith("autograder") and autograder_layer(m) is None)
+    assert not unplaced, (f"put these in AUTOGRADER_LAYERS (tests/test_import_graph.py) and in CONTRIBUTING's "
+                          f"map: {unplaced}")
+
+
+def autograder_upward_imports(graph) -> list[str]:
+    """Each import of an autograder module from a layer above its own, named with both layers."""
+    wrong = []
+    for module in sorted(m for m in graph if m.startswith("autograder")):
+        here = autograder_layer(module)
+        for target in sorted(t for t in graph[module] if t.startswith("autograder")):
+            there = autograder_layer(target)
+            if here is not None and there is not None and there > here:
+                wrong.append(f"{module} ({AUTOGRADER_LAYERS[here][0]}) -> {target} ({AUTOGRADER_LAYERS[there][0]})")
+    return wrong
+
+
+def test_autograder_imports_go_one_way_data_runtime_judging_plugins_commands():
+    wrong = autograder_upward_imports(import_graph())
+    assert not wrong, "autograder imports that go up: " + "; ".join(wrong)
+
+
+def test_the_layer_check_catches_an_import_that_goes_up(tmp_path):
+    (tmp_path / "autograder").mkdir()
+    (tmp_path / "autograder" / "__init__.py").write_text("")
+    (tmp_path / "autograder" / "sandbox.py").write_text("from autograder import grade\n")   # runtime -> command
+    (tmp_path / "autograder" / "grade.py").write_text("import autograder.sandbox\n")        # down: allowed
+    (tmp_path / "autograder" / "kernel_host.py").write_text("import autograder.sandbox\n")  # its own layer
+    graph = import_graph(tmp_path, ("autograder",))
+    assert autograder_upward_imports(graph) == ["autograder.sandbox (runtime) -> autograder.grade (commands)"]

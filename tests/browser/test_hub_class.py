@@ -36,11 +36,11 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
 from pathlib import Path
 
 import nbformat
 import pytest
+from hub_class_steps import ADA, BO, CY, DEE, INSTRUCTOR, PREFIX, Instructor, as_account, remove_accounts, spawn_refused
 from hub_page import COURSE, LISTS, OPEN_FROM_TAB, SET_SOURCE, Shots, click, log_in, open_assignments_tab, row, save
 from lab_page import (
     CELL_TEXT,
@@ -62,9 +62,6 @@ from autograder import hub  # noqa: E402
 
 DROP = "drop01-three-kinds-of-parallel"
 MISTAKE = "forgets_master_copy"
-PREFIX = "taxhub-"
-INSTRUCTOR = PREFIX + "teach"
-ADA, BO, CY, DEE = (PREFIX + n for n in ("ada", "bo", "cy", "dee"))   # dee: an account with no home
 
 
 def _why_not() -> str | None:
@@ -88,83 +85,6 @@ def load_exercises() -> list[dict]:
     return json.loads((ROOT / "source" / DROP / "grading.json").read_text())["exercises"]
 
 
-def _remove_accounts() -> None:
-    for name in (INSTRUCTOR, ADA, BO, CY, DEE):
-        if hub.has_account(name):
-            home = Path(hub.pwd_entry(name).pw_dir)
-            subprocess.run(["userdel", name], capture_output=True)
-            if home.name == name and home.parent == Path("/home"):
-                shutil.rmtree(home, ignore_errors=True)
-
-
-def _as(name: str, *argv: str) -> subprocess.CompletedProcess:
-    """A command as `name`'s own account, as in a terminal of theirs."""
-    entry = hub.pwd_entry(name)
-    return subprocess.run(list(argv), user=entry.pw_uid, group=entry.pw_gid, extra_groups=[], cwd="/",
-                          env={"HOME": entry.pw_dir, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-                          capture_output=True, text=True, timeout=60)
-
-
-class Instructor:
-    """The instructor's steps, `python -m autograder.exchange release|collect|grade|feedback`, in
-    this process (what its main() calls: a new interpreter and nbgrader import per step costs
-    tens of seconds on a loaded 2-core machine), in the course folder with the hub's nbgrader
-    config; the folder is handed back to the instructor's account after each step (their
-    formgrader writes the gradebook)."""
-
-    def __init__(self, course: Path, state: Path, home: Path):
-        self.course, self.state, self.home = course, state, home
-        home.mkdir(parents=True, exist_ok=True)
-
-    def __call__(self, step, *args):
-        from autograder import exchange
-
-        t0 = time.perf_counter()
-        saved, here = dict(os.environ), os.getcwd()
-        for var in [v for v in os.environ if v.startswith("JUPYTER")]:
-            del os.environ[var]
-        os.environ.update(HOME=str(self.home), JUPYTER_CONFIG_PATH=str(self.state / "jupyter" / "instructor"))
-        os.chdir(self.course)
-        try:
-            course = exchange.load_course(self.course)
-            if step == "roster":
-                with course.gradebook() as gb:
-                    for name in args:
-                        gb.update_or_create_student(name, first_name=name.split("-")[1].title(), last_name="Student")
-                return ""
-            steps = {"release": exchange.release, "collect": exchange.collect,
-                     "feedback": exchange.release_feedback}
-            if step == "grade":
-                from autograder import report
-                graded = exchange.grade(course, list(args), 2, progress=None)
-                report.write(report.graded(course.root), course.root / "report")   # as exchange.main does
-                return str(graded)
-            return steps[step](course, list(args))
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-            os.chdir(here)
-            entry = hub.pwd_entry(INSTRUCTOR)
-            subprocess.run(["chown", "-R", f"{entry.pw_uid}:{entry.pw_gid}", str(self.course)], check=True)
-            print(f"instructor: {step} {time.perf_counter() - t0:.1f} s", flush=True)
-
-
-def _spawn_refused(class_hub: hub.Hub, name: str) -> str:
-    """The message the hub gives for a server that may not start (the page shows the same)."""
-    try:
-        class_hub.api("POST", f"/users/{name}/server")
-    except urllib.error.HTTPError as error:
-        return error.read().decode()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:    # a slow refusal arrives as a failed spawn
-        user = class_hub.api("GET", f"/users/{name}")
-        if not (user.get("servers") or {}).get(""):
-            break
-        time.sleep(0.3)
-    progress = class_hub.request("GET", f"/hub/api/users/{name}/server/progress", raw=True, timeout=30)
-    return progress
-
-
 def test_a_class_on_the_hub_in_chromium(released, tmp_path):
     require_browser()
     try:
@@ -182,7 +102,7 @@ def test_a_class_on_the_hub_in_chromium(released, tmp_path):
 
     drop = load_drop(ROOT / "source" / DROP)
     mistake = next(m for m in drop.mistakes if m.name == MISTAKE)
-    _remove_accounts()          # left over from a run that was killed
+    remove_accounts()          # left over from a run that was killed
     passwords = {name: f"pw-{name}-{os.urandom(4).hex()}" for name in (INSTRUCTOR, ADA, BO, CY, DEE)}
     class_hub, driver, shots, step = None, None, None, "setting up"
     try:
@@ -210,11 +130,11 @@ def test_a_class_on_the_hub_in_chromium(released, tmp_path):
         lap("accounts made, hub started")
 
         step = "what goes wrong: no home, an exchange closed to others"
-        said = _spawn_refused(class_hub, DEE)
+        said = spawn_refused(class_hub, DEE)
         assert "home folder" in said and f"chown {DEE}" in said, said
         exchange = Path(settings["exchange"])
         exchange.chmod(0o755)
-        said = _spawn_refused(class_hub, CY)
+        said = spawn_refused(class_hub, CY)
         exchange.chmod(0o777)
         assert "chmod ugo+rwx" in said and str(exchange) in said, said
 
@@ -344,7 +264,7 @@ def test_a_class_on_the_hub_in_chromium(released, tmp_path):
         assert len(os.listdir(inbound)) == 2
         for name, other in ((ADA, BO), (BO, ADA), (CY, ADA)):
             for folder in (inbound, feedback_folder, Path(hub.pwd_entry(other).pw_dir)):
-                done_ls = _as(name, "ls", str(folder))
+                done_ls = as_account(name, "ls", str(folder))
                 assert done_ls.returncode != 0, (name, folder, done_ls.stdout)
         assert not list(Path(hub.pwd_entry(CY).pw_dir).glob(f"{DROP}*"))
         browser_console = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
@@ -364,7 +284,7 @@ def test_a_class_on_the_hub_in_chromium(released, tmp_path):
             driver.quit()
         if class_hub is not None:
             class_hub.stop()
-        _remove_accounts()
+        remove_accounts()
         total = time.perf_counter() - t0
         print(f"\nhub class session {total:.1f} s: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
         if os.environ.get("THREEAXES_HUB_SCREENSHOTS") and shots_dir.exists():   # a folder to copy them to
