@@ -117,6 +117,10 @@ TERMS = (
     Term("reduce-scatter", 6, (r"(?i)reduce-scatters?\b",),
          "A collective in which every rank hands in a whole tensor and gets back the sum over the "
          "ranks of one slice of it; followed by an all-gather it makes an all-reduce."),
+    Term("ring", 6, (r"(?i)\bring all-reduce|\ba ring\b",),
+         "The usual way to run a collective: each GPU sends slices to its neighbour around a circle, "
+         "so an all-reduce of S bytes puts 2(t−1)/t·S on each GPU's link whatever t is.",
+         r"\*\*ring\*\*"),
     Term("sequence parallelism", 6, (r"(?i)sequence[- ]parallelism",),
          "Alongside tensor parallelism, it splits the token-wise parts of a block (LayerNorms, "
          "residual adds) along the sequence, so each rank stores s/t positions of them."),
