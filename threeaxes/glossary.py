@@ -119,7 +119,7 @@ TERMS = (
          "ranks of one slice of it; followed by an all-gather it makes an all-reduce."),
     Term("ring", 6, (r"(?i)\bring all-reduce|\ba ring\b",),
          "The usual way to run a collective: each GPU sends slices to its neighbour around a circle, "
-         "so an all-reduce of S bytes puts 2(t−1)/t·S on each GPU's link whatever t is.",
+         "so an all-reduce of S bytes puts 2(t−1)/t·S, nearly 2S, on each GPU's link.",
          r"\*\*ring\*\*"),
     Term("sequence parallelism", 6, (r"(?i)sequence[- ]parallelism",),
          "Alongside tensor parallelism, it splits the token-wise parts of a block (LayerNorms, "
