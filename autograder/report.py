@@ -26,6 +26,7 @@ import csv
 import html
 import json
 import sys
+import urllib.parse
 from collections import defaultdict
 from pathlib import Path
 
@@ -243,9 +244,9 @@ def _page(table: dict, written: dict | None = None) -> str:
     steps = []
     if waiting_n:
         steps.append(f"Grade the written answers: {waiting_n} submission{'s' * (waiting_n != 1)} "
-                     f"({', '.join(f'{d}: {len(s)}' for d, s in sorted(written.items()))}) "
+                     f"({html.escape(', '.join(f'{d}: {len(s)}' for d, s in sorted(written.items())))}) "
                      f"{'waits' if waiting_n == 1 else 'wait'} in the "
-                     f"<a href='{_formgrader_url('manual_grading')}'>formgrader's Manual Grading</a>.")
+                     f"<a href='{html.escape(_formgrader_url('manual_grading'))}'>formgrader's Manual Grading</a>.")
     steps.append("Generate and release the feedback: <code>python -m autograder.exchange feedback "
                  + html.escape(" ".join(drops)) + "</code> (or <code>nbgrader generate_feedback</code>, then "
                  "<code>nbgrader release_feedback</code>); students fetch it from the Assignments tab.")
@@ -260,7 +261,8 @@ def _page(table: dict, written: dict | None = None) -> str:
     if written:
         parts.append("<h2>Written answers waiting</h2><ul>" + "".join(
             f"<li>{html.escape(d)}: {html.escape(', '.join(sorted(s)))} (<a href='"
-            f"{_formgrader_url('gradebook/' + d)}'>grade them</a>)</li>" for d, s in sorted(written.items()))
+            f"{html.escape(_formgrader_url('gradebook/' + urllib.parse.quote(d)))}'>grade them</a>)</li>"
+            for d, s in sorted(written.items()))
             + "</ul>")
     for drop in drops:
         exs = table[drop]
