@@ -18,14 +18,7 @@ from threeaxes.sections import split
 ROOT = Path(__file__).resolve().parent.parent
 
 # Terms whose defining drop has not defined them yet: each names the drop that must.
-NOT_YET_DEFINED = {
-    "memory-efficient attention": "drop 10's core (the helper editing drops 10-12) must define "
-                                  "memory-efficient attention at first use",
-    "activation recomputation": "drop 10's core (the helper editing drops 10-12) must define "
-                                "recomputation at first use",
-    "key/value heads": "drop 14's core (the helper editing drops 13-14) must define key/value heads "
-                       "at first use; if drop 13 defines them instead, set the term's drop to 13",
-}
+NOT_YET_DEFINED = {}
 
 
 def core_prose(number: int) -> list[tuple[int, str]]:
@@ -60,7 +53,7 @@ def problems(term, cores) -> list[str]:
         return [f"{term.name!r}: there is no drop {term.drop}"]
     defining = [k for k, text in cores[term.drop] if term.defined(text)]
     if not defining:
-        wanted = term.defines or "the term in bold, or followed by a colon, a parenthesis, is, are or means"
+        wanted = term.defines or "the term in bold, or italics, or followed by a colon, a parenthesis, is, are or means"
         return [f"{term.name!r}: drop {term.drop}'s core has no definition of it "
                 f"(the glossary expects a match of {wanted})"]
     return [f"{term.name!r} (defined in drop {term.drop}, cell {defining[0]}) is used before, in drop {n} "
@@ -86,6 +79,9 @@ def test_the_check_names_a_use_before_the_definition_and_a_missing_definition():
     # a term wrapped over two lines of markdown is still found, in bold or not
     assert glossary.BY_NAME["model states (training state)"].used("a model's training\nstate")
     assert glossary.BY_NAME["data parallelism (DP)"].defined("plain **data\nparallelism**;")
+    # italics define too, a list's bullets do not
+    assert glossary.BY_NAME["key/value heads"].defined("It has 8 *key/value heads*: each")
+    assert not glossary.BY_NAME["FSDP"].defined("* ZeRO-3 shards it\n* FSDP does the same\n* more")
 
 
 def test_the_glossary_knows_what_the_issue_asks_for():

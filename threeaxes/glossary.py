@@ -4,8 +4,8 @@ one sentence for each.
 Each entry is data a test reads (tests/test_glossary.py): `patterns` find the term in a core's
 prose (markdown cells; regular expressions, case-sensitive unless they say (?i)), and `defines`
 finds its definition in the defining drop's core; left out, a definition is the term in bold
-(`**...**` around a match of a pattern, the course's way of marking a term at first use), or
-the term followed by a colon, a parenthesis, "is", "are" or "means".
+(`**...**` around a match of a pattern, the course's way of marking a term at first use) or in
+italics, or the term followed by a colon, a parenthesis, "is", "are" or "means".
 The glossary page (notebooks/glossary.ipynb) is `markdown()`, written by
 `python -m threeaxes.glossary --write`.
 """
@@ -39,8 +39,9 @@ class Term:
             return re.search(self.defines, text) is not None
         for p in self.patterns:
             flags, p = (re.I, p.removeprefix("(?i)")) if p.startswith("(?i)") else (0, p)
-            bold = r"\*\*[^*]*?(?:" + p + r")[^*]*?\*\*"
-            explained = r"(?:" + p + r")\s*(?::|\(| is | are | means )"
+            # bold or italic (a list's "* " bullets are neither: a marker hugs its text)
+            bold = r"\*{1,2}(?=\S)[^*]*?(?:" + p + r")[^*]*?(?<=\S)\*{1,2}"
+            explained = r"(?:" + p + r")[*_`]*\s*(?::|\(| is | are | means )"
             if re.search(bold, text, flags) or re.search(explained, text, flags):
                 return True
         return False
