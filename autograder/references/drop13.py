@@ -42,6 +42,7 @@ DEFENCE_SETUP = [
     "from threeaxes.grading import drop13",
     "SCENARIO = drop13.SCENARIO",
     "model, cluster, GLOBAL_BATCH = SCENARIO['model'], SCENARIO['cluster'], SCENARIO['global_batch']",
+    "s, h, L, N = model.seq_len, model.d_model, model.n_layers, model.n_params",
     "ASSUME = SCENARIO['assumptions']",
     "my_config = dict(dp=4, tp=2, pp=4, micro_batch=1, zero_stage=1, sequence_parallel=True)",
 ]
