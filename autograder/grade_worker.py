@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 KEEP = 20000   # characters of nbgrader's traceback and log sent back per submission
+MAX_REQUEST_CHARS = 1 << 16   # one request line from grade.py
 
 
 def main(argv=None) -> None:
@@ -45,7 +46,10 @@ def main(argv=None) -> None:
     from autograder.grade import refused
 
     api = NbGraderAPI(coursedir=CourseDirectory(config=config, root=str(Path(root).resolve())), config=config)
-    for line in sys.stdin:
+    while True:
+        line = sys.stdin.readline(MAX_REQUEST_CHARS + 1)
+        if not line or len(line) > MAX_REQUEST_CHARS:   # grade.py's requests: two names
+            return
         assignment, student = json.loads(line)
         print(f"-- grading {student}/{assignment} (worker {os.getpid()})", file=sys.stderr, flush=True)
         # checked again here, just before nbgrader copies the folder: what changed since grade.py looked

@@ -289,6 +289,9 @@ def test_workers_that_cannot_start_stop_the_run_with_the_reason_not_a_retry_each
     named with why (here: a course without nbgrader_config.py), without a worker each."""
     monkeypatch.setattr(grade, "add_students", lambda root, students: None)
     todo = [("d", "s1"), ("d", "s2"), ("d", "s3")]
+    for assignment, student in todo:   # a notebook each: nothing refuses them before a worker
+        (tmp_path / "submitted" / student / assignment).mkdir(parents=True)
+        (tmp_path / "submitted" / student / assignment / f"{assignment}.ipynb").write_text("{}")
     out = grade.grade_submissions(tmp_path, todo, 1, progress=None)
     assert sorted(out.failed) == todo
     for message in out.failed.values():

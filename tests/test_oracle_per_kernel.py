@@ -231,3 +231,22 @@ def test_a_kernel_host_that_sends_an_endless_line_is_stopped_named_and_holds_no_
     assert not got["alive"] and "line of over" in _printed(got["said"]), got["said"]
     # the line is read up to the cap, once: not the four times the cap it was
     assert got["grown_kib"] < 2.5 * (MAX_LINE_CHARS >> 10), got["grown_kib"]
+
+
+def test_a_kernel_can_neither_list_fill_nor_empty_the_folder_of_oracle_sockets(opening_host):
+    """Each kernel is told its own socket's name; the folder holding the sockets is the grader's."""
+    host, _ = opening_host
+    code = ("import os\n"
+            "where = os.environ['THREEAXES_ORACLE']\n"
+            "folder = os.path.dirname(where)\n"
+            "for name, act in [('list', lambda: os.listdir(folder)),\n"
+            "                  ('fill', lambda: open(os.path.join(folder, 'filler'), 'w').write('x')),\n"
+            "                  ('remove', lambda: os.unlink(where))]:\n"
+            "    try:\n"
+            "        act(); print(name, 'done')\n"
+            "    except OSError as exc:\n"
+            "        print(name, 'refused')\n")
+    with host.session(60) as kernel:
+        said = _printed(kernel.run_cell(code, 60))
+        assert os.path.exists(kernel.oracle.socket_path)
+    assert said.split("\n")[:3] == ["list refused", "fill refused", "remove refused"], said
