@@ -59,7 +59,7 @@ test: lint
 	PYTHONPATH=$(CURDIR) $(BIN)/python -m pytest -n $(JOBS) --dist loadfile -p no:cacheprovider \
 	    tests --nbval-lax --nbval-kernel-startup-timeout=180 notebooks source --durations=15
 
-test-fast: $(STAMP)
+test-fast: lint
 	$(BIN)/python -m pytest -n $(JOBS) -m "not slow" tests
 
 # the browser test alone (tests/browser); here a missing Chromium, driver or selenium fails it, by name
