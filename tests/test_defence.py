@@ -131,3 +131,24 @@ def test_a_broken_my_config_has_no_numbers_and_objects_are_refused():
     with pytest.raises(AssertionError):
         defence.judge_numbers("drop13", drop13.SCENARIO, my_config("drop13"),
                               {k: Anything(1.0) for k in numbers})
+
+
+def test_the_reveal_evaluates_the_layouts_it_is_given_and_ranks_nothing(monkeypatch, capsys):
+    """widgets.config.candidate_breakdown: plan's own figures for the student's layout (and
+    the fastest, when given), term by term; it never calls search."""
+    import threeaxes.cost as cost
+    import threeaxes.widgets.config as widget
+    from threeaxes.widgets.config import candidate_breakdown
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("the reveal's breakdown must not rank")
+    monkeypatch.setattr(cost, "search", no_search)
+    monkeypatch.setattr(widget, "search", no_search)
+    config = dict(dp=4, tp=2, pp=4, micro_batch=1, zero_stage=1, sequence_parallel=True)
+    fig = candidate_breakdown(drop13.SCENARIO, config)
+    out = capsys.readouterr().out
+    r = cost.plan(drop13.SCENARIO["model"], drop13.SCENARIO["cluster"], 512, **config)
+    assert f"activations {r.memory.activations / cost.GB:.1f}" in out and f"= {r.time.total:.2f} s" in out
+    assert "fits" in out and "fastest" not in out and len(fig.axes) >= 2
+    candidate_breakdown(drop13.SCENARIO, config, best=r)
+    assert "yours takes 1.00x the fastest step" in capsys.readouterr().out
