@@ -52,7 +52,8 @@ class JudgedExecute(Execute):
         shared = ({p.source for p in instructors} if borrowed.opening_is_instructors(nb, instructors)
                   else set())
         opening = warm_start.host_for(nb, instructors=shared, isolate=isolate,
-                                      files=_assignment_files(Path.cwd(), assignment), withheld=guard.paths if guard else None, timeout=self.timeout)
+                                      files=_assignment_files(Path.cwd(), assignment),
+                                      withheld=guard.paths if guard else None, timeout=self.timeout)
         if opening.sandbox.get("refused"):
             self.log.warning("grading without a sandbox: %s", opening.sandbox["refused"])
         with opening.session(self.timeout) as kernel:

@@ -24,7 +24,6 @@ import socket
 import subprocess
 import sys
 import threading
-
 from pathlib import Path
 
 from autograder import sandbox
@@ -163,10 +162,10 @@ class WorkerSource:
         self._control = ours
         self._control.settimeout(120)   # its first answer waits for the imports
 
-    def spawn(self) -> "Worker":
+    def spawn(self) -> Worker:
         """A fresh worker, forked from this source (started again if it has died)."""
         with self._lock:
-            for attempt in range(2):
+            for _ in range(2):
                 if self.proc.poll() is not None:
                     self._start()
                 to_worker, from_grader = os.pipe()
@@ -188,14 +187,12 @@ class WorkerSource:
             raise RuntimeError("the grader's worker for withheld calls could not start")
 
     def close(self) -> None:
-        from autograder.sandbox import kill_tree   # (its processes: the source's session)
-
         try:
             self._control.close()
         except OSError:
             pass
         if self.proc is not None and self.proc.poll() is None:
-            kill_tree(self.proc)
+            sandbox.kill_tree(self.proc)     # its session: the source and any worker left
         self._stage.cleanup()
 
 

@@ -33,9 +33,9 @@ from types import SimpleNamespace
 
 import nbformat
 import pytest
+from grading_harness import revealed_hidden_tests
 
 from autograder import grade
-from grading_harness import revealed_hidden_tests
 
 ROOT = Path(__file__).resolve().parent.parent
 DROP = "drop01-three-kinds-of-parallel"

@@ -209,7 +209,8 @@ import json, resource, sys
 from autograder.kernel_session import KernelHost, MAX_LINE_CHARS
 host = KernelHost(isolate=True)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-code = WRITERS + "block = b'x' * (1 << 20)\\nfor fd in pipe_writers():\\n    for _ in range(%d):\\n        os.write(fd, block)\\n"
+code = WRITERS + ("block = b'x' * (1 << 20)\\nfor fd in pipe_writers():\\n"
+                  "    for _ in range(%d):\\n        os.write(fd, block)\\n")
 said = host.run_cell(code % ((4 * MAX_LINE_CHARS) >> 20), 120)
 grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
 print(json.dumps({"said": said, "grown_kib": grown, "alive": host.alive}))
