@@ -192,7 +192,7 @@ class WorkerSource:
         except OSError:
             pass
         if self.proc is not None and self.proc.poll() is None:
-            sandbox.kill_tree(self.proc)     # its session: the source and any worker left
+            sandbox.kill_tree(self.proc)   # (a worker ends with its oracle, or when its pipes close)
         self._stage.cleanup()
 
 
