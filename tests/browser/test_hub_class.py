@@ -1,5 +1,5 @@
 """A class on the course's JupyterHub, in headless Chromium: the hub `make hub` starts
-(autograder/hub.py, hub/jupyterhub_config.py), on loopback, with real Unix accounts.
+(autograder/hub/, hub/jupyterhub_config.py), on loopback, with real Unix accounts.
 
 1. the instructor releases drop 1 to the exchange (python -m autograder.exchange release);
 2. ada logs in with her password, opens nbgrader's Assignments tab, sees the drop, fetches
