@@ -25,7 +25,6 @@ SPLIT_PENDING = {
     "tests/test_tensor_parallel.py": "split pending: layers, the conjugate maps and PyTorch's API apart",
     "tests/test_sharding_pytorch.py": "split pending: FSDP and ZeRO against PyTorch's, one file each",
     "tests/test_data_parallel_overlap.py": "split pending: buckets and the overlapped wrapper apart",
-    "tests/test_cost_published.py": "split pending: the dense and the 4D published runs apart",
     "tests/grading_harness.py": "split pending: the course it builds apart from the students it writes",
 }
 
