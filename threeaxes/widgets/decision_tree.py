@@ -50,9 +50,9 @@ CHEATSHEET_TABLE = (
     ("tensor (TP)", "each layer's matrices (MLP width, heads)", "partial results, every layer",
      "inside a node (NVLink)"),
     ("pipeline (PP)", "the stack of layers, into stages", "activations at stage edges",
-     "across nodes (slower links are fine)"),
-    ("FSDP / ZeRO", "params, grads, optimizer states over DP", "gathers a layer's weights on demand",
-     "where DP's code is wanted with less memory"),
+     "across nodes (it sends least per step)"),
+    ("ZeRO / FSDP", "over DP: optimizer states (stage 1), + gradients (2), + weights (3 = FSDP)",
+     "stage 3 gathers a layer's weights on demand", "where DP's code is wanted with less memory"),
 )
 
 
