@@ -19,16 +19,8 @@ from forbidden_routes import PROBED_FORMS
 ROOT = Path(__file__).resolve().parent.parent
 
 # Routes that need a change outside this exercise's grading.json before they can be withheld,
-# each with the change. A Plan (threeaxes.pipeline.schedules) does not cross to the grader
-# (threeaxes.grading.wire sends it as an opaque placeholder), so its methods and the functions
-# that take one cannot be answered by the grader for the opening's demonstrations, which call
-# them: withholding them needs Plan and Simulation to become records the wire carries.
-NEEDS_WIRE = "a Plan does not cross the wire (threeaxes.grading.wire_data.RECORDS): see the module"
-KNOWN_OPEN = {
-    "drop04/bubble_fraction_answer": NEEDS_WIRE,
-    "drop04/stage0_held_answer": NEEDS_WIRE,
-    "drop07/predict_answer": NEEDS_WIRE,
-}
+# each with the change ({"drop/answer": why}); none now.
+KNOWN_OPEN: dict = {}
 
 
 def _exercises():
@@ -84,3 +76,54 @@ def test_a_mistyped_forbid_entry_names_the_file_and_the_key(tmp_path):
     (folder / "grading.json").write_text(json.dumps({"exercises": [entry]}))
     with pytest.raises(ValueError, match=r"exercises\[0\] needs the keys"):
         load_exercises(folder / "grading.json")
+
+
+_PLAN_CALLS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import threeaxes
+assert threeaxes.__file__.startswith(sys.argv[1]), threeaxes.__file__
+from threeaxes.pipeline import gpipe, simulate
+plan = gpipe(4, 8)
+for name, call in (("bubble", plan.bubble_fraction), ("simulated", lambda: simulate(plan).idle_fraction)):
+    try:
+        print(name, call())
+    except Exception as exc:
+        print(name, type(exc).__name__)
+"""
+
+
+def test_a_function_run_in_the_kernel_asks_leave_and_is_refused_while_its_exercise_is_open(tmp_path):
+    """`in_kernel`: the kernel's copy keeps the body of a Plan's bubble under another name and runs
+    it only when the grader allows; from the first student-written cell on, the grader refuses
+    it while an exercise that forbids it is open, and records the call either way."""
+    import tempfile
+
+    from autograder import borrowed, oracle as oracle_module, withheld
+    from threeaxes.grading import oracle as client
+
+    paths = {"threeaxes.pipeline.schedules:Plan.bubble_fraction", "threeaxes.pipeline.simulate:simulate"}
+    package = withheld.stub_package(paths, tmp_path, asked=paths)
+    text = (package / "pipeline" / "schedules.py").read_text()
+    assert "def _withheld_body_bubble_fraction(self)" in text and "def bubble_fraction(*args, **kwargs):" in text
+    exercise = withheld.Exercise("b_answer", ("b_test",), ("threeaxes.pipeline.schedules.Plan.bubble_fraction",
+                                                           "threeaxes.pipeline.simulate"), "counts", "arithmetic")
+    with tempfile.TemporaryDirectory(prefix="oracle-") as folder:
+        oracle = oracle_module.Oracle(paths, Path(folder))
+        oracle.guard = borrowed.Guard([exercise], ())
+        env = {"PATH": "/usr/bin:/bin", client.ENV: oracle.socket_path}
+
+        def run():
+            done = subprocess.run([sys.executable, "-c", _PLAN_CALLS, str(tmp_path)], capture_output=True,
+                                  text=True, timeout=120, env=env)
+            assert done.returncode == 0, done.stderr[-2000:]
+            return dict(line.split(" ", 1) for line in done.stdout.splitlines())
+        try:
+            assert run() == {"bubble": "3/11", "simulated": "3/11"}      # the opening: answered
+            assert sorted(set(oracle.calls)) == sorted(paths)
+            oracle.guard.started = True                                  # a student's cell has run
+            assert run() == {"bubble": "PermissionError", "simulated": "PermissionError"}
+            oracle.guard.judged.add("b_test")                            # its exercise is judged
+            assert run() == {"bubble": "3/11", "simulated": "3/11"}
+        finally:
+            oracle.close()

@@ -17,8 +17,8 @@ EXERCISES = {
     },
     'drop04': {
         'stage_layers_answer': {'forbid': ['threeaxes.pipeline.stages.split_stages'], 'why': 'splits the layers into stages, which is what this exercise asks you to write', 'may': 'plain Python'},
-        'bubble_fraction_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead'], 'why': 'is the bubble formula this exercise asks you to write', 'may': 'plain Python arithmetic'},
-        'stage0_held_answer': {'forbid': ['threeaxes.cost.in_flight_micro_batches'], 'why': 'counts the micro-batches in flight that this exercise asks you to count', 'may': 'plain Python'},
+        'bubble_fraction_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead', 'threeaxes.pipeline.schedules.Plan.bubble_fraction', 'threeaxes.pipeline.simulate'], 'why': 'is the bubble formula this exercise asks you to write', 'may': 'plain Python arithmetic'},
+        'stage0_held_answer': {'forbid': ['threeaxes.cost.in_flight_micro_batches', 'threeaxes.pipeline.peak_in_flight', 'threeaxes.pipeline.simulate'], 'why': 'counts the micro-batches in flight that this exercise asks you to count', 'may': 'plain Python'},
     },
     'drop05': {
         'all_reduce_sizes_answer': {'forbid': ['threeaxes.data_parallel.plan_buckets'], 'why': 'plans the buckets, which is what this exercise asks you to write', 'may': 'plain Python'},
@@ -30,8 +30,8 @@ EXERCISES = {
         'sp_mlp_answer': {'forbid': ['threeaxes.tensor_parallel.sequence.SequenceParallelMLP.forward', 'threeaxes.tensor_parallel.sequence.SequenceParallelRowLinear.forward'], 'why': 'computes the sequence-parallel MLP this exercise asks you to write', 'may': 'torch and the sequence-parallel regions imported in the cell'},
     },
     'drop07': {
-        'predict_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead', 'threeaxes.cost.in_flight_micro_batches'], 'why': 'computes the bubble and the in-flight count this exercise asks you to predict', 'may': 'plain Python arithmetic'},
-        'smallest_m_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead'], 'why': 'computes the bubble this exercise asks you to work with', 'may': 'plain Python arithmetic'},
+        'predict_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead', 'threeaxes.cost.in_flight_micro_batches', 'threeaxes.pipeline.schedules.Plan.bubble_fraction', 'threeaxes.pipeline.simulate', 'threeaxes.pipeline.peak_in_flight'], 'why': 'computes the bubble and the in-flight count this exercise asks you to predict', 'may': 'plain Python arithmetic'},
+        'smallest_m_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead', 'threeaxes.pipeline.schedules.Plan.bubble_fraction', 'threeaxes.pipeline.simulate'], 'why': 'computes the bubble this exercise asks you to work with', 'may': 'plain Python arithmetic'},
     },
     'drop08': {
         'layout_groups_answer': {'forbid': ['threeaxes.dims.ParallelDims.all_groups', 'threeaxes.cost.group_strides', 'threeaxes.grading.drop08.mesh_layout_groups', 'threeaxes.grading.visible.load'], 'why': "lists the groups of a layout (or reads them from the DeviceMesh, or from the visible check's stored answers), which is what this exercise asks you to work out", 'may': 'plain Python'},
@@ -64,7 +64,8 @@ EXERCISES = {
     },
     'drop14': {
         'state_gb_per_gpu_answer': {'forbid': ['threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param', 'threeaxes.cost.rank_state_bytes'], 'why': 'does the model-state accounting this exercise asks you to do', 'may': 'plain Python arithmetic'},
-        'my_config_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge', 'threeaxes.grading.drop13.best_for_shape'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
+        'my_config_answer': {'forbid': ['threeaxes.cost.plan', 'threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge', 'threeaxes.grading.drop13.best_for_shape'], 'why': 'evaluates or searches the layouts, which is the choice this exercise asks you to make with the rules and your own numbers', 'may': "the rules, the model's and the cluster's fields and plain Python"},
+        'my_defence_answer': {'forbid': ['threeaxes.cost.plan', 'threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge', 'threeaxes.cost.violations', 'threeaxes.cost.check_config', 'threeaxes.cost.model_state_bytes', 'threeaxes.cost.bytes_per_param', 'threeaxes.cost.rank_state_bytes', 'threeaxes.cost.stage_memory', 'threeaxes.cost.activation_bytes', 'threeaxes.cost.first_stage_activation_bytes', 'threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead', 'threeaxes.cost.bytes_sent_per_gpu', 'threeaxes.cost.all_reduce_time', 'threeaxes.grading.drop13.best_for_shape'], 'why': 'computes the numbers of the defence, which this exercise asks you to compute with the formulas of earlier drops', 'may': "the model's fields, drop14.RIVALS and plain Python"},
     },
     'drop15': {
         'cp_bytes_answer': {'forbid': ['threeaxes.cost.context_parallel_bytes', 'threeaxes.cost.context_parallel_time', 'threeaxes.cost.bytes_sent_per_gpu'], 'why': 'computes the bytes on the wire that this exercise asks you to count', 'may': 'plain Python arithmetic'},
