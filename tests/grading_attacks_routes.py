@@ -1,9 +1,9 @@
 """Submissions that score through a route the exercise does not name, or that put script in the
 pages the instructor and the student open (issue 43, parts 3 and 4).
 
-Each is drop 1's release with cells added or answers written; graded through nbgrader as
-`make grade` grades (tests/test_grading_attacks_routes.py), each must score what a blank
-scores (0 on every test cell) and leave every page inert.
+Each is a release with cells added or answers written; graded through nbgrader as `make grade`
+grades (tests/test_grading_attacks_routes.py), each must score what a blank scores (0 on every
+test cell) and leave every page inert.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import copy
 import nbformat
 
 DROP = "drop01-three-kinds-of-parallel"
+PIPELINE = "drop04-pipeline-parallel"
 
 # drop 1's byte counts through the cost model's per-rank state, which grading.json did not
 # forbid until tests/test_forbidden_routes.py found it
@@ -45,14 +46,37 @@ MARKUP_MARKDOWN = (f"My notes: [a link](javascript:{_js(8)}), <javascript:{_js(9
                    f"$\\href{{javascript:{_js(10)}}}{{y}}$ and <img src=x onerror=\"{_js(11)}\">")
 
 
-def route_submission(released):
-    """The release with drop 1's byte answers computed by rank_state_bytes."""
+# drop 4's bubble and stage 0's count through the schedules themselves (a Plan's own count,
+# the simulator's peak), which "forbid" did not name (issue 43)
+PLAN_ANSWERS = {
+    "bubble_fraction_answer": (
+        "from threeaxes.pipeline import gpipe\n"
+        "def bubble_fraction(p, m):\n"
+        "    return float(gpipe(p, m).bubble_fraction())\n"),
+    "stage0_held_answer": (
+        "from threeaxes.pipeline import make_plan, peak_in_flight\n"
+        "def stage0_microbatches_held(schedule, p, m):\n"
+        "    return peak_in_flight(make_plan(schedule, p, m), 0)\n"),
+}
+
+
+def _answered(released, answers: dict):
     nb = copy.deepcopy(released)
     for cell in nb.cells:
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if grade_id in ROUTE_ANSWERS:
-            cell.source = ROUTE_ANSWERS[grade_id]
+        if grade_id in answers:
+            cell.source = answers[grade_id]
     return nb
+
+
+def plan_submission(released):
+    """Drop 4's release with its bubble and stage 0 answers computed by the schedules."""
+    return _answered(released, PLAN_ANSWERS)
+
+
+def route_submission(released):
+    """The release with drop 1's byte answers computed by rank_state_bytes."""
+    return _answered(released, ROUTE_ANSWERS)
 
 
 def markup_submission(released):
@@ -62,4 +86,6 @@ def markup_submission(released):
     return nb
 
 
-ATTACKS = {"attack-route-rank-state-bytes": route_submission, "attack-markup-in-pages": markup_submission}
+# {drop: {student: how its notebook is made from the release}}
+ATTACKS = {DROP: {"attack-route-rank-state-bytes": route_submission, "attack-markup-in-pages": markup_submission},
+           PIPELINE: {"attack-route-plan-methods": plan_submission}}

@@ -1,7 +1,7 @@
 """Issue 43's route and page attacks, graded through nbgrader as `make grade` grades them.
 
-One course of drop 1 (tests/grading_harness.py's `Course`, the repository's nbgrader_config.py):
-the solved source and the untouched release beside the attacks of
+One course of drops 1 and 4 (tests/grading_harness.py's `Course`, the repository's
+nbgrader_config.py): in each, the solved source and the untouched release beside the attacks of
 tests/grading_attacks_routes.py, autograded two at once, then fed back. Each attack scores
 what the blank scores, its neighbours what they always score, no page holds a hidden test
 or a line of the solutions, and neither the feedback pages nor the autograded notebooks the
@@ -16,36 +16,43 @@ import pytest
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
 from autograder import inert
-from grading_attacks_routes import ATTACKS, DROP
+from grading_attacks_routes import ATTACKS, DROP, PIPELINE
 from grading_harness import CELL_TIMEOUT_S, FULL, ROOT, ZERO, Course, cell_by_grade_id, load_drop
 
 pytestmark = pytest.mark.slow
-STUDENTS = [FULL, ZERO, *ATTACKS]
+GRADED = [(drop, student) for drop in ATTACKS for student in (FULL, ZERO, *ATTACKS[drop])]
+STUDENTS = [pytest.param(drop, student, id=f"{drop[:6]}:{student}") for drop, student in GRADED]
 
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
-    course = Course(tmp_path_factory.mktemp("routes"), [DROP])
+    course = Course(tmp_path_factory.mktemp("routes"), list(ATTACKS))
     course.release()
-    course.submit(FULL, DROP, course.source(DROP))
-    course.submit(ZERO, DROP, course.released(DROP))
-    for student, build in ATTACKS.items():
-        course.submit(student, DROP, build(course.released(DROP)))
+    for drop, attacks in ATTACKS.items():
+        course.submit(FULL, drop, course.source(drop))
+        course.submit(ZERO, drop, course.released(drop))
+        for student, build in attacks.items():
+            course.submit(student, drop, build(course.released(drop)))
     course.autograde(f"--Execute.timeout={CELL_TIMEOUT_S}", jobs=2)
     course.generate_feedback()
     return course
 
 
-@pytest.mark.parametrize("student", STUDENTS)
-def test_each_attack_scores_what_a_blank_scores_and_its_neighbours_are_unchanged(course, student):
-    drop = load_drop(ROOT / "source" / DROP)
-    want = drop.points if student == FULL else {gid: 0.0 for gid in drop.points}
-    assert course.scores(DROP, student) == want
+@pytest.mark.parametrize("drop, student", STUDENTS)
+def test_each_attack_scores_what_a_blank_scores_and_its_neighbours_are_unchanged(course, drop, student):
+    points = load_drop(ROOT / "source" / drop).points
+    want = points if student == FULL else {gid: 0.0 for gid in points}
+    assert course.scores(drop, student) == want
 
 
-def test_the_route_is_named_as_the_reason(course):
-    page = html.unescape(course.feedback_html(DROP, "attack-route-rank-state-bytes"))
-    assert "this exercise scores 0" in page and "used threeaxes.cost.rank_state_bytes" in page
+@pytest.mark.parametrize("drop, student, used", [
+    (DROP, "attack-route-rank-state-bytes", ["threeaxes.cost.rank_state_bytes"]),
+    (PIPELINE, "attack-route-plan-methods", ["threeaxes.pipeline.schedules.Plan.bubble_fraction",
+                                             "threeaxes.pipeline.peak_in_flight"])])
+def test_the_route_is_named_as_the_reason(course, drop, student, used):
+    page = html.unescape(course.feedback_html(drop, student))
+    for name in used:
+        assert "this exercise scores 0" in page and f"used {name}" in page, name
 
 
 def _solution_lines(source_nb, grade_id: str) -> list[str]:
@@ -72,22 +79,25 @@ class _Live(HTMLParser):
     handle_startendtag = handle_starttag
 
 
-@pytest.mark.parametrize("student", STUDENTS)
-def test_no_page_holds_a_secret_or_a_live_script(course, student):
-    course.assert_feedback_hides_hidden_tests(DROP, student)
-    page = course.feedback_html(DROP, student)
+@pytest.mark.parametrize("drop, student", STUDENTS)
+def test_no_page_holds_a_secret_or_a_live_script(course, drop, student):
+    course.assert_feedback_hides_hidden_tests(drop, student)
+    page = course.feedback_html(drop, student)
     if student != FULL:
-        solution = [line.strip() for gid in ("training_bytes_answer", "largest_model_answer")
-                    for line in _solution_lines(course.source(DROP), gid) if len(line.strip()) > 20]
+        source = course.source(drop)
+        solution = [line.strip() for cell in source.cells if "### BEGIN SOLUTION" in cell.source
+                    and cell.cell_type == "code"
+                    for line in _solution_lines(source, cell.metadata["nbgrader"]["grade_id"])
+                    if len(line.strip()) > 20]
         assert solution and not [line for line in solution if line in page or html.escape(line) in page]
     live = _Live()
     live.feed(page)
     assert live.found == [], f"{student}'s feedback page: {live.found[:3]}"
 
 
-@pytest.mark.parametrize("student", STUDENTS)
-def test_the_autograded_notebook_the_formgrader_shows_is_inert(course, student):
-    nb = nbformat.read(course.root / "autograded" / student / DROP / f"{DROP}.ipynb", as_version=4)
+@pytest.mark.parametrize("drop, student", STUDENTS)
+def test_the_autograded_notebook_the_formgrader_shows_is_inert(course, drop, student):
+    nb = nbformat.read(course.root / "autograded" / student / drop / f"{drop}.ipynb", as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "markdown" and "pwned" in cell.source:
             assert inert.is_inert(markdown2html_mistune(cell.source)), cell.source[:200]
