@@ -27,11 +27,13 @@ counts, rounded); a rival's number within 3%. Every catalogued mistake is off by
 twice its tolerance (tests/test_defence.py checks it on each drop).
 
 A rival's verdict is (reason, number): the first rule it breaks (a rule of
-`threeaxes.cost.violations`, the number the rule compares: heads per tensor-parallel rank),
-else "memory" if it does not fit (the GB per GPU it needs), else the step-time term that
-costs it most beyond compute ("slow_links" for the data-parallel or pipeline traffic over
-the network, with its `slow_link_gb`; "bubble", with the idle share; "tp_comm" inside the
-node).
+`threeaxes.cost.violations`, with the number the rule compares: query or key/value heads
+per tensor-parallel rank, nodes one tensor-parallel group spans, layers per stage; a rival
+that breaks several may be answered with any of them), else "memory" if it does not fit
+(the GB per GPU it needs), else the step-time term that costs it most beyond compute
+("slow_links", the data-parallel or pipeline traffic over the network, with its
+`slow_link_gb`; "bubble", with the idle share; "tp_comm", with the GB one GPU sends a step
+in tensor-parallel all-reduces).
 """
 from __future__ import annotations
 
