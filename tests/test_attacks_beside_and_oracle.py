@@ -4,9 +4,9 @@ its workers, nbgrader, the sandboxed kernels with the drop's functions withheld)
 blank and an honest submission beside them:
 
     a-blank                 the release as handed out                    the blank's score
-    b-floods-the-oracle     threads that call the withheld functions     the blank's score
-                            forever, half-sent requests, 1,500 idle
-                            connections
+    b-floods-the-oracle     1,500 half-sent requests, then 200 whole     the blank's score
+                            ones left waiting behind them when its
+                            kernel ends
     c-honest                the instructor's notebook, graded right      full marks
                             after b, by the same worker and host
     d-reads-files           visible.load(...) on paths to a root-only    the blank's score, nothing
@@ -49,19 +49,10 @@ FLOODS = '''
 import json, os, socket, threading, time
 import threeaxes.cost as c
 where = os.environ.get("THREEAXES_ORACLE", "")
-def ask_forever(f, *args):
-    while True:
-        try:
-            f(*args)
-        except Exception:
-            time.sleep(0.005)
-for _ in range(4):
-    threading.Thread(target=ask_forever, args=(c.bytes_per_param, "mixed"), daemon=True).start()
-    threading.Thread(target=ask_forever, args=(c.model_state_bytes, 10 ** 9), daemon=True).start()
 half = json.dumps({"path": "threeaxes.cost.memory:bytes_per_param", "args": {"__tuple__": ["mixed"]},
                    "kwargs": {"__dict__": []}}).encode()[:30]
 held = []
-for _ in range(1500):
+for _ in range(1500):        # half-sent requests first: they hold whatever a connection is given
     try:
         s = socket.socket(socket.AF_UNIX)
         s.settimeout(0.05)
@@ -70,6 +61,15 @@ for _ in range(1500):
         held.append(s)
     except OSError:
         pass
+def ask(f, *args):
+    try:
+        f(*args)
+    except Exception:
+        pass
+for _ in range(100):         # then whole requests, left waiting behind them when the kernel ends
+    threading.Thread(target=ask, args=(c.bytes_per_param, "mixed"), daemon=True).start()
+    threading.Thread(target=ask, args=(c.model_state_bytes, 10 ** 9), daemon=True).start()
+time.sleep(1)
 '''
 
 READS_FILES = '''
