@@ -2,16 +2,19 @@
 
 For each exercise of a drop's grading.json whose visible check compares plain values (not
 ranks, not a configuration), the right value on each visible case comes from the drop's
-reference (`autograder/references/dropNN.py`, named by "visible"/"reference"), never from the
+reference (`autograder/references/dropNN.py`, named by "visible"/"reference": as
+`python -m autograder.cases` stored it, or computed here for a sealed answer), never from the
 package. Then every public function of the package is called with the case's arguments;
 where one returns an object of the package, each of its public methods is called with no
 arguments and with the case's, and each function that takes it with it (and a stage 0);
 where the first argument names a function of the package ("gpipe"), that function is called
-with the rest. A callable whose value (or, for a record or a dict, one of its fields, or the
-answer's keys of it) is the answer on every case is a route to the answer.
+with the rest. A callable whose value (or, for a record or a dict, the answer's keys of it, or
+for a number one of its fields) is the answer on every case is a route to the answer; for a
+dict of numbers, so is one that gives one of its entries on every case (its main step).
 
-Run in a subprocess (`python tests/forbidden_routes.py`) with an address-space limit and one
-second per call, it prints {drop/answer: [dotted names]} as JSON. Functions that start ranks,
+Run in a subprocess (`python tests/forbidden_routes.py [dropNN ...]`) with an address-space
+limit and one second per call, it prints {"dropNN/answer": {route: ["module:qualname" of each
+callable the route passes through]}} as JSON. Functions that start ranks,
 draw, open widgets or write files are not tried (`SKIPPED_MODULES`, `_starts_ranks`): they
 are slow, and the exercises they serve name them in "forbid" by hand.
 """
