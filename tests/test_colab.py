@@ -279,7 +279,7 @@ def test_colab_runs_a_drop_with_widgets(colab, colab_release, monkeypatch):
 # (python -m threeaxes.sections source/drop1[0-6]-*/drop1[0-6]-*.ipynb). release/ is not read
 # here: it is what `make release` makes of source/ (tests/test_release.py), and the release
 # keeps the fold (test_the_release_keeps_colabs_fold_state).
-NOT_YET_FOLDED = {"drop13", "drop14"}
+NOT_YET_FOLDED: set[str] = set()
 
 
 def _with_depth():
