@@ -20,10 +20,12 @@ raw cell's source is cleaned the same way unless it is the instructor's: a
 locked cell (nbgrader puts those back from the source notebook when it
 autogrades) or one whose text is a cell of the drop's source notebook
 (`source/<drop>/<notebook>.ipynb` in the course nbgrader runs in); the
-notebook's saved widget state goes too, and an execution count that is not a
-number. Scores do not change: nbgrader reads
+notebook's saved widget state goes too, an execution count that is not a
+number, and nbgrader metadata whose grade id is not one nbgrader accepts (the
+formgrader writes a grade id into its page unescaped). Scores do not change: nbgrader reads
 them from error outputs and `text/plain`, which stay as they were.
 """
+import re
 from pathlib import Path
 
 import nbformat
@@ -34,6 +36,7 @@ from autograder import inert
 
 # shown escaped, in <pre> or as an image: kept as they are (nbgrader reads a score from text/plain)
 KEPT_AS_IS = {"text/plain", "application/json", "image/png", "image/jpeg"}
+_GRADE_ID = re.compile(r"[A-Za-z0-9_\-]+")     # what nbgrader accepts as a grade id
 CLEANED = {"text/html": inert.clean_html, "text/markdown": inert.clean_markdown, "text/latex": inert.clean_latex}
 
 
@@ -93,6 +96,9 @@ class SanitizeStudentMarkup(CoursePreprocessor):
         return super().preprocess(nb, resources)
 
     def preprocess_cell(self, cell, resources, index):
+        about = cell.get("metadata", {}).get("nbgrader")
+        if isinstance(about, dict) and not _GRADE_ID.fullmatch(str(about.get("grade_id", "x"))):
+            del cell.metadata["nbgrader"]    # no instructor's cell has it: the formgrader writes it unescaped
         if cell.cell_type == "code":
             cell.outputs = _clean_outputs(cell.get("outputs", []))
             if type(cell.get("execution_count")) is not int:   # the page writes it as it is

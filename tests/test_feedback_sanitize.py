@@ -133,3 +133,15 @@ def test_an_images_metadata_keeps_only_numeric_sizes(tmp_path, monkeypatch):
     assert "onerror" not in page and "alert(6)" not in page and "alert(7)" not in page
     body = page[page.index("<body"):]       # the page's head holds nbconvert's own scripts
     assert 'href="javascript' not in body and 'width="320.5"' in body
+
+
+def test_a_grade_id_no_instructor_could_write_loses_its_nbgrader_metadata(tmp_path, monkeypatch):
+    """The formgrader writes a cell's grade id into an attribute unescaped."""
+    hostile = nbformat.v4.new_markdown_cell("notes")
+    hostile.metadata["nbgrader"] = {"grade": True, "solution": True, "points": 1,
+                                    "grade_id": 'x" autofocus onfocus="alert(1)'}
+    honest = nbformat.v4.new_markdown_cell("why")
+    honest.metadata["nbgrader"] = {"grade": True, "solution": True, "points": 1, "grade_id": "why-it_works2"}
+    nb = _cleaned([hostile, honest], tmp_path, monkeypatch)
+    assert "nbgrader" not in nb.cells[0].metadata
+    assert nb.cells[1].metadata["nbgrader"]["grade_id"] == "why-it_works2"
