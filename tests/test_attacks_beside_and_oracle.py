@@ -14,7 +14,7 @@ blank and an honest submission beside them:
     e-endless-line          its kernel writes 64 MiB on its reply pipe   the blank's score, named
     links, files, folders   a hashlib.py beside the notebook, the        refused before anything
                             notebook a link to the source or to c's,     runs or is copied, each
-                            a folder, a pipe, a device                   named with its cause
+                            a folder, a pipe, a device (made as root)    named with its cause
 
 What stops each now: tests/test_oracle_per_kernel.py tries the parts one at a time.
 """
@@ -41,9 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DROP = "drop01-three-kinds-of-parallel"
 NB = f"{DROP}.ipynb"
 SECRET = "secret-mark-0b7e41"
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(os.geteuid() != 0, reason="the attacks were made on a grader run by root "
-                                                           "(links followed as root, a root-only secret): run as root")]
+pytestmark = pytest.mark.slow
+AS_ROOT = os.geteuid() == 0   # a device can be made (mknod) only by root; the rest holds for any user
 
 FLOODS = '''
 import json, os, socket, threading, time
@@ -153,14 +152,15 @@ def graded(tmp_path_factory):
                "links-to-the-source": f"{NB} is a link",
                "links-to-a-classmate": f"{NB} is a link",
                "holds-a-folder": "extra is a folder",
-               "holds-a-pipe": "pipe is a pipe",
-               "holds-a-device": "null is a device"}
+               "holds-a-pipe": "pipe is a pipe"}
     (submit("hashlib-beside", blank) / "hashlib.py").write_text("import os\nprint('ran in the grader')\n")
     (submit("links-to-the-source") / NB).symlink_to(course / "source" / DROP / NB)
     (submit("links-to-a-classmate") / NB).symlink_to(honest / NB)
     (submit("holds-a-folder", blank) / "extra").mkdir()
     os.mkfifo(submit("holds-a-pipe", blank) / "pipe")
-    os.mknod(submit("holds-a-device", blank) / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    if AS_ROOT:
+        refused["holds-a-device"] = "null is a device"
+        os.mknod(submit("holds-a-device", blank) / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
 
     logs = course / grade.GRADED / grade.LOGS
     logs.mkdir(parents=True)
