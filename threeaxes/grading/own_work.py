@@ -11,7 +11,7 @@ the grade:
     own_work.check("drop05", "all_reduce_sizes_answer")
 
 It reads the answer cell as the student last ran it (the newest cell that
-carries the "Graded on your own code" line) and looks for a forbidden function
+carries a "# Graded on your own ...:" line: code, work, choice or arithmetic) and looks for a forbidden function
 there: by name, as an attribute, imported, or spelled out in a string. It is a
 hint, not the grade: the graded run sees every route, this one the plain ones.
 """
@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 
 from threeaxes.grading.shown import in_one_line
 
-MARK = "# Graded on your own code:"
+# an answer cell's first line: "# Graded on your own code:", or work, choice, arithmetic
+MARK = re.compile(r"^# Graded on your own [a-z]+:", re.MULTILINE)
 
 
 def resolve(name: str):
@@ -126,4 +128,4 @@ def _last_answer_cell() -> str | None:
     shell = _shell()
     history = shell.user_ns.get("In", []) if shell is not None else []
     return next((cell for cell in reversed(history)
-                 if MARK in cell and "own_work.check(" not in cell), None)
+                 if MARK.search(cell) and "own_work.check(" not in cell), None)
