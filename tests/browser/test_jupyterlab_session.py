@@ -5,14 +5,14 @@ The session, on a temporary copy of the course (never the tracked files, never
 the developer's own work/):
 
 1. the printed URL opens the start page, which renders; its course map cell runs;
-2. the map's link opens drop 13, whose answer cells hold the solutions
+2. the map's link opens drop 14, whose answer cells hold the solutions
    (a student who has written them): it opens on its title, unmodified (no unsaved
    change before the student types), its "Going deeper" sections folded; one unfolds
    on a click (screenshots of both in the test's folder); Run All runs the whole drop
-   without an error, and the start page's map, run again, shows drop 13's core checks
+   without an error, and the start page's map, run again, shows drop 14's core checks
    passing;
-3. the explorer's "show row" slider moves (arrow key on its handle) and both its
-   plot and its text change;
+3. the reveal (folded: it comes after the answers) unfolds; its explorer's "show row"
+   slider moves (arrow key on its handle) and both its plot and its text change;
 4. a typical mistake from the drop's grading.json goes into its answer cell; that
    cell and its check run, and the check's message (the mistake's feedback
    phrase) shows on the page, alone: no traceback through the course's code;
@@ -56,15 +56,16 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))     # grading_harness.py lives beside the other tests
 from grading_harness import answer_ids, load_drop, set_answer, solution_of  # noqa: E402
 
-DROP = "drop13-size-30b-on-32"
-MISTAKE = "forgets_optimizer_state"          # a mistake of source/<DROP>/grading.json
+DROP = "drop14-defend-70b-on-64"
+MISTAKE = "tp_across_nodes"                  # a mistake of source/<DROP>/grading.json
+REVEAL = "## Going deeper: the reveal"       # the folded section after the answers
 SLIDER = "show row"                          # the ConfigExplorer slider the session moves
 MAP_LINE = 'Markdown(course_map_with_progress(link_prefix="../release/"))'   # the start page's map cell
 
 
 def student_copy(tmp: Path) -> Path:
     """A repository in `tmp` with the real notebooks/ and release/, synced into
-    its work/ as `make lab` does; drop 13's answer cells hold the solutions."""
+    its work/ as `make lab` does; drop 14's answer cells hold the solutions."""
     repo = tmp / "repo"
     for folder in ("notebooks", "release"):
         shutil.copytree(ROOT / folder, repo / folder, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
@@ -125,6 +126,13 @@ button.click();
 return null;
 """
 
+HEADING_INDEX = PANEL + """
+const widgets = panelOf(arguments[0]).content.widgets;
+const i = widgets.findIndex(w => w.model.type === 'markdown'
+                            && w.model.sharedModel.getSource().startsWith(arguments[1]));
+return i < 0 ? null : i;
+"""
+
 NEXT_SHOWN = PANEL + "return !panelOf(arguments[0]).content.widgets[arguments[1] + 1].isHidden;"
 
 ACTIVATE = PANEL + "app.shell.activateById(panelOf(arguments[0]).id);"
@@ -137,7 +145,7 @@ SLIDER_HANDLE = SLIDER_OF + "return sliderOf(arguments[0]).querySelector('.noUi-
 # --- the session -------------------------------------------------------------
 
 @pytest.mark.slow
-def test_a_student_session_in_chromium_through_drop13(tmp_path):
+def test_a_student_session_in_chromium_through_drop14(tmp_path):
     require_browser()
     from selenium.webdriver.common.keys import Keys
 
@@ -173,16 +181,16 @@ def test_a_student_session_in_chromium_through_drop13(tmp_path):
         link.click()
         open_notebook(driver, drop_page)
         opened = wait_for(driver, OPENED, drop_page, what=f"{DROP} to open and its kernel to start")
-        assert opened["first"].startswith("# Drop 13:"), f"the drop should open on its title: {opened['first']!r}"
+        assert opened["first"].startswith("# Drop 14:"), f"the drop should open on its title: {opened['first']!r}"
         assert not opened["dirty"], "the drop shows unsaved changes before the student has typed anything"
         assert opened["deeper"], "the drop has no 'Going deeper' section"
         assert all(d["folded"] and d["next_hidden"] for d in opened["deeper"]), (
             f"every 'Going deeper' section should open folded: {opened['deeper']}")
-        driver.save_screenshot(str(tmp_path / "drop13-folded.png"))
+        driver.save_screenshot(str(tmp_path / "drop14-folded.png"))
         first = opened["deeper"][0]["index"]
         assert driver.execute_script(UNFOLD, drop_page, first) is None, "the heading has no fold button"
         wait_for(driver, NEXT_SHOWN, drop_page, first, what="the section's cells to show after the click")
-        driver.save_screenshot(str(tmp_path / "drop13-unfolded.png"))
+        driver.save_screenshot(str(tmp_path / "drop14-unfolded.png"))
         lap("drop opened from the map: title first, unmodified, depth folded, unfolded on a click")
         run_all(driver, drop_page)
         lap("drop run")
@@ -194,12 +202,17 @@ def test_a_student_session_in_chromium_through_drop13(tmp_path):
         assert "error" not in ran, ran
         wait_for(driver, KERNEL_IDLE, start_page, what="the start page's kernel to redraw the map")
         wait_for_python(lambda: "core checks pass" in driver.execute_script(CELL_TEXT, start_page, ran["index"]),
-                        what="the start page's map to show drop 13's core checks passing", timeout=30)
+                        what="the start page's map to show drop 14's core checks passing", timeout=30)
         lap("progress shown on the start page")
         driver.execute_script(ACTIVATE, drop_page)           # and back to the drop
         open_notebook(driver, drop_page)
 
-        # 3. the slider: keyboard on its handle; the plot and the text follow
+        # 3. the reveal comes after the answers, folded: unfold it, then the slider, keyboard on
+        #    its handle; the plot and the text follow
+        reveal = driver.execute_script(HEADING_INDEX, drop_page, REVEAL)
+        assert reveal is not None, f"{DROP} has no '{REVEAL}' heading"
+        assert driver.execute_script(UNFOLD, drop_page, reveal) is None, "the reveal has no fold button"
+        wait_for(driver, NEXT_SHOWN, drop_page, reveal, what="the reveal's cells to show after the click")
         before = wait_for(driver, EXPLORER, SLIDER, None,
                           what=f"the explorer with the '{SLIDER}' slider to draw")
         handle = driver.execute_script(SLIDER_HANDLE, SLIDER)
@@ -230,7 +243,7 @@ def test_a_student_session_in_chromium_through_drop13(tmp_path):
                                  f"{MISTAKE}; the page shows:\n{seen[0]}") from None
         assert "Traceback" not in seen[0] and "File " not in seen[0], (
             f"the check's message should show alone, without a traceback:\n{seen[0]}")
-        driver.save_screenshot(str(tmp_path / "drop13-failed-check.png"))
+        driver.save_screenshot(str(tmp_path / "drop14-failed-check.png"))
         lap("wrong answer caught by the visible check")
 
         # 5. the console, and where the page's requests went
