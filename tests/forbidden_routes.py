@@ -8,7 +8,8 @@ package. Then every public function of the package is called with the case's arg
 where one returns an object of the package, each of its public methods is called with no
 arguments and with the case's, and each function that takes it with it (and a stage 0);
 where the first argument names a function of the package ("gpipe"), that function is called
-with the rest. A callable whose value (or, for a record or a dict, the answer's keys of it, or
+with the rest; where it names a preset ("llama-30b"), every function is called with the
+preset's object (a `get_*` function's) in its place. A callable whose value (or, for a record or a dict, the answer's keys of it, or
 for a number one of its fields) is the answer on every case is a route to the answer; for a
 dict of numbers, so is one that gives one of its entries on every case (its main step).
 
@@ -51,10 +52,10 @@ MEMORY_BYTES = 6 << 30
 
 
 class _Slow(Exception):
-    pass
+    """A call that ran over CALL_LIMIT_S (raised by SIGALRM's handler)."""
 
 
-def _alarm(*_):
+def _raise_slow(*_):
     raise _Slow()
 
 
@@ -262,6 +263,7 @@ def tries(functions: dict, args: list):
             yield label, (path_of(fn),), value
             if _is_package_object(value):
                 objects.append((label, (path_of(fn),), value))
+    yield from _by_preset(functions, args)
     for label, chain, obj in objects:
         for attr in dir(type(obj)):
             if attr.startswith("_"):
@@ -286,6 +288,22 @@ def tries(functions: dict, args: list):
                 if call is not None:
                     yield (f"{name}({label}(...){', 0' if len(call_args) > 1 else ''})",
                            chain + (path_of(fn),), _call(call))
+
+
+def _by_preset(functions: dict, args: list):
+    """Where the first argument names a preset ("llama-30b"): the package's object for it (a
+    `get_*` function's), then every function called with it in its place."""
+    if not args or not isinstance(args[0], str):
+        return
+    for name, getter in functions.items():
+        call = _bound(getter, args[:1]) if name.rsplit(".", 1)[-1].startswith("get_") else None
+        obj = _call(call) if call is not None else None
+        if obj is None or not _is_package_object(obj):
+            continue
+        for other, fn in functions.items():
+            call = _bound(fn, [obj, *args[1:]]) if inspect.isfunction(fn) else None
+            if call is not None:
+                yield f"{other}({name}({args[0]!r}), ...)", (path_of(getter), path_of(fn)), _call(call)
 
 
 def _dispatched(name: str, args: list) -> list:
@@ -319,18 +337,12 @@ def routes(exercise: dict, functions: dict) -> dict:
 
 
 def main() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
     resource.setrlimit(resource.RLIMIT_AS, (min(MEMORY_BYTES, hard) if hard > 0 else MEMORY_BYTES, hard))
-    signal.signal(signal.SIGALRM, _alarm)
-    functions = public_functions()
-    only = sys.argv[1:]
-    found = {}
-    for exercise in probed_exercises():
-        key = f"{exercise['drop']}/{exercise['answer']}"
-        if only and exercise["drop"] not in only:
-            continue
-        found[key] = routes(exercise, functions)
-    print(json.dumps(found, indent=1))
+    signal.signal(signal.SIGALRM, _raise_slow)
+    functions, only = public_functions(), sys.argv[1:]
+    print(json.dumps({f"{e['drop']}/{e['answer']}": routes(e, functions) for e in probed_exercises()
+                      if not only or e["drop"] in only}, indent=1))
 
 
 if __name__ == "__main__":
