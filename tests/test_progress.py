@@ -49,13 +49,36 @@ def test_a_failed_then_passed_check_moves_the_drop_to_done_and_the_next_drop_up(
     assert row(1, work)["started"] and not row(1, work)["done"]
     assert "0 of 1 core answers pass" in progress.course_map_with_progress(work=work)
 
+    # a sealed answer: its check sees the form only, so it is answered, not passed
     visible.check("drop01", "axis_roles_answer", drop1_solution())
-    assert progress.read(work) == {"drop01": {"axis_roles_answer": True}}
+    assert progress.read(work) == {"drop01": {"axis_roles_answer": progress.ANSWERED}}
     assert row(1, work)["done"] and progress.next_drop(progress.status(work))["drop"] == 2
+    shown = progress.course_map_with_progress(work=work)
+    drop1_line = next(line for line in shown.splitlines() if "| 1 |" in line)
+    assert drop1_line.endswith("core answered: 0 of 1 pass, 1 graded when you submit |"), drop1_line
+    progress.record("drop01", "axis_roles_answer", passed=True)     # a check of the value that passed
     shown = progress.course_map_with_progress(work=work)
     drop1_line = next(line for line in shown.splitlines() if "| 1 |" in line)
     assert drop1_line.endswith("core checks pass ✓ |"), drop1_line
     assert f"**Next: [drop 2, {DROPS[1][2]}](../release/{DROPS[1][3]}/{DROPS[1][3]}.ipynb)**" in shown
+
+
+def test_a_wrong_sealed_value_of_the_right_form_is_answered_never_passed(work):
+    """Drop 10's diagnosis: a wrong number of the right form passes the form check, and the
+    start page says it is graded later, not that drop 10's checks pass."""
+    visible.check("drop10", "oom_terms_answer", {"linear": 1.0, "scores": 2.0}, show=False)
+    assert progress.read(work)["drop10"]["oom_terms_answer"] == progress.ANSWERED
+    assert "oom_terms_answer" not in row(10, work)["passed"]
+    line = next(x for x in progress.course_map_with_progress(work=work).splitlines() if "| 10 |" in x)
+    assert "core checks pass" not in line and "graded when you submit" in line, line
+
+
+def test_a_defence_check_records_answered(work):
+    from threeaxes.grading import defence
+
+    defence.check_numbers("drop13", "my_defence_answer",
+                          {"state_gb": 1.0, "activation_gb": 1.0, "bubble": 0.1, "slow_link_gb": 1.0})
+    assert progress.read(work)["drop13"]["my_defence_answer"] == progress.ANSWERED
 
 
 def test_an_answer_judged_in_parts_passes_only_when_every_part_did(work):

@@ -1,14 +1,16 @@
 """The student's progress through the two weeks, kept on their own machine.
 
 Each visible check that runs in a drop leaves one line of record: the answer it
-tried and whether it passed, in `.progress.json` at the top of the student's work
+tried and whether it passed, or, for a check that sees only the answer's form (a sealed
+answer, a defence), that it was answered and is graded later (ANSWERED), in `.progress.json` at the top of the student's work
 folder (`work/`, which `make lab` makes; found by its `.copied.json`). Nothing is
 recorded elsewhere, nothing leaves the machine, and a notebook opened outside a
 work folder (the repository itself, Colab) records nothing.
 
 The start page reads the record: a drop's core is done when every code answer in
-its core (threeaxes/sections.py) has passed its latest visible check; the next drop
-is the first whose core is not done.
+its core (threeaxes/sections.py) has passed its latest visible check or, where that
+check sees only the form, has been answered; the map says which are graded later. The
+next drop is the first whose core is not done.
 
     progress.record("drop06", "tp_wire_bytes_answer", passed=True)    # what the checks call
     progress.course_map_with_progress()                               # the start page's map
@@ -23,6 +25,7 @@ from threeaxes.course import DROPS, MINUTES, course_map_markdown
 from threeaxes.sections import core_code_answers
 
 RECORD = ".progress.json"
+ANSWERED = "answered"          # a form-only check passed: the value is graded with the notebook
 WORK_MARK = ".copied.json"     # autograder/workspace.py's record of the files it copied
 
 
@@ -34,7 +37,7 @@ def work_folder(start: Path | None = None) -> Path | None:
 
 
 def read(work: Path | None = None) -> dict:
-    """{drop: {answer: passed}}, as the latest checks left it; empty where there is none."""
+    """{drop: {answer: True, False or ANSWERED}}, as the latest checks left it; empty where there is none."""
     work = work or work_folder()
     try:
         return json.loads((work / RECORD).read_text()) if work else {}
@@ -42,14 +45,15 @@ def read(work: Path | None = None) -> dict:
         return {}
 
 
-def record(drop: str, answer: str, *, passed: bool, work: Path | None = None) -> None:
-    """Note the latest result of a visible check; a record that cannot be written is skipped
+def record(drop: str, answer: str, *, passed, work: Path | None = None) -> None:
+    """Note the latest result of a visible check (`passed`: True, False, or ANSWERED for a
+    check of the form alone); a record that cannot be written is skipped
     (progress is a convenience: it never stands in the way of a check)."""
     work = work or work_folder()
     if work is None:
         return
     done = read(work)
-    done.setdefault(drop, {})[answer] = bool(passed)
+    done.setdefault(drop, {})[answer] = ANSWERED if passed == ANSWERED else bool(passed)
     try:
         path = work / RECORD
         path.with_suffix(".tmp").write_text(json.dumps(done, indent=1, sort_keys=True) + "\n")
@@ -59,7 +63,8 @@ def record(drop: str, answer: str, *, passed: bool, work: Path | None = None) ->
 
 
 def drop_status(number: int, folder: str, work: Path, done: dict) -> dict:
-    """One drop's row: its core's code answers and which of them passed."""
+    """One drop's row: its core's code answers, which of them passed and which were answered
+    for a check that sees only their form (graded with the notebook)."""
     notebook = work / "release" / folder / f"{folder}.ipynb"
     try:
         answers = core_code_answers(json.loads(notebook.read_text()))
@@ -67,12 +72,14 @@ def drop_status(number: int, folder: str, work: Path, done: dict) -> dict:
         answers = []
     tried = done.get(f"drop{number:02d}", {})
 
-    def passes(answer):      # every check tried on it (each part it was judged in) passed last time
-        results = [ok for key, ok in tried.items() if key == answer or key.startswith(answer + "[")]
-        return bool(results) and all(results)
-    passed = [a for a in answers if passes(a)]
+    def results(answer):     # the latest result of each check tried on it (each part it was judged in)
+        return [ok for key, ok in tried.items() if key == answer or key.startswith(answer + "[")]
+    passed = [a for a in answers if results(a) and all(ok is True for ok in results(a))]
+    answered = [a for a in answers if a not in passed and results(a)
+                and all(ok is True or ok == ANSWERED for ok in results(a))]
     return {"drop": number, "folder": folder, "minutes": MINUTES[number], "answers": answers,
-            "passed": passed, "started": bool(tried), "done": bool(answers) and len(passed) == len(answers)}
+            "passed": passed, "answered": answered, "started": bool(tried),
+            "done": bool(answers) and len(passed) + len(answered) == len(answers)}
 
 
 def status(work: Path | None = None) -> list[dict]:
@@ -89,10 +96,15 @@ def next_drop(rows: list[dict]) -> dict | None:
 
 
 def progress_text(row: dict) -> str:
-    if row["done"]:
+    later = len(row.get("answered", []))
+    if row["done"] and not later:
         return "core checks pass ✓"
+    if row["done"]:
+        return (f"core answered: {len(row['passed'])} of {len(row['answers'])} pass, "
+                f"{later} graded when you submit")
     if row["started"]:
-        return f"{len(row['passed'])} of {len(row['answers'])} core answers pass"
+        return (f"{len(row['passed'])} of {len(row['answers'])} core answers pass"
+                + (f", {later} answered (graded when you submit)" if later else ""))
     return ""
 
 
@@ -107,6 +119,9 @@ def course_map_with_progress(link_prefix: str = "../release/", work: Path | None
     table = course_map_markdown(link_prefix, ("you", {row["drop"]: progress_text(row) for row in rows}))
     following = next_drop(rows)
     if following is None:
+        if any(row["answered"] for row in rows):
+            return table + ("\n\n**Every drop's core is answered**; the answers whose checks see only "
+                            "their form are graded when you submit. The practice set is next.")
         return table + "\n\n**Every drop's core checks pass.** The practice set is next."
     title = next(t for n, _, t, _ in DROPS if n == following["drop"])
     link = f"{link_prefix}{following['folder']}/{following['folder']}.ipynb"
@@ -114,10 +129,25 @@ def course_map_with_progress(link_prefix: str = "../release/", work: Path | None
                     f"about {following['minutes']} minutes.")
 
 
-def recorded(check):
+def _sealed(drop: str, answer: str) -> bool:
+    """Whether the visible check of `answer` sees only its form (a sealed answer's stored cases)."""
+    from threeaxes.grading import visible
+
+    try:
+        return bool(visible.load(drop).get(answer, {}).get("sealed"))
+    except (OSError, ValueError):
+        return False
+
+
+def recorded(check=None, *, form_only=None):
     """A visible check that also notes its result: `check(drop, answer, ...)` as before,
-    its pass or failure recorded under the answer (and the part it judged, if any)."""
+    its pass or failure recorded under the answer (and the part it judged, if any). A pass
+    of a check that sees only the answer's form (`form_only` True, or by default a sealed
+    answer's) is recorded as ANSWERED, never as passed: its value is graded later."""
     import functools
+
+    if check is None:
+        return functools.partial(recorded, form_only=form_only)
 
     @functools.wraps(check)
     def run(drop, answer, *args, **kwargs):
@@ -127,6 +157,7 @@ def recorded(check):
         except AssertionError:
             record(drop, key, passed=False)
             raise
-        record(drop, key, passed=True)
+        only_form = form_only if form_only is not None else _sealed(drop, answer)
+        record(drop, key, passed=ANSWERED if only_form else True)
         return result
     return run

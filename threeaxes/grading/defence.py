@@ -53,7 +53,7 @@ def plain_rivals(answer, names, name: str = "rivals") -> dict:
 
 
 @in_one_line
-@progress.recorded
+@progress.recorded(form_only=True)
 def check_numbers(drop: str, answer: str, my_defence, part: str = "numbers") -> None:
     """The form of `my_defence`; its values are judged when the notebook is graded. `part`
     names what the student's progress records (the answer cell binds two values)."""
@@ -63,7 +63,7 @@ def check_numbers(drop: str, answer: str, my_defence, part: str = "numbers") -> 
 
 
 @in_one_line
-@progress.recorded
+@progress.recorded(form_only=True)
 def check_rivals(drop: str, answer: str, rivals, names, part: str = "rivals") -> None:
     """The form of `rivals`; the reasons and numbers are judged when the notebook is graded."""
     plain_rivals(rivals, list(names))
