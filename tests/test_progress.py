@@ -113,3 +113,13 @@ def test_the_work_folder_is_known_by_the_record_make_lab_writes():
     from autograder import workspace
 
     assert progress.WORK_MARK == workspace.RECORD
+
+
+def test_a_check_that_ends_its_cell_echoes_no_out_line(work):
+    """The check prints what it found; the values it returns show no `Out[n]:` in a notebook."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shown = shell.display_formatter.format(visible.check("drop01", "axis_roles_answer", drop1_solution()))
+    assert shown == ({}, {})
+    assert shell.display_formatter.format([1, 2])[0]      # a plain list does show

@@ -129,6 +129,14 @@ def course_map_with_progress(link_prefix: str = "../release/", work: Path | None
                     f"about {following['minutes']} minutes.")
 
 
+class Checked(list):
+    """The plain values a visible check returns, as a list that a notebook does not echo as
+    `Out[n]` when the check is its cell's last line (the check has printed what it found)."""
+
+    def _ipython_display_(self):
+        pass
+
+
 def _sealed(drop: str, answer: str) -> bool:
     """Whether the visible check of `answer` sees only its form (a sealed answer's stored cases)."""
     from threeaxes.grading import visible
@@ -143,7 +151,8 @@ def recorded(check=None, *, form_only=None):
     """A visible check that also notes its result: `check(drop, answer, ...)` as before,
     its pass or failure recorded under the answer (and the part it judged, if any). A pass
     of a check that sees only the answer's form (`form_only` True, or by default a sealed
-    answer's) is recorded as ANSWERED, never as passed: its value is graded later."""
+    answer's) is recorded as ANSWERED, never as passed: its value is graded later. A list
+    the check returns comes back as `Checked`, which a notebook does not echo."""
     import functools
 
     if check is None:
@@ -159,5 +168,5 @@ def recorded(check=None, *, form_only=None):
             raise
         only_form = form_only if form_only is not None else _sealed(drop, answer)
         record(drop, key, passed=ANSWERED if only_form else True)
-        return result
+        return Checked(result) if type(result) is list else result
     return run
