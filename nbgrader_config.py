@@ -69,3 +69,6 @@ if _course_grading is not None:
         str(Path(_course_grading.origin).parent / "templates"),
         str(Path(nbgrader.__file__).resolve().parent / "server_extensions" / "formgrader" / "templates"),
     ]
+    # nbgrader collect, too, never follows a link a student wrote into inbound/ and takes the
+    # notebook alone (autograder/safe_collect.py)
+    c.ExchangeFactory.collect = "autograder.safe_collect.SafeCollect"
