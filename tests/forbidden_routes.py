@@ -13,35 +13,37 @@ preset's object (a `get_*` function's) in its place. A callable whose value (or,
 for a number one of its fields) is the answer on every case is a route to the answer; for a
 dict of numbers, so is one that gives one of its entries on every case (its main step).
 
-Run in a subprocess (`python tests/forbidden_routes.py [dropNN ...]`) with an address-space
-limit and one second per call, it prints {"dropNN/answer": {route: ["module:qualname" of each
-callable the route passes through]}} as JSON. Functions that start ranks,
+Each exercise is tried with the functions it withholds made to raise, as the kernel's stubs
+refuse them, so a route that reaches one at any depth (a plot that simulates the plan) fails
+and what is left is open; drop 4's bubble and stages are also tried with nothing withheld, to
+show the probe finds the routes a reader knows. Run in a subprocess
+(`python tests/forbidden_routes.py [dropNN ...]`) with an address-space limit and one second
+per call, it prints {"open": {"dropNN/answer": [route, ...]}, "unwithheld": {...}} as JSON. Functions that start ranks,
 draw, open widgets or write files are not tried (`SKIPPED_MODULES`, `_starts_ranks`): they
 are slow, and the exercises they serve name them in "forbid" by hand.
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import importlib
 import inspect
 import io
 import json
-import math
 import pkgutil
 import resource
 import signal
 import sys
 import warnings
-from fractions import Fraction
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from autograder.withheld import definition, load_exercises  # noqa: E402
+from forbidden_routes_match import answers, plain  # noqa: E402
 
 SKIPPED_MODULES = ("threeaxes.launch", "threeaxes.widgets", "threeaxes.plots", "threeaxes.display",
                    "threeaxes.train", "threeaxes.train_reference", "threeaxes.progress", "threeaxes.practice",
-                   "threeaxes.practice_beyond", "threeaxes.course", "threeaxes.comms", "threeaxes.trace",
+                   "threeaxes.course", "threeaxes.comms", "threeaxes.trace",
                    "threeaxes.grading.ranks", "threeaxes.grading.wire", "threeaxes.grading.wire_data",
                    "threeaxes.grading.oracle", "threeaxes.grading.own_work", "threeaxes.grading.shown",
                    "threeaxes.grading.visible", "threeaxes.grading.visible_config",
@@ -69,8 +71,9 @@ def probed_exercises(root: Path = ROOT) -> list[dict]:
             if vis.get("ranks") or "reference" not in vis or vis.get("form") not in PROBED_FORMS:
                 continue
             cases = _cases(drop, e["answer"], vis)
+            withheld = next(x for x in load_exercises(path) if x.answer == e["answer"])
             found.append({"drop": drop, "answer": e["answer"], "form": vis["form"], "cases": cases,
-                          "value": bool(vis.get("value"))})
+                          "withheld": sorted({definition(n) for n in withheld.forbid})})
     return found
 
 
@@ -176,83 +179,13 @@ def _call(fn, args=()):
         signal.alarm(0)
 
 
-def _plain(value):
-    """Plain JSON-like values of `value`, or None where it has none."""
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return value
-    if isinstance(value, Fraction):
-        return float(value)
-    if isinstance(value, (int, float)):
-        return value
-    if hasattr(value, "_asdict"):
-        value = value._asdict()
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    try:
-        import torch
-        if isinstance(value, torch.Tensor) and value.numel() == 1:
-            return value.item()
-    except ImportError:
-        pass
-    return None
-
-
-def answers(value, want, form: str, args=()) -> bool:
-    """Whether `value` is the answer `want`, or holds it: the answer's keys of a dict or
-    record, or, for a number, one field of it that is not one of the arguments handed back."""
-    from threeaxes.grading.visible import same
-
-    if isinstance(want, str) and want.startswith("raises"):
-        return isinstance(value, ValueError)
-    if isinstance(value, BaseException):
-        return False
-    got = _plain(value)
-    if got is None and want is not None:
-        return False
-    if form in ("number", "int") and isinstance(want, (int, float)) and not isinstance(want, bool):
-        if isinstance(got, (int, float)) and not isinstance(got, bool):
-            return same(float(got), float(want)) if math.isfinite(got) else False
-        if isinstance(got, dict):
-            echoed = any(isinstance(a, (int, float)) and same(float(a), float(want)) for a in args)
-            return not echoed and any(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                      and same(float(v), float(want)) for v in got.values())
-        return False
-    if isinstance(want, dict) and isinstance(got, dict):
-        return set(want) <= set(got) and all(_same_loose(got[k], want[k]) for k in want)
-    if form == "text" and isinstance(got, str) and isinstance(want, str):
-        return got.strip().lower() == want.strip().lower()
-    return _same_loose(got, want)
-
-
-def _same_loose(got, want) -> bool:
-    from threeaxes.grading.visible import same
-
-    if isinstance(want, (int, float)) and not isinstance(want, bool) and isinstance(got, (int, float)):
-        return same(float(got), float(want))
-    if isinstance(want, (list, tuple)) and isinstance(got, (list, tuple)):
-        return len(got) == len(want) and all(_same_loose(g, w) for g, w in zip(got, want))
-    return same(got, want)
-
-
 def _is_package_object(value) -> bool:
-    return (not isinstance(value, (BaseException, type)) and _plain(value) is None
+    return (not isinstance(value, (BaseException, type)) and plain(value) is None
             and str(type(value).__module__).startswith("threeaxes."))
 
 
-def path_of(fn) -> str:
-    """"module:qualname" of a function, method or class, as autograder.withheld names them."""
-    fn = getattr(fn, "__func__", fn)
-    fn = fn.fget if isinstance(fn, property) else fn
-    return f"{fn.__module__}:{fn.__qualname__}"
-
-
 def tries(functions: dict, args: list):
-    """(label, chain, value) for each way of calling the package on one case's arguments:
-    `chain` holds the "module:qualname" of every callable the route passes through."""
+    """(label, value) for each way of calling the package on one case's arguments."""
     objects = []
     for name, fn in functions.items():
         for label, call_args in [(name, args)] + _dispatched(name, args):
@@ -260,18 +193,17 @@ def tries(functions: dict, args: list):
             if call is None:
                 continue
             value = _call(call)
-            yield label, (path_of(fn),), value
+            yield label, value
             if _is_package_object(value):
-                objects.append((label, (path_of(fn),), value))
+                objects.append((label, value))
     yield from _by_preset(functions, args)
-    for label, chain, obj in objects:
+    for label, obj in objects:
         for attr in dir(type(obj)):
             if attr.startswith("_"):
                 continue
             member = inspect.getattr_static(type(obj), attr, None)
             if isinstance(member, property):
-                yield (f"{label}(...).{attr}", chain + (path_of(member),),
-                       _call(lambda: getattr(obj, attr), []))
+                yield f"{label}(...).{attr}", _call(lambda: getattr(obj, attr), [])
                 continue
             bound = getattr(obj, attr, None)
             if not (inspect.ismethod(bound) or inspect.isfunction(bound)) or \
@@ -280,14 +212,13 @@ def tries(functions: dict, args: list):
             for call_args in ([], args):
                 call = _bound(bound, call_args)
                 if call is not None:
-                    yield (f"{label}(...).{attr}({'...' if call_args else ''})", chain + (path_of(bound),),
-                           _call(call))
+                    yield f"{label}(...).{attr}({'...' if call_args else ''})", _call(call)
         for name, fn in functions.items():
             for call_args in ([obj], [obj, 0]):
                 call = _bound(fn, call_args) if inspect.isfunction(fn) else None
                 if call is not None:
                     yield (f"{name}({label}(...){', 0' if len(call_args) > 1 else ''})",
-                           chain + (path_of(fn),), _call(call))
+                           _call(call))
 
 
 def _by_preset(functions: dict, args: list):
@@ -303,7 +234,7 @@ def _by_preset(functions: dict, args: list):
         for other, fn in functions.items():
             call = _bound(fn, [obj, *args[1:]]) if inspect.isfunction(fn) else None
             if call is not None:
-                yield f"{other}({name}({args[0]!r}), ...)", (path_of(getter), path_of(fn)), _call(call)
+                yield f"{other}({name}({args[0]!r}), ...)", _call(call)
 
 
 def _dispatched(name: str, args: list) -> list:
@@ -318,22 +249,48 @@ def _names_for(text: str) -> set:
     return {key, {"1f1b": "one_f_one_b"}.get(key, key)}
 
 
-def routes(exercise: dict, functions: dict) -> dict:
-    """{label: chain} of the routes that give `exercise`'s answer on every one of its cases: the
-    whole answer, or, for a dict of numbers, one of its entries (then the label says which)."""
+def routes(exercise: dict, functions: dict) -> list:
+    """The routes that give `exercise`'s answer on every one of its cases: the whole answer, or,
+    for a dict of numbers, one of its entries (then the label says which)."""
     matching = None
     for args, want in exercise["cases"]:
         here = set()
-        for label, chain, value in tries(functions, args):
+        for label, value in tries(functions, args):
             if answers(value, want, exercise["form"], args):
-                here.add((label, chain))
+                here.add(label)
             elif exercise["form"] == "number_dict" and isinstance(want, dict):
-                here |= {(f"{label} [{key!r}]", chain) for key, part in want.items()
-                         if answers(value, part, "number", args)}
+                here |= {f"{label} [{key!r}]" for key, part in want.items() if answers(value, part, "number", args)}
         matching = here if matching is None else matching & here
         if not matching:
-            return {}
-    return dict(sorted(matching or ()))
+            return []
+    return sorted(matching or ())
+
+
+def _refused(*args, **kwargs):
+    raise RuntimeError("withheld in this graded run")
+
+
+@contextlib.contextmanager
+def refusing(paths):
+    """Each function of `paths` ("module:qualname") raising while inside, by its code: every
+    reference to it, however imported, raises, as the kernel's stub is refused."""
+    saved = []
+    try:
+        for path in paths:
+            module, qualname = path.split(":")
+            fn = importlib.import_module(module)
+            for part in qualname.split("."):
+                fn = getattr(fn, part)
+            fn = getattr(fn, "__func__", fn)
+            saved.append((fn, fn.__code__))
+            fn.__code__ = _refused.__code__
+        yield
+    finally:
+        for fn, code in saved:
+            fn.__code__ = code
+
+
+KNOWN = ("drop04/bubble_fraction_answer", "drop04/stage_layers_answer")   # tried unwithheld too
 
 
 def main() -> None:
@@ -341,8 +298,16 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (min(MEMORY_BYTES, hard) if hard > 0 else MEMORY_BYTES, hard))
     signal.signal(signal.SIGALRM, _raise_slow)
     functions, only = public_functions(), sys.argv[1:]
-    print(json.dumps({f"{e['drop']}/{e['answer']}": routes(e, functions) for e in probed_exercises()
-                      if not only or e["drop"] in only}, indent=1))
+    found = {"open": {}, "unwithheld": {}}
+    for e in probed_exercises():
+        key = f"{e['drop']}/{e['answer']}"
+        if only and e["drop"] not in only:
+            continue
+        if key in KNOWN:
+            found["unwithheld"][key] = routes(e, functions)
+        with refusing(e["withheld"]):
+            found["open"][key] = routes(e, functions)
+    print(json.dumps(found, indent=1))
 
 
 if __name__ == "__main__":

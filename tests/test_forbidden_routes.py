@@ -1,10 +1,10 @@
 """No route of the package to an exercise's answer is left open (autograder/withheld.py).
 
 `forbidden_routes.py` calls every public function of `threeaxes` (and the methods of what they
-return, and the functions that take that) on each exercise's visible cases and keeps those that
-give the answer, judged against the drop's reference (autograder/references/), never against
-the package. Each such route must pass through a function the exercise withholds: otherwise a
-student scores with no work of their own by calling it, and this test names it.
+return, and the functions that take that) on each exercise's visible cases, with the functions
+the exercise withholds raising as the kernel's refused stubs do, and keeps those that still give
+the answer, judged against the drop's reference (autograder/references/), never against the
+package. Each is a way to score with no work of one's own: this test names it.
 """
 import json
 import subprocess
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.withheld import definition, load_exercises
+from autograder.withheld import load_exercises
 from forbidden_routes import PROBED_FORMS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +37,8 @@ def _exercises():
 
 @pytest.fixture(scope="module")
 def routes():
-    """{drop/answer: {route: chain}}, found in a process of its own (memory and time bounded)."""
+    """{"open": {drop/answer: [route]}, "unwithheld": {...}}, found in a process of its own
+    (memory and time bounded)."""
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "forbidden_routes.py")], capture_output=True,
                           text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -46,21 +47,21 @@ def routes():
 
 @pytest.mark.parametrize("grading, answer", _exercises())
 def test_every_route_to_the_answer_is_withheld(routes, grading, answer):
-    exercise = next(e for e in load_exercises(grading) if e.answer == answer)
-    withheld = {definition(name) for name in exercise.forbid}
-    found = routes[f"{grading.parent.name[:6]}/{answer}"]
-    open_ = sorted(route for route, chain in found.items() if not withheld & set(chain))
-    assert not open_, (f"{grading.parent.name}/grading.json, {answer}: {open_[0]} gives the answer and "
-                       f"nothing on its way is in 'forbid' ({len(open_)} such routes: {open_[:4]})")
+    open_ = routes["open"][f"{grading.parent.name[:6]}/{answer}"]
+    assert not open_, (f"{grading.parent.name}/grading.json, {answer}: {open_[0]} gives the answer with "
+                       f"every function in 'forbid' and 'in_kernel' refused ({len(open_)} such routes: "
+                       f"{open_[:4]})")
 
 
 def test_the_probe_finds_the_routes_a_reader_knows(routes):
-    """The cost model's bubble and the schedules' own count both give drop 4's bubble: the
-    probe must find them, or a clean result above means nothing."""
-    found = routes["drop04/bubble_fraction_answer"]
+    """The cost model's bubble, the schedules' own count and the simulator all give drop 4's
+    bubble once nothing is withheld: the probe must find them, or a clean result above means
+    nothing."""
+    found = routes["unwithheld"]["drop04/bubble_fraction_answer"]
     assert "threeaxes.cost.bubble.bubble_fraction" in found
-    assert any(label.endswith(".bubble_fraction()") and "gpipe" in label for label in found)
-    assert "threeaxes.pipeline.stages.split_stages" in routes["drop04/stage_layers_answer"]
+    assert "threeaxes.pipeline.schedules.gpipe(...).bubble_fraction()" in found
+    assert any(label.startswith("threeaxes.pipeline.simulate.simulate(") for label in found)
+    assert "threeaxes.pipeline.stages.split_stages" in routes["unwithheld"]["drop04/stage_layers_answer"]
 
 
 def test_a_mistyped_forbid_entry_names_the_file_and_the_key(tmp_path):

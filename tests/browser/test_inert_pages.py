@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import nbformat
-import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lab_page import chromium, require_browser  # noqa: E402
