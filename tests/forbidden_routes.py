@@ -9,18 +9,20 @@ where one returns an object of the package, each of its public methods is called
 arguments and with the case's, and each function that takes it with it (and a stage 0);
 where the first argument names a function of the package ("gpipe"), that function is called
 with the rest; where it names a preset ("llama-30b"), every function is called with the
-preset's object (a `get_*` function's) in its place. A callable whose value (or, for a record or a dict, the answer's keys of it, or
-for a number one of its fields) is the answer on every case is a route to the answer; for a
-dict of numbers, so is one that gives one of its entries on every case (its main step).
+preset's object (a `get_*` function's) in its place. A callable whose value (or, for a record
+or a dict, the answer's keys of it, or for a number one of its fields) is the answer on every
+case is a route to the answer; for a dict of numbers, so is one that gives one of its entries
+on every case (its main step).
 
 Each exercise is tried with the functions it withholds made to raise, as the kernel's stubs
-refuse them, so a route that reaches one at any depth (a plot that simulates the plan) fails
-and what is left is open; drop 4's bubble and stages are also tried with nothing withheld, to
-show the probe finds the routes a reader knows. Run in a subprocess
-(`python tests/forbidden_routes.py [dropNN ...]`) with an address-space limit and one second
-per call, it prints {"open": {"dropNN/answer": [route, ...]}, "unwithheld": {...}} as JSON. Functions that start ranks,
-draw, open widgets or write files are not tried (`SKIPPED_MODULES`, `_starts_ranks`): they
-are slow, and the exercises they serve name them in "forbid" by hand.
+refuse them, so a route that reaches one at any depth fails and what is left is open; drop
+4's bubble and stages are also tried with nothing withheld, to show the probe finds the routes
+a reader knows. Run in a subprocess (`python tests/forbidden_routes.py [dropNN ...]`) with an
+address-space limit and one second per call, it prints {"open": {"dropNN/answer": [route,
+...]}, "unwithheld": {...}} as JSON. Functions that start ranks, draw, open widgets or write
+files are not tried (`SKIPPED_MODULES`, `_starts_ranks`): they are slow, and each of those
+that computes a bubble or a byte count does it through the cost model or the schedules,
+which are tried.
 """
 from __future__ import annotations
 
@@ -38,8 +40,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from autograder.withheld import definition, load_exercises  # noqa: E402
 from forbidden_routes_match import answers, plain  # noqa: E402
+
+from autograder.withheld import definition, load_exercises  # noqa: E402
 
 SKIPPED_MODULES = ("threeaxes.launch", "threeaxes.widgets", "threeaxes.plots", "threeaxes.display",
                    "threeaxes.train", "threeaxes.train_reference", "threeaxes.progress", "threeaxes.practice",
@@ -171,7 +174,7 @@ def _call(fn, args=()):
                 warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return fn(*args)
-    except BaseException as exc:  # noqa: BLE001 - a failed try is an answer too
+    except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         return exc

@@ -37,7 +37,8 @@ def _js(n: int) -> str:
 # HTML with handlers, markdown with a javascript: link, MathJax's \href
 MARKUP_CELL = f'''from IPython.display import display
 display({{"image/png": "AAAA", "text/plain": "figure"}}, raw=True,
-        metadata={{"image/png": {{"width": "1 onerror=\\"{_js(1)}\\""}}, "width": "1 onerror={_js(2).replace(" ", "")}"}})
+        metadata={{"image/png": {{"width": "1 onerror=\\"{_js(1)}\\""}},
+                  "width": "1 onerror={_js(2).replace(" ", "")}"}})
 display({{"text/html": '<img src=x onerror="{_js(3)}"><a href="javascript:{_js(4)}">x</a>',
           "text/markdown": "[md](javascript:{_js(5)}) $\\\\href{{javascript:{_js(6)}}}{{x}}$",
           "text/latex": "$\\\\href{{javascript:{_js(7)}}}{{x}}$", "text/plain": "shown"}}, raw=True)

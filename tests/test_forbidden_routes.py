@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from forbidden_routes import PROBED_FORMS
 
 from autograder.withheld import load_exercises
-from forbidden_routes import PROBED_FORMS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -100,7 +100,8 @@ def test_a_function_run_in_the_kernel_asks_leave_and_is_refused_while_its_exerci
     it while an exercise that forbids it is open, and records the call either way."""
     import tempfile
 
-    from autograder import borrowed, oracle as oracle_module, withheld
+    from autograder import borrowed, withheld
+    from autograder import oracle as oracle_module
     from threeaxes.grading import oracle as client
 
     paths = {"threeaxes.pipeline.schedules:Plan.bubble_fraction", "threeaxes.pipeline.simulate:simulate"}

@@ -13,11 +13,11 @@ from html.parser import HTMLParser
 
 import nbformat
 import pytest
+from grading_attacks_routes import ATTACKS, DROP, PIPELINE
+from grading_harness import CELL_TIMEOUT_S, FULL, ROOT, ZERO, Course, cell_by_grade_id, load_drop
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
 from autograder import inert
-from grading_attacks_routes import ATTACKS, DROP, PIPELINE
-from grading_harness import CELL_TIMEOUT_S, FULL, ROOT, ZERO, Course, cell_by_grade_id, load_drop
 
 pytestmark = pytest.mark.slow
 GRADED = [(drop, student) for drop in ATTACKS for student in (FULL, ZERO, *ATTACKS[drop])]

@@ -27,7 +27,7 @@ from pathlib import Path
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lab_page import chromium, require_browser  # noqa: E402
+from lab_page import chromium, require_browser
 
 PWNED = "pwned"
 
