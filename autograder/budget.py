@@ -39,7 +39,7 @@ class Budget:
         return [str(folder / "cgroup.procs") for folder in self.folders]
 
     @classmethod
-    def make(cls) -> "Budget":
+    def make(cls) -> Budget:
         sweep()
         # the grader's pid in the name: a group left by a grader that was killed is known as such
         name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"

@@ -49,7 +49,7 @@ class Outputs(list):
 class _Stream(io.TextIOBase):
     """sys.stdout / sys.stderr while a cell runs."""
 
-    def __init__(self, name: str, runner: "CellRunner"):
+    def __init__(self, name: str, runner: CellRunner):
         self.name, self._runner = name, runner
 
     def write(self, text) -> int:

@@ -34,6 +34,7 @@ from autograder.references.sizing import best_in_scenario
 from threeaxes.grading import visible_config
 from threeaxes.grading.sizing import plain_config
 
+
 def exercise_data(drop: str, nb, exercise: dict) -> dict:
     spec = dict(exercise["visible_config"])
     setup = spec.pop("setup", [])

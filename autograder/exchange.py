@@ -34,8 +34,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder import core_points
-from autograder.grade import (feedback_failures, forget, grade_submissions, gradebook_url, pending,
-                              refused, register_assignments)
+from autograder.grade import (
+    feedback_failures,
+    forget,
+    grade_submissions,
+    gradebook_url,
+    pending,
+    refused,
+    register_assignments,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "nbgrader_config.py"
@@ -182,7 +189,7 @@ def problem(course: Course, drop: str, student: str, students: list[str]) -> str
             return f"{student}/{drop}: the notebook {expected.name} is missing; {fix}. {kept}"
         try:
             nbformat.read(path, as_version=4)
-        except Exception as error:   # nbformat: NotJSONError, a dict that is not a notebook, bad bytes
+        except Exception as error:  # noqa: BLE001 - nbformat: NotJSONError, a dict that is not a notebook, bad bytes
             reason = str(error).splitlines()[0][:200]
             return (f"{student}/{drop}: {expected.name} is not a notebook ({type(error).__name__}: {reason}). "
                     f"Ask {student} to submit it again from JupyterLab (nbgrader submit {drop}), then "
@@ -301,7 +308,7 @@ def grade(course: Course, drops: list[str], jobs: int = 2, *extra: str, progress
                 continue
             try:
                 sub = gb.find_submission(drop, student)
-            except Exception:   # MissingEntry: never graded
+            except Exception:  # noqa: BLE001 - MissingEntry: never graded
                 continue
             report.graded.append((drop, student))
             late = f", late by {sub.total_seconds_late:.0f} s" if sub.total_seconds_late > 0 else ""
@@ -362,7 +369,7 @@ def main(argv=None) -> int:
     else:
         report = grade(course, args.drops, args.jobs)
         print(report)
-        from autograder import report as class_report   # make report's page, for the class graded so far
+        from autograder import report as class_report  # make report's page, for the class graded so far
         if report.graded:
             print(f"the class's report: {class_report.write(class_report.graded(course.root), course.root / 'report')}"
                   f"/index.html")

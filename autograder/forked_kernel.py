@@ -41,7 +41,7 @@ class Kernel:
         self.kernel_pid = None   # as this process sees it (with a PID namespace, the child's child)
 
     @classmethod
-    def fork(cls, host, oracle: str | None = None) -> "Kernel":
+    def fork(cls, host, oracle: str | None = None) -> Kernel:
         """A child of `host` (autograder.kernel_host.Host: its shell, reply pipe and settings);
         `oracle`: the name of this kernel's own socket in the host's oracle folder (none: the
         kernel is told of no oracle)."""

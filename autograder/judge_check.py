@@ -24,11 +24,11 @@ def main(argv=None) -> int:
     import nbformat
 
     from autograder import borrowed
-    from autograder.oracle import Oracle
-    from autograder.withheld import package_for
     from autograder.execute import run_notebook
     from autograder.judge import is_test_cell
     from autograder.kernel_session import KernelSession
+    from autograder.oracle import Oracle
+    from autograder.withheld import package_for
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebook")

@@ -32,6 +32,7 @@ import sys
 import threading
 
 from autograder import budget, sandbox
+
 # before isolating: the grader's code is not in the sandbox
 from autograder.cell_runner import CellRunner
 from autograder.forked_kernel import TIMEOUT, Kernel, dumps

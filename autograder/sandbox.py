@@ -32,6 +32,7 @@ limits, a scratch folder and a clean environment.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import platform
 import resource
@@ -39,7 +40,6 @@ import shutil
 import signal
 import socket
 import struct
-import fcntl
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
 CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x02000000, 0x04000000, 0x08000000

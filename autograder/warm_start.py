@@ -25,11 +25,11 @@ import tempfile
 from collections import OrderedDict
 from pathlib import Path
 
+from autograder.judge import is_graded
+from autograder.kernel_session import KernelHost, KernelSession
 from autograder.oracle import Oracle
 from autograder.oracle_worker import WorkerSource
 from autograder.withheld import package_for
-from autograder.judge import is_graded
-from autograder.kernel_session import KernelHost, KernelSession
 
 KEPT = 3   # hosts a worker keeps: a drop's usual opening, and the odd notebook that differs
 
@@ -95,7 +95,7 @@ class OpeningHost:
         self._scratch.cleanup()
 
 
-_hosts: "OrderedDict[tuple, OpeningHost]" = OrderedDict()
+_hosts: OrderedDict[tuple, OpeningHost] = OrderedDict()
 
 
 def host_for(nb, *, instructors: set[str], isolate: bool, files: dict[str, bytes], withheld: set | None,

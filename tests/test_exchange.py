@@ -40,11 +40,18 @@ from types import SimpleNamespace
 
 import nbformat
 import pytest
+from grading_harness import (
+    CELL_TIMEOUT_S,
+    ROOT,
+    Course,
+    answer_ids,
+    load_drop,
+    revealed_hidden_tests,
+    set_answer,
+    solution_of,
+)
 
 from autograder import exchange
-from grading_harness import (CELL_TIMEOUT_S, ROOT, Course, answer_ids, load_drop, revealed_hidden_tests,
-                             set_answer, solution_of)
-
 
 # the two cheapest drops to grade: drop10 runs no ranks, drop01 a few 4-rank launches
 DROPS = ["drop01-three-kinds-of-parallel", "drop10-oom-at-step-4000"]

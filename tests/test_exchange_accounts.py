@@ -30,9 +30,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from grading_harness import Course, answer_ids, load_drop, set_answer, solution_of
 
 from autograder import exchange
-from grading_harness import Course, answer_ids, load_drop, set_answer, solution_of
 
 DROP = "drop10-oom-at-step-4000"     # graded without ranks: the cheapest drop
 STUDENTS = {"threeaxes-ada": "solved", "threeaxes-bo": "blank"}

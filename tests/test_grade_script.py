@@ -9,15 +9,15 @@ import shutil
 import signal
 import threading
 import time
-from pathlib import Path
 from html.parser import HTMLParser
+from pathlib import Path
 from types import SimpleNamespace
 
 import nbformat
 import pytest
+from grading_harness import GRADING_FILE, revealed_hidden_tests
 
 from autograder import grade
-from grading_harness import GRADING_FILE, revealed_hidden_tests
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -404,7 +404,7 @@ def test_a_terminated_grader_stops_its_workers_and_leaves_no_process(tmp_path):
     grade.copy_samples(course)
     env = {**os.environ, "THREEAXES_GRADE_ISOLATE": "0", "PYTHONPATH": str(ROOT)}
     run = subprocess.Popen([sys.executable, "-c", "import sys; from autograder import grade; "
-                            f"grade.grade_all(sys.argv[1], jobs=1)", str(course)], cwd=ROOT, env=env,
+                            "grade.grade_all(sys.argv[1], jobs=1)", str(course)], cwd=ROOT, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     logs = course / grade.GRADED / grade.LOGS
     # the event, not a time: a worker has begun a submission (or the grader ended without one)

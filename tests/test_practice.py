@@ -7,14 +7,23 @@ import matplotlib
 
 matplotlib.use("Agg")   # headless; the library itself never picks a backend
 
-import pytest  # noqa: E402
+import pytest
 
-from threeaxes.cost import GB, get_cluster, get_model, plan, transformer_params  # noqa: E402
-from threeaxes.cost.decide import model_of_size, simplest_fit, walk_tree  # noqa: E402
-from threeaxes.practice import (BEYOND_DROPS, CARDS, SCENARIOS, check,  # noqa: E402
-                                long_case_plans, pick, reveal, reveal_scenario, scenario_walk)
-from threeaxes.widgets import print_cheatsheet, print_flashcards  # noqa: E402
-from threeaxes.widgets.flashcards import card_figure  # noqa: E402
+from threeaxes.cost import GB, get_cluster, get_model, plan, transformer_params
+from threeaxes.cost.decide import model_of_size, simplest_fit, walk_tree
+from threeaxes.practice import (
+    BEYOND_DROPS,
+    CARDS,
+    SCENARIOS,
+    check,
+    long_case_plans,
+    pick,
+    reveal,
+    reveal_scenario,
+    scenario_walk,
+)
+from threeaxes.widgets import print_cheatsheet, print_flashcards
+from threeaxes.widgets.flashcards import card_figure
 
 A100 = 80e9          # bytes per A100 80GB, the datasheet's (written out, not read back)
 BYTES_A_PARAM = 2 + 2 + 12   # ZeRO Section 3.1: fp16 params + fp16 grads + fp32 Adam (K = 12)

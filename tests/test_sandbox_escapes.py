@@ -151,7 +151,6 @@ def test_a_kernel_cannot_read_what_an_earlier_kernel_wrote_to_stderr(host):
 
 def test_a_kernels_tmp_holds_a_copy_of_the_work_folder_and_nothing_mounted_under_tmp(tmp_path):
     """A clone under /tmp (its .venv too): the host's binds there are bound again, not copied."""
-    from autograder import sandbox
 
     under_tmp = Path(tempfile.mkdtemp(prefix="threeaxes-clone-", dir="/tmp"))
     try:

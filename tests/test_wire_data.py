@@ -252,8 +252,16 @@ def test_a_library_function_answer_is_called_in_the_kernel_and_ranks_start_there
 def test_the_course_result_types_cross_as_themselves():
     from fractions import Fraction
 
-    from threeaxes.cost import (activation_bytes, get_cluster, get_model, group_link, judge,
-                                model_state_bytes, plan, stage_memory)
+    from threeaxes.cost import (
+        activation_bytes,
+        get_cluster,
+        get_model,
+        group_link,
+        judge,
+        model_state_bytes,
+        plan,
+        stage_memory,
+    )
     from threeaxes.dims import ParallelDims
     from threeaxes.toy import ToyConfig
 
@@ -284,7 +292,7 @@ def test_an_opaque_fails_every_check_it_meets_and_says_why():
         with pytest.raises(AssertionError, match="ToyTransformer from the notebook cannot be checked"):
             check(value)
     with pytest.raises(AttributeError, match="has no 'shape'"):
-        value.shape
+        _ = value.shape
     with pytest.raises(AttributeError):
         value.why = "changed"
     assert {value: 1}[value] == 1   # hashable by identity: it may be a dict's key

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from threeaxes.grading import visible
@@ -22,7 +22,7 @@ from threeaxes.grading import visible
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-@lru_cache(maxsize=None)
+@cache
 def exercise(drop: str, answer: str) -> dict:
     folder = next((ROOT / "source").glob(f"{drop}*"))
     data = json.loads((folder / "grading.json").read_text())

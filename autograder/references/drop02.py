@@ -23,8 +23,7 @@ from __future__ import annotations
 import torch
 
 from threeaxes.grading import same_as_reference
-from threeaxes.grading.drop02 import (CHECK_CONFIG, EXAMPLES_PER_RANK, SEED,  # noqa: F401
-                                      gradients_after_average)
+from threeaxes.grading.drop02 import CHECK_CONFIG, EXAMPLES_PER_RANK, SEED, gradients_after_average
 from threeaxes.toy import ToyConfig, ToyTransformer, lm_loss, make_batch
 
 

@@ -24,15 +24,23 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-import torch
-
 from threeaxes.grading import same_as_reference, tensor_of
-from threeaxes.grading.drop04 import (BATCH, MICROBATCHES, N_LAYERS, REFUSED, SEED,  # noqa: F401
-                                      check_config, covers, plain_stage_layers, stage_split_params)
+from threeaxes.grading.drop04 import (
+    BATCH,
+    MICROBATCHES,
+    N_LAYERS,
+    REFUSED,
+    SEED,
+    check_config,
+    covers,
+    plain_stage_layers,
+    stage_split_params,
+)
 from threeaxes.toy import ToyTransformer, make_batch, train_steps
 
 __all__ = ["check_config", "plain_stage_layers", "stage_split_params", "stage_split_mistake",
-           "expected_stage_layers", "expected_stage_layers_or_refusal", "expected_bubble_fraction", "expected_bubble_fraction_value",
+           "expected_stage_layers", "expected_stage_layers_or_refusal", "expected_bubble_fraction",
+           "expected_bubble_fraction_value",
            "expected_stage0_held", "stage_layers_mistake", "bubble_mistake", "stage0_held_mistake"]
 
 

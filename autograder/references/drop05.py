@@ -21,8 +21,7 @@ returned could be forged; they return raw numbers and the grader decides.
 from __future__ import annotations
 
 from threeaxes.grading import as_int, same_as_reference
-from threeaxes.grading.drop05 import (LAUNCH_BUCKET_CONFIG, launch_bucket_results,  # noqa: F401
-                                      launch_bucket_setup)
+from threeaxes.grading.drop05 import LAUNCH_BUCKET_CONFIG, launch_bucket_results, launch_bucket_setup
 
 __all__ = ["plain_sizes", "expected_all_reduce_bytes", "bucket_mistake", "draw_bucket_cases",
            "first_bucket_layer", "first_reduced_layer", "layer_of", "LAUNCH_BUCKET_CONFIG",
@@ -134,7 +133,6 @@ def reference_gradients(world_size, config=None, per_rank=2, seed=5):
 def judge_launch_bucket(results, world_size, bucket_bytes, config=None, per_rank=2, seed=5) -> str:
     """The line to print when every rank's results from `launch_bucket_results`
     match the one-process reference; otherwise an AssertionError naming the mistake."""
-    import torch
 
     from threeaxes.data_parallel import plan_buckets
 

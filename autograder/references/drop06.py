@@ -23,7 +23,7 @@ import math
 
 from threeaxes.cost.network import bytes_sent_per_gpu
 from threeaxes.grading import as_number
-from threeaxes.grading.drop06 import CUTS, one_process_mlp, sp_mlp_config, sp_mlp_results  # noqa: F401
+from threeaxes.grading.drop06 import CUTS, one_process_mlp, sp_mlp_config, sp_mlp_results
 
 __all__ = ["SEQUENCE_PARALLEL_COLLECTIVES", "TENSOR_PARALLEL_COLLECTIVES", "expected_wire_bytes",
            "wire_bytes_mistake", "draw_wire_bytes_cases", "sp_mlp_results", "judge_sp_mlp"]
@@ -98,7 +98,6 @@ def judge_sp_mlp(results, world_size, seq_len=8, batch=2, seed=0, d_model=32) ->
     """The line to print when every rank's `sp_mlp_results` equal one process (the
     output slice, the gradient of x, of each shard, and of the whole tensors summed
     over the ranks); otherwise an AssertionError naming the mistake."""
-    import torch
 
     t = world_size
     where = f"(tp={t}, batch={batch}, seq_len={seq_len}, d_model={d_model}, seed={seed})"

@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import itertools
 
-from threeaxes.grading import ask_student, as_int, check_on_ranks
+from threeaxes.grading import as_int, ask_student, check_on_ranks
 from threeaxes.grading.drop08 import mesh_layout_groups, traced_counts
 
 __all__ = ["expected_layout_groups", "plain_layout_groups", "ask_layout_groups", "layout_mistake",
@@ -101,7 +101,7 @@ def layout_mistake(got: dict, dp, tp, pp, rank) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mesh(dp, tp, pp):
     return tuple(check_on_ranks(mesh_layout_groups, dp * tp * pp, dp, tp, pp))
 
@@ -147,7 +147,7 @@ def count_mistake(got: dict, want: dict, dp, tp, pp, m, n_layers, stage) -> str 
     return f"{where}: expected {want}, got {got}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _traced(run):
     return tuple(check_on_ranks(traced_counts, run[0] * run[1] * run[2], [run]))
 

@@ -20,8 +20,8 @@ Two exercises:
 from __future__ import annotations
 
 from threeaxes.cost.memory import STATE_TERMS, ZERO_REGIMES
-from threeaxes.grading import ask_student, as_number
-from threeaxes.grading.drop09 import shard_gather_raw  # noqa: F401 - the hidden test's runner
+from threeaxes.grading import as_number, ask_student
+from threeaxes.grading.drop09 import shard_gather_raw
 
 __all__ = ["expected_bytes", "plain_bytes", "ask_bytes", "bytes_mistake", "draw_bytes_cases",
            "draw_flat_vectors", "shard_mistake", "shard_gather_raw", "gather_mistake"]

@@ -12,7 +12,7 @@ number that a test cell ends with as that cell's score (partial credit).
 """
 from __future__ import annotations
 
-from threeaxes.grading.sizing import plain_config, scenario  # noqa: F401  (the student's side)
+from threeaxes.grading.sizing import plain_config, scenario
 
 __all__ = ["scenario", "judge_scenario", "best_in_scenario", "plain_config", "grade_configuration"]
 

@@ -23,7 +23,6 @@ import math
 
 from threeaxes.grading.ranks import check_on_ranks  # noqa: F401  (rule 2, in ranks.py)
 
-
 # The plain value a check compares for a call the exercise asks to refuse: the student's
 # function raised ValueError, as the rule says (drops 4 and 12 store it among their cases).
 REFUSED = "raises ValueError"

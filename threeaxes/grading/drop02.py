@@ -33,7 +33,7 @@ def gradients_after_average(rank, world_size, student_fn, examples_per_rank=EXAM
     lm_loss(model(inputs[rows]), targets[rows]).backward()
     try:
         student_fn(model, dims)
-    except Exception as exc:  # the student's code; report it, do not crash the rank
+    except Exception as exc:  # noqa: BLE001 - the student's code; report it, do not crash the rank
         return {"rank": rank, "error": f"{type(exc).__name__}: {exc}", "grads": {}, "shapes": {}}
     grads, shapes = {}, {}
     for name, p in model.named_parameters():

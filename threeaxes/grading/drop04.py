@@ -74,7 +74,7 @@ def stage_split_params(rank, world_size, student_fn, n_layers=N_LAYERS, m=MICROB
         stages = plain_stage_layers(student_fn(n_layers, pp), call)
     except AssertionError as exc:
         return {**result, "error": str(exc)}
-    except Exception as exc:  # the student's code; report it, do not crash the rank
+    except Exception as exc:  # noqa: BLE001 - the student's code; report it, do not crash the rank
         return {**result, "error": f"{call} raised {type(exc).__name__}: {exc}"}
     result["stages"] = stages
     if not covers(stages, n_layers, pp):

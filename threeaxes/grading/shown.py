@@ -25,7 +25,7 @@ def in_one_line(check):
     """A check whose AssertionError shows as its message alone (`one_line`)."""
     @functools.wraps(check)
     def run(*args, **kwargs):
-        __tracebackhide__ = True   # noqa: F841 - for debuggers and pytest, which honour it
+        __tracebackhide__ = True
         try:
             return check(*args, **kwargs)
         except AssertionError as exc:

@@ -43,8 +43,8 @@ import re
 from pathlib import Path
 
 from threeaxes import progress
-from threeaxes.grading.shown import in_one_line
 from threeaxes.grading import as_int, as_int_tuple, as_number
+from threeaxes.grading.shown import in_one_line
 
 CASES = Path(__file__).resolve().parent / "cases"
 REL = 1e-9
@@ -229,7 +229,8 @@ def _form_error(got, want, name: str) -> str | None:
     terms; None where it has."""
     if type(want) is dict:
         if type(got) is not dict or set(map(str, got)) != set(want):
-            return f"{name} should be a dict with the keys {', '.join(repr(k) for k in sorted(want))}, got {_short(got)}"
+            keys = ", ".join(repr(k) for k in sorted(want))
+            return f"{name} should be a dict with the keys {keys}, got {_short(got)}"
         return next((e for k in sorted(want) if (e := _form_error(got.get(k), want[k], f"{name}[{k!r}]"))), None)
     if type(want) is list:
         if type(got) not in (list, tuple) or len(got) != len(want):

@@ -48,7 +48,6 @@ from threeaxes.grading import wire_data
 from threeaxes.grading.ranks import is_remote
 from threeaxes.grading.wire_data import MAX_TENSOR_VALUES, Opaque, opaque  # noqa: F401  (re-exported)
 
-
 # -- inside the student's kernel ------------------------------------------------------------
 _handles: list = []   # objects the grader holds a Remote of, by index
 
@@ -142,7 +141,7 @@ def reply(namespace: dict, request: str, nonce: str) -> None:
         else:
             answer = {"__raised__": [["ValueError"], f"unknown request {req['op']!r}"]}
         text = json.dumps(answer)
-    except BaseException as exc:  # the grader decides what a failure means
+    except BaseException as exc:  # noqa: BLE001 - the grader decides what a failure means
         text = json.dumps({"__raised__": [[c.__name__ for c in type(exc).__mro__], str(exc)[:2000]]})
     print(f"{nonce}{text}{nonce}")
 
@@ -174,7 +173,7 @@ class Remote:
     is_remote = True   # what `is_remote` looks for: the class itself changes when a
                        # test cell imports threeaxes afresh
 
-    def __init__(self, answers: "Answers", handle: int, name: str, module: str = "__main__",
+    def __init__(self, answers: Answers, handle: int, name: str, module: str = "__main__",
                  qualname: str | None = None):
         self._answers, self._handle, self.__name__ = answers, handle, name
         self.__qualname__, self.__module__ = qualname or name, module

@@ -19,12 +19,12 @@ Display one by making it the last expression of a cell, or ``.widget``.
 """
 from .bubble import BubbleData, BubbleExplorer
 from .bubble_moves import BubbleMovesExplorer
+from .colab import enable_colab_widgets
 from .config import ConfigData, ConfigExplorer
 from .decision_tree import DecisionTreeExplorer, print_cheatsheet
 from .fix import FixExplorer
 from .flashcards import FlashcardDeck, print_flashcards
 from .links import LinkExplorer
-from .colab import enable_colab_widgets
 from .memory import MemoryData, MemoryExplorer
 
 enable_colab_widgets()   # in Colab only: its widget manager draws ipywidgets 8

@@ -41,7 +41,7 @@ class _Explorer:
         self._hold = False
         self.widget = widgets.VBox([widgets.HTML(f"<b>{self.title}</b>"), *rows,
                                     self.message, *self._extra_views(), self.output])
-        for name, control in controls.items():
+        for control in controls.values():
             control.observe(self._on_change, names="value")
         unknown = set(initial) - set(controls)
         if unknown:
