@@ -175,7 +175,7 @@ class Guard:
         table = self._forbidden_objects()
         open_ = {e.answer for e in self._open()}
         for name, value in values.items():
-            for answer, fn_name, path in _withheld_inside(value, table):
+            for answer, fn_name, _path in _withheld_inside(value, table):
                 if answer in open_ and answer not in self.borrowed:
                     self.borrowed[answer] = (fn_name, f"`{name}` is that function")
 

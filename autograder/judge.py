@@ -58,7 +58,7 @@ def judge_cell(source: str, answers: Answers, values: dict | None = None) -> lis
             value = None
             if last is not None:
                 value = eval(compile(ast.Expression(last.value), TEST_FILENAME, "eval"), namespace)
-    except BaseException as exc:  # noqa: BLE001 - every failure is the cell's error output
+    except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         outputs = [_stream(stdout.getvalue())] if stdout.getvalue() else []

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from grading_harness import ROOT, answer_ids, autograded_ids, drops
 
 from autograder import borrowed, withheld
 from autograder import oracle as oracle_module
 from autograder.execute import NOT_RUN
-from grading_harness import ROOT, answer_ids, autograded_ids, drops
 
 DROPS = [d.name for d in drops()]
 
@@ -313,7 +313,6 @@ def _ask(socket_path, data: bytes, timeout=60):
 
 def test_the_oracle_caps_requests_replies_and_the_time_a_call_takes(short_dir):
     import threading
-    import time
 
     oracle = oracle_module.Oracle({"time:sleep", "operator:mul", "operator:add"}, short_dir, timeout=3)
     try:
@@ -474,7 +473,8 @@ def _profile(frame, event, arg):
         _try("profile")
 sys.setprofile(_profile)
 """
-CROSSING = (OWN.replace("def f_own", "def f_a") .replace("    return out", "    _try('exercise a\\'s test')\n    return out"))
+CROSSING = (OWN.replace("def f_own", "def f_a")
+            .replace("    return out", "    _try('exercise a\\'s test')\n    return out"))
 LATER = "later_ran = True\ntime.sleep(0.5)\nprint('the explorer')"
 B_ANSWER = "def f_b(s, b):\n    return next(iter(stash.values()), [])"
 
