@@ -12,7 +12,8 @@ Each exercise of a drop's `grading.json` with a "visible" entry gets its cases:
                 "value": false,                            # true: the answer is a value, not a function
                 "setup": ["toy = ToyConfig()", ...],       # notebook lines the answer cell needs first
                 "passed": "...", "otherwise": "...",         # {want}/{got}: first case's values
-                "sealed": ...}   # default: true when the answer is one fixed value (its form stored, not its value)
+                "sealed": ...,   # default: true when the answer is one fixed value (its form stored, not its value)
+                "reveal": true}  # a sealed answer's mistakes' sentences stored too, for its reveal cell
 
 and the exercise's catalogue of mistakes ("mistakes": [{"name", "says", "code"}],
 each the answer cell as a student who made it would write it). The right value
@@ -86,9 +87,14 @@ def exercise_cases(drop: str, nb, exercise: dict) -> dict:
         # one fixed answer: its form only (threeaxes.grading.visible.shape); no value, no digest
         # of one and no mistake's value (each tells the answer), nothing to name mistakes with:
         # the test cell's hidden half checks the value when the notebook is graded
-        spec = {k: v for k, v in spec.items() if k in ("call", "form", "value", "sealed")}
+        # The mistakes' sentences (no value) travel as "slips", for the reveal after the graded
+        # answer to name the one a student made (threeaxes.grading.slips), with the tolerance.
+        reveal = spec.get("reveal")
+        spec = {k: v for k, v in spec.items() if k in ("call", "form", "value", "sealed", "rel")}
         spec["cases"] = [{"args": c["args"], "shape": visible.shape(c["want"])} for c in cases]
         spec["mistakes"] = {}
+        if reveal:    # only where no sentence gives the answer away (not a table of choices)
+            spec["slips"] = {name: m["says"] for name, m in catalogue.items()}
         return spec
     _refuse_lookalikes(drop, exercise["answer"], cases, list(wrong), spec.get("rel", visible.REL))
     spec.pop("reference", None)

@@ -75,7 +75,8 @@ SEALED = [(folder, e["answer"]) for folder in FOLDERS for e in exercises(folder)
 def test_a_fixed_answers_visible_check_stores_its_form_and_nothing_that_gives_its_value_away(folder, answer):
     """A digest of a fixed answer to 6 significant digits inverts offline in a minute (issue 32):
     the package keeps the form (a positive number, a dict of these keys, a string) alone, and
-    no mistake's value either (each says how it differs from the answer)."""
+    no mistake's value either (each says how it differs from the answer); the mistakes' sentences
+    only where the exercise asks for them, and none spelling the answer."""
     drop = folder.name[:6]
     stored = visible.load(drop)[answer]
     exercise = next(e for e in exercises(folder) if e["answer"] == answer)
@@ -85,7 +86,9 @@ def test_a_fixed_answers_visible_check_stores_its_form_and_nothing_that_gives_it
     value = visible.plain(visible._answer_for(stored, solution, []), stored["form"], "answer")
     text = json.dumps(stored)
     assert "sha256" not in text and "want" not in text and not stored["mistakes"], text
-    assert set(stored) <= {"call", "form", "value", "sealed", "cases", "mistakes"}, sorted(stored)
+    # "slips": the mistakes' sentences for the reveal (threeaxes.grading.slips), no value among them
+    assert set(stored) <= {"call", "form", "value", "sealed", "cases", "mistakes", "rel", "slips"}, sorted(stored)
+    assert ("slips" in stored) == bool(spec.get("reveal")), "slips only where the exercise asks for a reveal"
 
     def leaves(v):
         return [x for item in (v.values() if type(v) is dict else v) for x in leaves(item)] \
