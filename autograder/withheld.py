@@ -1,14 +1,7 @@
 """The kernel's copy of the package: each function an exercise forbids ("forbid" in a drop's
-grading.json) loses its body, which asks the grader instead (`autograder.oracle`).
-
-A function whose arguments cannot cross to the grader (a pipeline `Plan` is not data the wire
-carries) is listed in "in_kernel" instead: it is forbidden all the same, but its stub asks the
-grader only for leave, and, given it, runs the body, which it keeps under another name
-(`_ASK_STUB`). The grader refuses and notes the call exactly as for any withheld function, so
-every call by the function's own name, an alias, `getattr` or a method of an object the
-package made is seen; what it cannot see is a student who digs the kept body out of the
-kernel, or replaces the grader's reply, and runs it: the complete fix is a Plan that
-crosses as data (threeaxes.grading.wire_data.RECORDS), then "forbid" takes these names.
+grading.json) loses its body, which asks the grader instead (`autograder.oracle`). Its
+arguments and result cross as data (threeaxes.grading.wire_data; a pipeline Plan is one of
+its records), so no forbidden body is anywhere in the kernel.
 """
 from __future__ import annotations
 
@@ -37,7 +30,6 @@ class Exercise:
     forbid: tuple        # dotted names: "threeaxes.data_parallel.plan_buckets"
     why: str             # why those may not be called here
     may: str             # what may be used instead
-    in_kernel: tuple = ()   # of `forbid`: those that ask the grader only for leave (module docstring)
 
 
 EXERCISE_KEYS = {"answer", "tests", "forbid", "why", "may"}   # each exercise has these (and more: cases.py's)
@@ -56,17 +48,18 @@ def load_exercises(grading_json: Path) -> list[Exercise]:
         if not isinstance(e, dict) or not EXERCISE_KEYS <= set(e):
             keys = sorted(e) if isinstance(e, dict) else type(e).__name__
             raise ValueError(f"{at} needs the keys {sorted(EXERCISE_KEYS)}; got {keys}")
-        for key in ("forbid", "in_kernel"):
-            names = e.get(key, [])
-            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-                raise ValueError(f"{at}.{key} should be a list of dotted names of functions of threeaxes")
-            for k, name in enumerate(names):
-                try:
-                    definition(name)
-                except (ImportError, AttributeError, TypeError, ValueError) as exc:
-                    raise ValueError(f"{at}.{key}[{k}] = {name!r}: {exc}") from None
-        found.append(Exercise(e["answer"], tuple(e["tests"]), tuple(e["forbid"]) + tuple(e.get("in_kernel", [])),
-                              e["why"], e["may"], tuple(e.get("in_kernel", []))))
+        if "in_kernel" in e:
+            raise ValueError(f"{at} has the key 'in_kernel': move its names into 'forbid' (every "
+                             "forbidden function is computed by the grader, none in the kernel)")
+        names = e["forbid"]
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ValueError(f"{at}.forbid should be a list of dotted names of functions of threeaxes")
+        for k, name in enumerate(names):
+            try:
+                definition(name)
+            except (ImportError, AttributeError, TypeError, ValueError) as exc:
+                raise ValueError(f"{at}.forbid[{k}] = {name!r}: {exc}") from None
+        found.append(Exercise(e["answer"], tuple(e["tests"]), tuple(names), e["why"], e["may"]))
     return found
 
 
@@ -80,39 +73,16 @@ def definition(name: str) -> str:
     return f"{obj.__module__}:{obj.__qualname__}"
 
 
-
 _STUB = '''{indent}def {name}(*args, **kwargs):
 {indent}    """Withheld in this graded run: the grader computes it (threeaxes.grading.oracle)."""
 {indent}    from threeaxes.grading.oracle import call as _withheld_call
 {indent}    return _withheld_call({path!r}, args, kwargs)
 '''
 _KEPT_DECORATORS = {"staticmethod", "classmethod"}
-ASKED_PREFIX = "_withheld_body_"
-# a stub that asks only for leave: the grader refuses (PermissionError) or computes the call
-# with a keyword no function takes, whose TypeError is the leave; anything else fails closed
-_ASK_STUB = '''{indent}def {name}(*args, **kwargs):
-{indent}    """Withheld in this graded run: runs once the grader allows it (autograder/withheld.py)."""
-{indent}    from threeaxes.grading.oracle import call as _withheld_call
-{indent}    try:
-{indent}        _withheld_call({path!r}, (), {{"_asks_leave": True}})
-{indent}    except TypeError as _leave:
-{indent}        if "_asks_leave" not in str(_leave):
-{indent}            raise
-{indent}    else:
-{indent}        raise RuntimeError("the grader answered a request for leave: refused")
-{indent}    return {body}(*args, **kwargs)
-'''
 
 
-def in_kernel_paths(root: Path = ROOT) -> set:
-    """"module:qualname" of every function some drop's grading.json lists in "in_kernel"."""
-    return {definition(name) for folder in sorted((Path(root) / "source").glob("drop*"))
-            for e in load_exercises(folder / "grading.json") for name in e.in_kernel}
-
-
-def _withhold(source: str, qualnames: set, module: str, asked: set = frozenset()) -> str:
-    """`source` with each function of `qualnames` turned into a stub, lines replaced bottom up;
-    one of `asked` keeps its body under another name, and its stub asks only for leave."""
+def _withhold(source: str, qualnames: set, module: str) -> str:
+    """`source` with each function of `qualnames` turned into a stub, lines replaced bottom up."""
     lines = source.splitlines(keepends=True)
     found = []
 
@@ -130,29 +100,16 @@ def _withhold(source: str, qualnames: set, module: str, asked: set = frozenset()
     for node, qualname in sorted(found, key=lambda f: -f[0].lineno):
         first = min([node.lineno] + [d.lineno for d in node.decorator_list])
         indent = " " * node.col_offset
-        path = f"{module}:{qualname}"
-        if qualname in asked:
-            if node.decorator_list or qualname.count(".") > 1:
-                raise ValueError(f"{path}: only a plain function or a plain method of a module's "
-                                 "class can run in the kernel ('in_kernel')")
-            body = "".join(lines[node.lineno - 1:node.end_lineno])
-            local = ASKED_PREFIX + node.name
-            body = body.replace(f"def {node.name}(", f"def {local}(", 1)
-            owner = f"{qualname.split('.')[0]}." if "." in qualname else ""
-            stub = body + _ASK_STUB.format(indent=indent, name=node.name, path=path, body=owner + local)
-        else:
-            kept = "".join(f"{indent}@{d.id}\n" for d in node.decorator_list
-                           if isinstance(d, ast.Name) and d.id in _KEPT_DECORATORS)
-            stub = kept + _STUB.format(indent=indent, name=node.name, path=path)
+        kept = "".join(f"{indent}@{d.id}\n" for d in node.decorator_list
+                       if isinstance(d, ast.Name) and d.id in _KEPT_DECORATORS)
+        stub = kept + _STUB.format(indent=indent, name=node.name, path=f"{module}:{qualname}")
         lines[first - 1:node.end_lineno] = [stub]
     return "".join(lines)
 
 
-def stub_package(paths: set, dest: Path, asked: set | None = None) -> Path:
+def stub_package(paths: set, dest: Path) -> Path:
     """A copy of `threeaxes` in `dest/threeaxes` with the functions `paths` ("module:qualname")
-    withheld, compiled (the kernel's copy is read-only: no bytecode written at import); those of
-    `asked` (default: every drop's "in_kernel") ask for leave only."""
-    asked = in_kernel_paths() if asked is None else set(asked)
+    withheld, compiled (the kernel's copy is read-only: no bytecode written at import)."""
     target = Path(dest) / "threeaxes"
     shutil.copytree(PACKAGE, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     by_module: dict[str, set] = {}
@@ -162,8 +119,7 @@ def stub_package(paths: set, dest: Path, asked: set | None = None) -> Path:
     for module, qualnames in by_module.items():
         spec = importlib.util.find_spec(module)
         file = target / Path(spec.origin).relative_to(PACKAGE)
-        mine = {q for q in qualnames if f"{module}:{q}" in asked}
-        file.write_text(_withhold(file.read_text(), qualnames, module, mine))
+        file.write_text(_withhold(file.read_text(), qualnames, module))
     (target / WITHHELD_MARKER).write_text("This copy of threeaxes has the graded exercises' functions withheld.\n")
     compileall.compile_dir(str(target), quiet=1)
     return target
@@ -173,8 +129,7 @@ def package_for(paths: set) -> Path:
     """`stub_package(paths)`, built once per set of withheld functions and version of the
     package, and kept (compiling it takes seconds) in a folder of this user's own, which
     every grading process of the machine shares."""
-    asked = in_kernel_paths() & set(paths)
-    digest = hashlib.sha256(repr((sorted(paths), sorted(asked))).encode() + Path(__file__).read_bytes())
+    digest = hashlib.sha256(repr(sorted(paths)).encode() + Path(__file__).read_bytes())
     for file in sorted(PACKAGE.rglob("*.py")):
         digest.update(str(file.relative_to(PACKAGE)).encode() + b"\0" + file.read_bytes())
     cache = Path(tempfile.gettempdir()) / f"threeaxes-withheld-{os.getuid()}"
@@ -184,7 +139,7 @@ def package_for(paths: set) -> Path:
     done = cache / digest.hexdigest()[:24]
     if not done.is_dir():
         scratch = Path(tempfile.mkdtemp(dir=cache))
-        stub_package(paths, scratch, asked)
+        stub_package(paths, scratch)
         try:
             scratch.rename(done)          # atomic: another grading process may have won
         except OSError:

@@ -49,7 +49,7 @@ def routes():
 def test_every_route_to_the_answer_is_withheld(routes, grading, answer):
     open_ = routes["open"][f"{grading.parent.name[:6]}/{answer}"]
     assert not open_, (f"{grading.parent.name}/grading.json, {answer}: {open_[0]} gives the answer with "
-                       f"every function in 'forbid' and 'in_kernel' refused ({len(open_)} such routes: "
+                       f"every function in 'forbid' refused ({len(open_)} such routes: "
                        f"{open_[:4]})")
 
 
@@ -73,6 +73,11 @@ def test_a_mistyped_forbid_entry_names_the_file_and_the_key(tmp_path):
     with pytest.raises(ValueError, match=r"drop99-example/grading.json: exercises\[0\]\.forbid\[1\] = "
                                          r"'threeaxes.cost.bubble_fractoin'"):
         load_exercises(folder / "grading.json")
+    entry["forbid"] = ["threeaxes.cost.bubble_fraction"]
+    stale = {**entry, "in_kernel": ["threeaxes.pipeline.simulate"]}
+    (folder / "grading.json").write_text(json.dumps({"exercises": [stale]}))
+    with pytest.raises(ValueError, match=r"exercises\[0\] has the key 'in_kernel': move its names into 'forbid'"):
+        load_exercises(folder / "grading.json")
     del entry["why"]
     (folder / "grading.json").write_text(json.dumps({"exercises": [entry]}))
     with pytest.raises(ValueError, match=r"exercises\[0\] needs the keys"):
@@ -84,34 +89,39 @@ import sys
 sys.path.insert(0, sys.argv[1])
 import threeaxes
 assert threeaxes.__file__.startswith(sys.argv[1]), threeaxes.__file__
-from threeaxes.pipeline import gpipe, simulate
+from threeaxes.pipeline import gpipe, make_plan, peak_in_flight, simulate
 plan = gpipe(4, 8)
-for name, call in (("bubble", plan.bubble_fraction), ("simulated", lambda: simulate(plan).idle_fraction)):
+for name, call in (("bubble", plan.bubble_fraction), ("simulated", lambda: simulate(plan).idle_fraction),
+                   ("gantt", lambda: len(simulate(plan).events[3])),
+                   ("held", lambda: peak_in_flight(make_plan("1f1b", 4, 8), 0))):
     try:
         print(name, call())
     except Exception as exc:
         print(name, type(exc).__name__)
 """
+PLAN_PATHS = {"threeaxes.pipeline.schedules:Plan.bubble_fraction", "threeaxes.pipeline.simulate:simulate",
+              "threeaxes.pipeline.simulate:peak_in_flight"}
 
 
-def test_a_function_run_in_the_kernel_asks_leave_and_is_refused_while_its_exercise_is_open(tmp_path):
-    """`in_kernel`: the kernel's copy keeps the body of a Plan's bubble under another name and runs
-    it only when the grader allows; from the first student-written cell on, the grader refuses
-    it while an exercise that forbids it is open, and records the call either way."""
+def test_a_plan_crosses_to_the_grader_which_refuses_its_functions_while_their_exercise_is_open(tmp_path):
+    """A Plan is data the wire carries, so a Plan's bubble, the simulator and the peak count are
+    withheld like any function: the kernel's copy holds a stub, the grader computes the call
+    (the opening's figures), and from the first student-written cell on refuses it while an
+    exercise that forbids it is open."""
     import tempfile
 
     from autograder import borrowed, withheld
     from autograder import oracle as oracle_module
     from threeaxes.grading import oracle as client
 
-    paths = {"threeaxes.pipeline.schedules:Plan.bubble_fraction", "threeaxes.pipeline.simulate:simulate"}
-    package = withheld.stub_package(paths, tmp_path, asked=paths)
+    package = withheld.stub_package(PLAN_PATHS, tmp_path)
     text = (package / "pipeline" / "schedules.py").read_text()
-    assert "def _withheld_body_bubble_fraction(self)" in text and "def bubble_fraction(*args, **kwargs):" in text
+    assert "def bubble_fraction(*args, **kwargs):" in text and "Fraction(self.idle_slots()" not in text
     exercise = withheld.Exercise("b_answer", ("b_test",), ("threeaxes.pipeline.schedules.Plan.bubble_fraction",
-                                                           "threeaxes.pipeline.simulate"), "counts", "arithmetic")
+                                                           "threeaxes.pipeline.simulate",
+                                                           "threeaxes.pipeline.peak_in_flight"), "counts", "arithmetic")
     with tempfile.TemporaryDirectory(prefix="oracle-") as folder:
-        oracle = oracle_module.Oracle(paths, Path(folder))
+        oracle = oracle_module.Oracle(PLAN_PATHS, Path(folder))
         oracle.guard = borrowed.Guard([exercise], ())
         env = {"PATH": "/usr/bin:/bin", client.ENV: oracle.socket_path}
 
@@ -120,12 +130,56 @@ def test_a_function_run_in_the_kernel_asks_leave_and_is_refused_while_its_exerci
                                   text=True, timeout=120, env=env)
             assert done.returncode == 0, done.stderr[-2000:]
             return dict(line.split(" ", 1) for line in done.stdout.splitlines())
+        # GPipe on p=4, m=8: (p-1)/(m+p-1) idle; the last rank runs 2m actions; 1F1B's stage 0 holds p
+        answered = {"bubble": "3/11", "simulated": "3/11", "gantt": "16", "held": "4"}
         try:
-            assert run() == {"bubble": "3/11", "simulated": "3/11"}      # the opening: answered
-            assert sorted(set(oracle.calls)) == sorted(paths)
+            assert run() == answered                                     # the opening: answered
+            assert sorted(set(oracle.calls)) == sorted(PLAN_PATHS)
             oracle.guard.started = True                                  # a student's cell has run
-            assert run() == {"bubble": "PermissionError", "simulated": "PermissionError"}
+            assert run() == dict.fromkeys(answered, "PermissionError")
             oracle.guard.judged.add("b_test")                            # its exercise is judged
-            assert run() == {"bubble": "3/11", "simulated": "3/11"}
+            assert run() == answered
         finally:
             oracle.close()
+
+
+def _body_lines(path: str) -> list[str]:
+    """The lines of a function's body in the package (its docstring left out), stripped, that
+    are long enough to say something of their own."""
+    import ast
+    import importlib
+    import inspect
+    import textwrap
+
+    module, qualname = path.split(":")
+    fn = importlib.import_module(module)
+    for part in qualname.split("."):
+        fn = getattr(fn, part)
+    node = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+    body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+    lines = textwrap.dedent(inspect.getsource(fn)).splitlines()[body[0].lineno - 1:node.end_lineno]
+    return [line.strip() for line in lines if len(line.strip()) >= 12]
+
+
+@pytest.mark.parametrize("drop", ["drop04-pipeline-parallel", "drop07-pipeline-trace",
+                                  "drop01-three-kinds-of-parallel"])
+def test_the_kernels_copy_holds_no_line_of_a_forbidden_body(drop):
+    """The copy a graded kernel imports (`package_for`, as the grader builds it) has, of each
+    function the drop forbids, a stub and nothing else: each line of the body is in the copy
+    only as often as the rest of the package has it, and no body is kept under another name."""
+    from autograder.withheld import PACKAGE, definition, package_for
+
+    paths = {definition(n) for e in load_exercises(ROOT / "source" / drop / "grading.json") for n in e.forbid}
+    copy = package_for(paths)
+    texts = {f.relative_to(copy): f.read_text() for f in copy.rglob("*.py")}
+    originals = {f.relative_to(PACKAGE): f.read_text() for f in PACKAGE.rglob("*.py")}
+    assert set(texts) == set(originals) and not any("_withheld_body_" in t for t in texts.values())
+    bodies = {path: _body_lines(path) for path in sorted(paths)}
+    assert all(bodies.values()), bodies
+    everywhere = [line.strip() for t in texts.values() for line in t.splitlines()]
+    before = [line.strip() for t in originals.values() for line in t.splitlines()]
+    in_bodies = [line for lines in bodies.values() for line in lines]
+    for path, lines in bodies.items():
+        for line in lines:
+            left = before.count(line) - in_bodies.count(line)
+            assert everywhere.count(line) == left, f"{path}: {line!r} is still in the kernel's copy"

@@ -263,6 +263,7 @@ def test_the_course_result_types_cross_as_themselves():
         stage_memory,
     )
     from threeaxes.dims import ParallelDims
+    from threeaxes.pipeline import gpipe, make_plan, simulate
     from threeaxes.toy import ToyConfig
 
     model, cluster = get_model("13B"), get_cluster("a100-80gb", n_nodes=1)
@@ -271,7 +272,8 @@ def test_the_course_result_types_cross_as_themselves():
               plan(model, cluster, 512, dp=1, tp=8, pp=1, micro_batch=1),
               judge(model, cluster, 512, 2048, config=dict(dp=1, tp=2, pp=1, micro_batch=1)),   # broken rules
               ToyConfig(d_model=16, n_heads=2, dtype=torch.float64), ParallelDims(dp=2, tp=2, pp=2),
-              Fraction(3, 11), {"tp": (1, 2)}, torch.bfloat16]
+              Fraction(3, 11), {"tp": (1, 2)}, torch.bfloat16,
+              make_plan("interleaved", 2, 4, 2), simulate(gpipe(2, 3))]
     seen = set()
     for value in values:
         back = Answers(None).decode(json.loads(json.dumps(wire.encode(value))))
@@ -279,9 +281,56 @@ def test_the_course_result_types_cross_as_themselves():
         seen.add(f"{type(value).__module__}:{type(value).__qualname__}")
         for inner in value if isinstance(value, tuple) else ():
             seen.add(f"{type(inner).__module__}:{type(inner).__qualname__}")
+        if type(value).__name__ == "Plan":          # its slots are Actions, rebuilt by Action(...)
+            assert back.name == value.name and back.bubble_fraction() == value.bubble_fraction()
+            seen.add(f"{type(back[0][0]).__module__}:{type(back[0][0]).__qualname__}")
+        if type(value).__name__ == "Simulation":    # its events are trace.Events
+            seen.add(f"{type(back.events[0][0]).__module__}:{type(back.events[0][0]).__qualname__}")
     assert set(wire_data.RECORDS) <= seen | {"threeaxes.cost.constraints:Violation"}
     verdict = Answers(None).decode(json.loads(json.dumps(wire.encode(values[7]))))
     assert verdict.violations and type(verdict.violations[0]).__name__ == "Violation"
+
+
+def test_a_forged_plan_is_refused_by_the_plans_own_checks(no_abort):
+    """A Plan crosses as its slots and name, rebuilt by `Plan(...)`, whose checks refuse a plan
+    that misses work, runs an action before what it waits for, or holds anything but Actions."""
+    from threeaxes.pipeline import Plan, gpipe
+
+    good = json.loads(json.dumps(wire.encode(gpipe(2, 2))))
+    assert type(Answers(None).decode(good)) is Plan
+
+    def changed(edit):
+        body = json.loads(json.dumps(good))
+        edit(body["fields"])
+        return {"__record__": "threeaxes.pipeline.schedules:Plan", "fields": body["fields"]}
+
+    def row(fields, rank):
+        return fields["slots"]["__dict__"][rank][1]["__tuple__"]
+
+    def action(stage, mb, kind):
+        return {"__record__": "threeaxes.pipeline.schedules:Action",
+                "fields": {"stage": stage, "microbatch": mb, "kind": kind}}
+
+    bad = {
+        "missing": changed(lambda f: row(f, 1).__setitem__(row(f, 1).index(action(1, 0, "B")), None)),
+        "too_early": changed(lambda f: row(f, 1).__setitem__(0, row(f, 1).pop(row(f, 1).index(action(1, 1, "F"))))),
+        "not_an_action": changed(lambda f: row(f, 0).append({"__remote__": 0, "name": "f"})),
+        "string_row": changed(lambda f: f["slots"]["__dict__"][0].__setitem__(1, "0F0")),
+        "huge_stage": changed(lambda f: row(f, 0).append(action(2 * 10**9, 0, "F"))),
+        "bad_kind": changed(lambda f: row(f, 0).append(action(0, 0, "X"))),
+        "name": changed(lambda f: f.__setitem__("name", {"__tensor__": {"dtype": "int64", "shape": [], "data": [1]}})),
+        "extra": changed(lambda f: f.__setitem__("_slots", {"__dict__": []})),
+        "subclass": {"__record__": "threeaxes.pipeline.schedules:Plan.from_orders", "fields": good["fields"]},
+    }
+    got = forged(**bad).get(list(bad))
+    for name, value in got.items():
+        assert isinstance(value, Opaque) and not isinstance(value, Plan), name
+    assert "1B0 is missing" in value_why(got["missing"])
+    assert "runs before" in value_why(got["too_early"])
+    assert "Plan.slots is not plain data" in value_why(got["not_an_action"])
+    assert "Plan.slots is not plain data" in value_why(got["huge_stage"])   # its Action was refused first
+    assert "Plan.name must be a str" in value_why(got["name"])
+    assert no_abort == []
 
 
 def test_an_opaque_fails_every_check_it_meets_and_says_why():

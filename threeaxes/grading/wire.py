@@ -95,7 +95,8 @@ def encode(value, depth: int = 0):
 def _record_path(kind) -> str | None:
     """"module:qualname" of a course result type (`wire_data.RECORDS`), else None."""
     path = f"{getattr(kind, '__module__', '')}:{getattr(kind, '__qualname__', '')}"
-    if path in wire_data.RECORDS and (dataclasses.is_dataclass(kind) or hasattr(kind, "_fields")):
+    if path in wire_data.RECORDS and (dataclasses.is_dataclass(kind) or hasattr(kind, "_fields")
+                                      or path in wire_data.CONSTRUCTOR_FIELDS):
         return path
     return None
 

@@ -41,10 +41,21 @@ RECORDS = {
     "threeaxes.cost.network:Link": "what group_link returns",
     "threeaxes.toy:ToyConfig": "the toy's shape drop03.tp_block_collectives takes",
     "threeaxes.dims:ParallelDims": "the layout ParallelDims.all_groups is a method of (no mesh)",
+    "threeaxes.pipeline.schedules:Action": "a Plan's slots",
+    "threeaxes.pipeline.schedules:Plan": "what the schedules return; bubble_fraction, simulate and "
+                                         "peak_in_flight take it (its constructor checks every slot)",
+    "threeaxes.pipeline.simulate:Simulation": "what simulate returns",
+    "threeaxes.trace:Event": "a Simulation's events",
 }
+# The fields of a record that is neither a dataclass nor a NamedTuple: its constructor's
+# parameters, each read back from the object as an attribute of the same name.
+CONSTRUCTOR_FIELDS = {"threeaxes.pipeline.schedules:Plan": ("slots", "name")}
 # Sizes a record's whole-number fields may not pass before its constructor sees them: a toy
-# is small, and ToyConfig's error for a bad n_heads lists every divisor of d_model.
-MAX_FIELD_INT = {"threeaxes.toy:ToyConfig": 1 << 16}
+# is small, and ToyConfig's error for a bad n_heads lists every divisor of d_model; a plan's
+# checks walk every (stage, microbatch) up to the largest.
+MAX_FIELD_INT = {"threeaxes.toy:ToyConfig": 1 << 16, "threeaxes.pipeline.schedules:Action": 1 << 16}
+# Fields that must be of one type before the constructor sees them (a plan's name is printed).
+FIELD_TYPES = {"threeaxes.pipeline.schedules:Plan": {"name": str}}
 
 
 class Opaque:
@@ -140,7 +151,11 @@ def record_class(path: str):
 
 
 def record_fields(cls) -> tuple:
-    """The declared fields of a NamedTuple or a dataclass, in order."""
+    """The declared fields of a record: of a NamedTuple or a dataclass, in order, else its
+    constructor's (`CONSTRUCTOR_FIELDS`)."""
+    declared = CONSTRUCTOR_FIELDS.get(f"{cls.__module__}:{cls.__qualname__}")
+    if declared is not None:
+        return declared
     if issubclass(cls, tuple):
         return tuple(cls._fields)
     return tuple(f.name for f in dataclasses.fields(cls))
@@ -165,6 +180,9 @@ def record(path, fields: dict):
                 if limit and type(fields[name]) is int and abs(fields[name]) > limit), None)
     if big is not None:
         return opaque(cls.__name__, f"{cls.__name__}.{big}={fields[big]} is over {limit}")
+    wrong = next((name for name, kind in FIELD_TYPES.get(path, {}).items() if type(fields[name]) is not kind), None)
+    if wrong is not None:
+        return opaque(cls.__name__, f"{cls.__name__}.{wrong} must be a {FIELD_TYPES[path][wrong].__name__}")
     try:
         return cls(**fields)
     except Exception as exc:  # noqa: BLE001 - its own checks refused the values

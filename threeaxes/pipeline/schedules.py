@@ -152,6 +152,12 @@ class Plan(Mapping):
         return [a for a in self._slots[rank] if a is not None]
 
     @property
+    def slots(self) -> dict:
+        """rank -> tuple of its slots: `Plan(plan.slots, plan.name)` is the same plan (what the
+        grading wire sends, threeaxes.grading.wire_data)."""
+        return dict(self._slots)
+
+    @property
     def n_slots(self) -> int:
         return max(len(row) for row in self._slots.values())
 
