@@ -121,10 +121,11 @@ def verdicts(drop: str, answer: str, yours, right, mistakes: dict, rel: float) -
     return out
 
 
-def beside(drop: str, answer: str, yours, right, mistakes: dict, *, rel: float = 0.01,
+def beside(drop: str, answer: str, yours, right, mistakes: dict, *, rel: float | None = None,
            unit: str = "") -> None:
     """Print the student's value beside the cost model's, part by part, and name the catalogued
-    mistake where one matches (within `rel`, the grader's tolerance)."""
+    mistake where one matches (within `rel`, by default the grader's tolerance, stored)."""
+    rel = load(drop)[answer].get("rel", 0.01) if rel is None else rel
     for key, mine, want, said in verdicts(drop, answer, yours, right, mistakes, rel):
         label = "" if key is None else f"{key}: "
         shown = f"{mine:.4g}" if type(mine) in (int, float) else repr(mine)
