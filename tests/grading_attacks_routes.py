@@ -61,6 +61,15 @@ PLAN_ANSWERS = {
 }
 
 
+# drop 4's bubble through the simulator: the idle share of a simulated GPipe run
+SIMULATED_ANSWERS = {
+    "bubble_fraction_answer": (
+        "from threeaxes.pipeline import gpipe, simulate\n"
+        "def bubble_fraction(p, m):\n"
+        "    return float(simulate(gpipe(p, m)).idle_fraction)\n"),
+}
+
+
 def _answered(released, answers: dict):
     nb = copy.deepcopy(released)
     for cell in nb.cells:
@@ -73,6 +82,11 @@ def _answered(released, answers: dict):
 def plan_submission(released):
     """Drop 4's release with its bubble and stage 0 answers computed by the schedules."""
     return _answered(released, PLAN_ANSWERS)
+
+
+def simulated_submission(released):
+    """Drop 4's release with its bubble answer read off the simulator."""
+    return _answered(released, SIMULATED_ANSWERS)
 
 
 def route_submission(released):
@@ -89,4 +103,4 @@ def markup_submission(released):
 
 # {drop: {student: how its notebook is made from the release}}
 ATTACKS = {DROP: {"attack-route-rank-state-bytes": route_submission, "attack-markup-in-pages": markup_submission},
-           PIPELINE: {"attack-route-plan-methods": plan_submission}}
+           PIPELINE: {"attack-route-plan-methods": plan_submission, "attack-route-simulate": simulated_submission}}

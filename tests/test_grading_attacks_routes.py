@@ -48,7 +48,8 @@ def test_each_attack_scores_what_a_blank_scores_and_its_neighbours_are_unchanged
 @pytest.mark.parametrize("drop, student, used", [
     (DROP, "attack-route-rank-state-bytes", ["threeaxes.cost.rank_state_bytes"]),
     (PIPELINE, "attack-route-plan-methods", ["threeaxes.pipeline.schedules.Plan.bubble_fraction",
-                                             "threeaxes.pipeline.peak_in_flight"])])
+                                             "threeaxes.pipeline.peak_in_flight"]),
+    (PIPELINE, "attack-route-simulate", ["threeaxes.pipeline.simulate"])])
 def test_the_route_is_named_as_the_reason(course, drop, student, used):
     page = html.unescape(course.feedback_html(drop, student))
     for name in used:
