@@ -85,3 +85,18 @@ def test_an_answer_in_the_wrong_form_says_what_is_expected(folder):
                             ({k: v for k, v in right.items() if k != "pp"}, "missing ['pp']")]:
             with pytest.raises(AssertionError, match=f"^{re.escape(name)}.*{re.escape(says)}"):
                 visible_config.check(drop, answer, wrong)
+
+
+def test_a_slower_layout_is_marked_and_says_what_it_earns(capsys):
+    """Drop 10's full recomputation fits but is slow: the check passes, marks the line with ✗
+    and says it earns half the cell's points; drop 12's micro-batch of two names the cell it costs."""
+    visible_config.check("drop10", "fix_config_answer",
+                         dict(dp=8, tp=4, pp=1, micro_batch=2, zero_stage=1, recompute="full"), points=2)
+    said = capsys.readouterr().out
+    assert "✗ full recomputation" in said and "half marks when graded (1 of 2 points)" in said, said
+    assert said.count(" s, ") == 1, "the step time is said once"
+    visible_config.check("drop12", "my_config_answer",
+                         dict(dp=2, tp=8, pp=8, micro_batch=2, zero_stage=1, sequence_parallel=True), points=2)
+    said = capsys.readouterr().out
+    assert "✗ the scenario keeps micro-batches of one sequence" in said
+    assert "the test cell that grades the scenario's micro-batch scores 0" in said, said

@@ -47,6 +47,10 @@ __all__ = ["load", "evaluate", "diagnose", "check", "DEFAULTS", "PRINTED_ONLY"]
 # the values `plan` assumes for what a configuration leaves out
 DEFAULTS = {"zero_stage": 0, "recompute": "none", "virtual_stages": 1, "sequence_parallel": False}
 PRINTED_ONLY = ("slow", "bubble", "micro_batch_fixed")   # cost part of the points, or another cell's
+# what a printed-only rule earns the layout when the notebook is graded
+COSTS = {"slow": "half marks when graded{points}: full marks need a step within {margin:.0%} of the fastest",
+         "bubble": "the test cell that grades the bubble target scores 0 for it when graded",
+         "micro_batch_fixed": "the test cell that grades the scenario's micro-batch scores 0 for it when graded"}
 
 
 def load(drop: str) -> dict:
@@ -98,8 +102,7 @@ def evaluate(spec: dict, config: dict):
                                  f"not under {spec['bubble_target']:.0%}"))
     slowdown = r.time.total / spec["best_step_s"]
     if slowdown > 1 + spec["margin"]:
-        broken.append(("slow", f"predicted step {r.time.total:.2f} s, {slowdown:.2f}x the fastest "
-                               f"layout the search found"))
+        broken.append(("slow", f"{slowdown:.2f}x the fastest"))
     return broken, r
 
 
@@ -125,11 +128,12 @@ def diagnose(spec: dict, config: dict) -> list:
 
 @in_one_line
 @progress.recorded
-def check(drop: str, answer: str, config, fail_on=()) -> None:
+def check(drop: str, answer: str, config, fail_on=(), points: float | None = None) -> None:
     """Fail naming each rule the configuration breaks; print what plan says of it, and
     whether it is slower than full marks allow (the points are the hidden test's to give).
     `fail_on`: rules of PRINTED_ONLY that this test cell's points hang on (drop 12's
-    bubble target and micro-batch), which then fail too."""
+    bubble target and micro-batch), which then fail too. `points`: what the test cell is worth,
+    for the line that says what a slower layout earns."""
     from threeaxes.cost import GB
 
     spec = load(drop)[answer]
@@ -143,7 +147,8 @@ def check(drop: str, answer: str, config, fail_on=()) -> None:
     print(f"{name}: {r.label}: {r.memory.total / GB:.1f} GB per GPU of {r.capacity / GB:.1f}, "
           f"step {r.time.total:.2f} s, {r.time.total / spec['best_step_s']:.2f}x the fastest "
           f"layout the search found")
-    for rule, _, said in found:
-        print(f"{name}: {said}")
+    for rule, _, said in found:      # what each costs when graded, and the part it costs
+        earns = f" ({points / 2:g} of {points:g} points)" if points else ""
+        print(f"{name}: ✗ {said}: {COSTS[rule].format(points=earns, margin=spec['margin'])}")
     if not found:
         print(spec["passed"])
