@@ -121,16 +121,20 @@ for _ in range(12):                 # requests half sent, left waiting
         s = socket.socket(socket.AF_UNIX); s.connect(where); s.sendall(request[:20]); held.append(s)
     except OSError:
         pass
+answered = []
 def keep_asking():
     from threeaxes.grading.oracle import call
     while True:
         try:
-            call(PATH, ("mixed",), {})
+            answered.append(call(PATH, ("mixed",), {}))
         except Exception:
             time.sleep(0.01)
 for _ in range(4):
     threading.Thread(target=keep_asking, daemon=True).start()
-time.sleep(1)
+deadline = time.monotonic() + 30     # a loaded machine: wait for one answer, then leave the rest queued
+while not answered and time.monotonic() < deadline:
+    time.sleep(0.05)
+time.sleep(0.5)
 print(where)
 """
 
