@@ -11,7 +11,9 @@ import nbformat
 import pytest
 
 from autograder import cases
-from autograder.references import drop10 as ref10, drop11 as ref11, drop12 as ref12
+from autograder.references import drop10 as ref10
+from autograder.references import drop11 as ref11
+from autograder.references import drop12 as ref12
 from threeaxes.cost import plan
 from threeaxes.grading import drop10, drop11, drop12, slips, visible
 

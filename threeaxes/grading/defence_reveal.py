@@ -150,7 +150,8 @@ def _beside(scenario: dict, my_config: dict, my_defence, rival_configs: dict, ri
         if said in right and _close(value, right[said], RIVAL_REL):
             verdict = "✓"
         elif said in right:
-            verdict = f"✗ the reason is right; {value:.4g} is {value / right[said]:.3g}x the cost model's {right[said]:.4g}"
+            verdict = (f"✗ the reason is right; {value:.4g} is {value / right[said]:.3g}x the cost model's "
+                       f"{right[said]:.4g}")
         else:
             verdict = f"✗ the cost model says {first!r} first, with {number:.4g}"
         print(f"rival {key}: yours ({said!r}, {value:.4g})  {verdict}")
