@@ -4,8 +4,9 @@ Each visible check that runs in a drop leaves one line of record: the answer it
 tried and whether it passed, or, for a check that sees only the answer's form (a sealed
 answer, a defence), that it was answered and is graded later (ANSWERED). The record is
 `.progress.json` at the top of the student's work folder (`work/`, which `make lab`
-makes; found by its `.copied.json`). Nothing is recorded elsewhere, nothing leaves the machine, and a notebook opened outside a
-work folder (the repository itself, Colab) records nothing.
+makes; found by its `.copied.json`). Nothing is recorded elsewhere, nothing leaves the
+machine, and a notebook opened outside a work folder (the repository itself, Colab)
+records nothing.
 
 The start page reads the record: a drop's core is done when every code answer in
 its core (threeaxes/sections.py) has passed its latest visible check or, where that
