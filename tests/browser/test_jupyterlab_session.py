@@ -195,14 +195,15 @@ def test_a_student_session_in_chromium_through_drop14(tmp_path):
         run_all(driver, drop_page)
         lap("drop run")
 
-        # its core checks passed: the start page's map says so when its cell runs again
+        # its core is answered (the defence's checks see only its form, so it is graded later,
+        # not passed): the start page's map says so when its cell runs again
         driver.execute_script(ACTIVATE, start_page)         # back to the start page's tab
         open_notebook(driver, start_page)
         ran = driver.execute_async_script(RUN_CELL, start_page, MAP_LINE, None)
         assert "error" not in ran, ran
         wait_for(driver, KERNEL_IDLE, start_page, what="the start page's kernel to redraw the map")
-        wait_for_python(lambda: "core checks pass" in driver.execute_script(CELL_TEXT, start_page, ran["index"]),
-                        what="the start page's map to show drop 14's core checks passing", timeout=30)
+        wait_for_python(lambda: "core answered" in driver.execute_script(CELL_TEXT, start_page, ran["index"]),
+                        what="the start page's map to show drop 14's core answered", timeout=30)
         lap("progress shown on the start page")
         driver.execute_script(ACTIVATE, drop_page)           # and back to the drop
         open_notebook(driver, drop_page)
