@@ -13,7 +13,8 @@ Each exercise of a drop's `grading.json` with a "visible" entry gets its cases:
                 "setup": ["toy = ToyConfig()", ...],       # notebook lines the answer cell needs first
                 "passed": "...", "otherwise": "...",         # {want}/{got}: first case's values
                 "sealed": ...,   # default: true when the answer is one fixed value (its form stored, not its value)
-                "reveal": true}  # a sealed answer's mistakes' sentences stored too, for its reveal cell
+                "reveal": true,  # a sealed answer's mistakes' sentences stored too, for its reveal cell
+                "fraction": true}  # a sealed answer's numbers are shares: stored as "fraction" forms
 
 and the exercise's catalogue of mistakes ("mistakes": [{"name", "says", "code"}],
 each the answer cell as a student who made it would write it). The right value
@@ -89,9 +90,10 @@ def exercise_cases(drop: str, nb, exercise: dict) -> dict:
         # the test cell's hidden half checks the value when the notebook is graded
         # The mistakes' sentences (no value) travel as "slips", for the reveal after the graded
         # answer to name the one a student made (threeaxes.grading.slips), with the tolerance.
-        reveal = spec.get("reveal")
+        reveal, fraction = spec.get("reveal"), spec.get("fraction")
         spec = {k: v for k, v in spec.items() if k in ("call", "form", "value", "sealed", "rel")}
-        spec["cases"] = [{"args": c["args"], "shape": visible.shape(c["want"])} for c in cases]
+        spec["cases"] = [{"args": c["args"], "shape": _fraction(visible.shape(c["want"]), fraction)}
+                         for c in cases]
         spec["mistakes"] = {}
         if reveal:    # only where no sentence gives the answer away (not a table of choices)
             spec["slips"] = {name: m["says"] for name, m in catalogue.items()}
@@ -101,6 +103,18 @@ def exercise_cases(drop: str, nb, exercise: dict) -> dict:
     spec["cases"] = cases
     spec["mistakes"] = {name: m["says"] for name, m in catalogue.items()}
     return spec
+
+
+def _fraction(shape, fraction: bool):
+    """A sealed answer's shape with each number a "fraction" (between 0 and 1: a percentage
+    fails its form check) where the exercise says its numbers are shares."""
+    if not fraction:
+        return shape
+    if type(shape) is dict:
+        return {k: _fraction(v, True) for k, v in shape.items()}
+    if type(shape) is list:
+        return [_fraction(v, True) for v in shape]
+    return "fraction" if shape in ("number", "positive number") else shape
 
 
 def _refuse_lookalikes(drop, answer, cases, names, rel=visible.REL) -> None:

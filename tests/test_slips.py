@@ -78,3 +78,11 @@ def test_a_value_that_is_no_catalogued_mistake_says_how_far_off_it_is():
     assert said.startswith("1.7x the cost model's")
     [(_, _, _, said)] = slips.verdicts("drop11", answer, "fast", right, mistakes, 0.1)
     assert "should be a number" in said
+
+
+def test_a_percentage_fails_the_form_of_drop_12s_shares():
+    """lever_bubbles is stored as two fractions: 18.75 (a percentage) fails its form check,
+    naming the fraction, while any share between 0 and 1 passes (its value is graded later)."""
+    with pytest.raises(AssertionError, match="should be a fraction between 0 and 1"):
+        visible.check("drop12", "lever_bubbles_answer", {"fewer_stages": 18.75, "fewer_replicas": 0.2}, show=False)
+    visible.check("drop12", "lever_bubbles_answer", {"fewer_stages": 0.5, "fewer_replicas": 0.2}, show=False)

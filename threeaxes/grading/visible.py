@@ -239,6 +239,10 @@ def _form_error(got, want, name: str) -> str | None:
     kind = shape(got)
     if kind == want or (want == "number" and kind == "positive number"):
         return None
+    if want == "fraction":       # a share of something, stored so where the exercise says so
+        if kind in ("number", "positive number") and 0 <= got <= 1:
+            return None
+        return f"{name} should be a fraction between 0 and 1 (0.25 for 25%), got {_short(got)}"
     article = "an" if want[0] in "aeiou" else "a"
     said = {"text": "a string"}.get(want, f"{article} {want}")
     return f"{name} should be {said}, got {_short(got)}"
