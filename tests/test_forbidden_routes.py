@@ -20,12 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Routes still open, each with the change that closes it ({"drop/answer": why}); its test fails
 # (strict) once the route is closed, so the entry leaves with the fix.
-KNOWN_OPEN: dict = {
-    "drop12/bubble_answer": "interleaved_1f1b(p, m, v).bubble_fraction() is the share and refuses what the "
-                            "answer must refuse: drop 12's grading.json should add "
-                            "threeaxes.pipeline.schedules.Plan.bubble_fraction and threeaxes.pipeline.simulate "
-                            "to this exercise's 'forbid'",
-}
+KNOWN_OPEN: dict = {}
 
 
 def _exercises():

@@ -138,21 +138,12 @@ class Checked(list):
         pass
 
 
-def _sealed(drop: str, answer: str) -> bool:
-    """Whether the visible check of `answer` sees only its form (a sealed answer's stored cases)."""
-    from threeaxes.grading import visible
-
-    try:
-        return bool(visible.load(drop).get(answer, {}).get("sealed"))
-    except (OSError, ValueError):
-        return False
-
-
 def recorded(check=None, *, form_only=None):
     """A visible check that also notes its result: `check(drop, answer, ...)` as before,
     its pass or failure recorded under the answer (and the part it judged, if any). A pass
-    of a check that sees only the answer's form (`form_only` True, or by default a sealed
-    answer's) is recorded as ANSWERED, never as passed: its value is graded later. A list
+    of a check that sees only the answer's form (`form_only` True, or a function of
+    (drop, answer) that says so) is recorded as ANSWERED, never as passed: its value is
+    graded later. A list
     the check returns comes back as `Checked`, which a notebook does not echo."""
     import functools
 
@@ -167,7 +158,7 @@ def recorded(check=None, *, form_only=None):
         except AssertionError:
             record(drop, key, passed=False)
             raise
-        only_form = form_only if form_only is not None else _sealed(drop, answer)
+        only_form = form_only(drop, answer) if callable(form_only) else bool(form_only)
         record(drop, key, passed=ANSWERED if only_form else True)
         return Checked(result) if type(result) is list else result
     return run

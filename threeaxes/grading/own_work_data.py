@@ -53,8 +53,8 @@ EXERCISES = {
         'new_layout_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
     },
     'drop12': {
-        'lever_bubbles_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead', 'threeaxes.cost.plan', 'threeaxes.cost.search', 'threeaxes.cost.best_configuration'], 'why': 'computes the bubbles this exercise asks you to work out', 'may': 'the formulas of drops 4 and 7 and plain arithmetic'},
-        'bubble_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead'], 'why': 'is the bubble formula this exercise asks you to write', 'may': 'plain Python arithmetic'},
+        'lever_bubbles_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead', 'threeaxes.pipeline.schedules.Plan.bubble_fraction', 'threeaxes.pipeline.simulate', 'threeaxes.cost.plan', 'threeaxes.cost.search', 'threeaxes.cost.best_configuration'], 'why': 'computes the bubbles this exercise asks you to work out', 'may': 'the formulas of drops 4 and 7 and plain arithmetic'},
+        'bubble_answer': {'forbid': ['threeaxes.cost.bubble_fraction', 'threeaxes.cost.bubble_overhead', 'threeaxes.pipeline.schedules.Plan.bubble_fraction', 'threeaxes.pipeline.simulate'], 'why': 'is the bubble formula this exercise asks you to write', 'may': 'plain Python arithmetic'},
         'my_config_answer': {'forbid': ['threeaxes.cost.search', 'threeaxes.cost.best_configuration', 'threeaxes.cost.judge'], 'why': 'searches the layouts and returns the best one, which is the choice this exercise asks you to make', 'may': "plan(...) to evaluate a layout you chose, as many as you like, and the notebook's tables"},
     },
     'drop13': {
