@@ -9,7 +9,9 @@ import nbformat
 import pytest
 
 from autograder.cases import defined, solution_code
-from autograder.references import defence, drop13 as reference13, drop14 as reference14
+from autograder.references import defence
+from autograder.references import drop13 as reference13
+from autograder.references import drop14 as reference14
 from threeaxes.grading import drop13, drop14
 
 ROOT = Path(__file__).resolve().parent.parent

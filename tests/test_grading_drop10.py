@@ -3,9 +3,9 @@ ZeRO (Rajbhandari et al. 2020) Section 3.1 and Figure 1 for the model states,
 Korthikanti et al. 2022 Table 2 (eq. 2) for the activations of one layer."""
 import pytest
 
-from threeaxes.cost import get_cluster, get_model, plan
 from autograder.references import drop10
 from autograder.references.sizing import judge_scenario
+from threeaxes.cost import get_cluster, get_model, plan
 
 MODEL = get_model("13B")
 DP, TP, LAYERS, H, HEADS = 8, 4, 40, 5120, 40

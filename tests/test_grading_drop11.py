@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from threeaxes.cost import GB, a100_cluster, plan
 from autograder.references import drop11
+from threeaxes.cost import GB, a100_cluster, plan
 
 VISIBLE = (96, 12288, 2048, 1, 128, 8, 8)   # GPT-3 175B, mbs 1, m = 512 / 4, tp 8, pp 8
 

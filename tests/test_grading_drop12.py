@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from threeaxes.cost import plan, search
 from autograder.references import drop12
 from autograder.references.sizing import grade_configuration, judge_scenario
+from threeaxes.cost import plan, search
 from threeaxes.pipeline import simulate
 from threeaxes.pipeline.schedules import make_plan
 from threeaxes.pipeline.torch_plans import torch_plan

@@ -8,12 +8,11 @@ import re
 
 import nbformat
 import pytest
+from grading_harness import ROOT
 
 from autograder import cases, config_cases
 from threeaxes.grading import visible_config
 from threeaxes.grading.sizing import plain_config
-
-from grading_harness import ROOT
 
 FOLDERS = sorted(p for p in (ROOT / "source").glob("drop*")
                  if (ROOT / "threeaxes" / "grading" / "cases" / f"{p.name[:6]}.config.json").is_file())

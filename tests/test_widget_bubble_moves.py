@@ -5,10 +5,10 @@ import matplotlib
 
 matplotlib.use("Agg")   # headless; the library itself never picks a backend
 
-import pytest  # noqa: E402
+import pytest
 
-from threeaxes.cost import GB, get_cluster, get_model, plan  # noqa: E402
-from threeaxes.widgets.bubble_moves import BubbleMovesExplorer  # noqa: E402
+from threeaxes.cost import GB, get_cluster, get_model, plan
+from threeaxes.widgets.bubble_moves import BubbleMovesExplorer
 
 MODEL = get_model("175B")                        # 96 layers, 96 heads
 CLUSTER = get_cluster("a100-80gb", n_nodes=16)   # 128 GPUs, 8 per node

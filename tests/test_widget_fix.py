@@ -5,10 +5,10 @@ import matplotlib
 
 matplotlib.use("Agg")   # headless; the library itself never picks a backend
 
-import pytest  # noqa: E402
+import pytest
 
-from threeaxes.cost import GB, get_cluster, get_model, plan  # noqa: E402
-from threeaxes.widgets.fix import FixExplorer  # noqa: E402
+from threeaxes.cost import GB, get_cluster, get_model, plan
+from threeaxes.widgets.fix import FixExplorer
 
 MODEL = get_model("13B")
 CLUSTER = get_cluster("a100-80gb", n_gpus=32)

@@ -28,13 +28,23 @@ The scenario (`SCENARIO`, `CRASHED`, ...) is the package's `threeaxes.grading.dr
 """
 from __future__ import annotations
 
-from threeaxes.grading import ask_student, as_number
-from threeaxes.grading.drop10 import (ATTENTION, CLUSTER_NAME, CRASHED, MODEL_NAME,  # noqa: F401
-                                      N_GPUS, SCENARIO, SCENARIO_BEFORE, SEQ_AFTER, SEQ_BEFORE,
-                                      TOKENS_PER_STEP, scenario)
+from threeaxes.grading import as_number, ask_student
+from threeaxes.grading.drop10 import (  # noqa: F401
+    ATTENTION,
+    CLUSTER_NAME,
+    CRASHED,
+    MODEL_NAME,
+    N_GPUS,
+    SCENARIO,
+    SCENARIO_BEFORE,
+    SEQ_AFTER,
+    SEQ_BEFORE,
+    TOKENS_PER_STEP,
+    scenario,
+)
 
-__all__ = ["SCENARIO", "CRASHED", "GB_TOLERANCE", "OOM_TERMS_REL", "oom_terms_gb", "expected_gb", "formula_gb", "plain_gb", "ask_gb",
-           "gb_mistake", "gb_cases", "draw_gb_cases"]
+__all__ = ["SCENARIO", "CRASHED", "GB_TOLERANCE", "OOM_TERMS_REL", "oom_terms_gb", "expected_gb",
+           "formula_gb", "plain_gb", "ask_gb", "gb_mistake", "gb_cases", "draw_gb_cases"]
 
 GB_TOLERANCE = 0.006                  # relative; the Section 4.3 extras stay under 0.5% here
 OOM_TERMS_REL = 0.01                  # relative, as the notebook states: a student's rounding passes

@@ -29,12 +29,23 @@ import math
 from threeaxes.cost import bytes_sent_per_gpu, group_inside_node
 from threeaxes.cost.network import group_strides
 from threeaxes.grading import as_choice, as_number
-from threeaxes.grading.drop11 import (AXES_BY_STRIDE, DROP_RANGE, MODEL, NEW_BATCH,  # noqa: F401
-                                      NEW_CLUSTER, NEW_SCENARIO, OLD_BATCH, OLD_CLUSTER, OLD_CONFIG,
-                                      OLD_SCENARIO, old_config_on)
+from threeaxes.grading.drop11 import (  # noqa: F401
+    AXES_BY_STRIDE,
+    DROP_RANGE,
+    MODEL,
+    NEW_BATCH,
+    NEW_CLUSTER,
+    NEW_SCENARIO,
+    OLD_BATCH,
+    OLD_CLUSTER,
+    OLD_CONFIG,
+    OLD_SCENARIO,
+    old_config_on,
+)
 
-__all__ = ["TP_AFTER_REL", "tp_after_seconds", "moved_axes", "moved_axis", "AXIS_SLIPS", "draw_axis_cases", "plain_axis", "axis_mistake",
-           "tp_wire_bytes", "tp_bytes_mistake", "plain_bytes", "draw_bytes_case"]
+__all__ = ["TP_AFTER_REL", "tp_after_seconds", "moved_axes", "moved_axis", "AXIS_SLIPS",
+           "draw_axis_cases", "plain_axis", "axis_mistake", "tp_wire_bytes", "tp_bytes_mistake",
+           "plain_bytes", "draw_bytes_case"]
 TP_AFTER_REL = 0.1      # relative, as the notebook states; latency is 4% of the term here
 
 

@@ -35,8 +35,15 @@ import math
 
 from threeaxes.cost import bubble_fraction, plan
 from threeaxes.grading import as_number
-from threeaxes.grading.drop12 import (BUBBLE_TARGET, CURRENT, MICRO_BATCH, REFUSED,  # noqa: F401
-                                      SCENARIO, names_the_rule, value_or_refusal)
+from threeaxes.grading.drop12 import (  # noqa: F401
+    BUBBLE_TARGET,
+    CURRENT,
+    MICRO_BATCH,
+    REFUSED,
+    SCENARIO,
+    names_the_rule,
+    value_or_refusal,
+)
 
 __all__ = ["LEVERS", "lever_bubbles", "SCENARIO", "CURRENT", "MICRO_BATCH", "BUBBLE_TARGET", "draw_bubble_case",
            "draw_bad_interleave_case", "draw_relaxed_only_case", "reference_bubble", "bubble_outcome",

@@ -28,13 +28,22 @@ from __future__ import annotations
 
 import math
 
-from threeaxes.cost import (CLUSTERS, MODELS, GiB, custom_model, divisors, get_cluster,
-                            get_model, model_state_bytes, valid_tp)
+from threeaxes.cost import (
+    CLUSTERS,
+    MODELS,
+    GiB,
+    custom_model,
+    divisors,
+    get_cluster,
+    get_model,
+    model_state_bytes,
+    valid_tp,
+)
 from threeaxes.grading import as_int
 from threeaxes.grading.drop13 import RIVALS, SCENARIO, best_for_shape, cluster_from, model_from  # noqa: F401
 
-__all__ = ["SCENARIO", "RIVALS", "DEFENCE_SETUP", "draw_floor_case", "model_parallel_floor", "floor_reference", "plain_floor",
-           "floor_mistake"]
+__all__ = ["SCENARIO", "RIVALS", "DEFENCE_SETUP", "draw_floor_case", "model_parallel_floor",
+           "floor_reference", "plain_floor", "floor_mistake"]
 
 # what the defence's answer cell needs from the notebook before it (the catalogued mistakes
 # run after these lines: autograder.references.defence)

@@ -25,7 +25,8 @@ from threeaxes.cost import GB, GiB, model_state_bytes
 from threeaxes.grading import as_number
 from threeaxes.grading.drop14 import JOB_CHANGES, RIVALS, SCENARIO, changed_scenario  # noqa: F401
 
-__all__ = ["SCENARIO", "RIVALS", "DEFENCE_SETUP", "draw_state_case", "expected_state_gb", "plain_state_gb", "state_mistake"]
+__all__ = ["SCENARIO", "RIVALS", "DEFENCE_SETUP", "draw_state_case", "expected_state_gb",
+           "plain_state_gb", "state_mistake"]
 
 # what the defence's answer cell needs from the notebook before it (the catalogued mistakes
 # run after these lines: autograder.references.defence)

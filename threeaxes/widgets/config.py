@@ -13,8 +13,7 @@ from ..cost import CP_MODES, context_violations, get_cluster, search
 from ..cost.memory import GB
 from ..display import plan_table_html
 from ..plots import TIME_TERMS, draw_memory_bars, draw_time_breakdown
-from .base import (_CLUSTERS, _CP_CHOICES, _EP_CHOICES, _MODEL_OPTIONS, _MOE_OPTIONS, _WIDE,
-                   _Explorer, _preset)
+from .base import _CLUSTERS, _CP_CHOICES, _EP_CHOICES, _MODEL_OPTIONS, _MOE_OPTIONS, _WIDE, _Explorer, _preset
 
 _LONG = 16384    # sequences this long (new with cp) get cp suggested when nothing fits
 # the step-time terms beyond the three axes, drawn after plots.TIME_TERMS when non-zero
