@@ -39,66 +39,20 @@ from __future__ import annotations
 
 import math
 
-from threeaxes.cost import GB, bytes_sent_per_gpu, group_inside_node, plan, violations
+from threeaxes.cost import GB, bytes_sent_per_gpu, plan
 from threeaxes.grading.defence import KEYS, REASONS, plain_numbers, plain_rivals
+
+# the cost model's four numbers, the rules a layout breaks and the tolerances, counted once, in the
+# package: the reveal after the answers shows them (tests/test_defence.py checks them by hand)
+from threeaxes.grading.defence_reveal import REL, RIVAL_REL, broken_rules, slow_link_bytes
+from threeaxes.grading.defence_reveal import numbers as numbers_reference
 
 __all__ = ["REL", "KEYS", "REASONS", "numbers_reference", "slow_link_bytes", "rival_reference",
            "broken_rules", "judge_numbers", "judge_rivals"]
 
-# how far a right count may be from the cost model's: the activations' 3% covers the
-# embedding's few extra bytes the student's formula leaves out; the rest are exact counts
-REL = {"state_gb": 0.01, "activation_gb": 0.03, "bubble": 0.01, "slow_link_gb": 0.01}
-RIVAL_REL = 0.03
-
-
 def _plan(scenario: dict, config: dict):
     return plan(scenario["model"], scenario["cluster"], scenario["global_batch"],
                 scenario.get("seq_len"), **config, **scenario.get("assumptions", {}))
-
-
-def slow_link_bytes(scenario: dict, config: dict) -> float:
-    """Bytes one GPU sends over inter-node links in one step (a middle pipeline stage)."""
-    model, cluster = scenario["model"], scenario["cluster"]
-    dp, tp, pp, b = (config[k] for k in ("dp", "tp", "pp", "micro_batch"))
-    zero, v = config.get("zero_stage", 0), config.get("virtual_stages", 1)
-    sp = config.get("sequence_parallel", False)
-    m = scenario["global_batch"] // (dp * b)
-    seq = scenario.get("seq_len") or model.seq_len
-    per_node = cluster.gpus_per_node
-    total = 0.0
-    if pp > 1 and not group_inside_node(tp * dp, pp, per_node):
-        activation = 2 * b * seq * model.d_model / (tp if sp else 1)     # 16-bit b s h, a shard with sp
-        total += 2 * v * m * activation                                  # forward and back
-    if dp > 1 and not group_inside_node(tp, dp, per_node):
-        weights = 2 * model.n_params / (tp * pp)                         # 16-bit, this slice
-        rs, ag = (bytes_sent_per_gpu(op, weights, dp) for op in ("reduce_scatter", "all_gather"))
-        total += {0: bytes_sent_per_gpu("all_reduce", weights, dp), 1: rs + ag,
-                  2: m * rs + ag, 3: m * (rs + 2 * ag)}[zero]
-    return total
-
-
-def numbers_reference(scenario: dict, config: dict) -> dict:
-    """The four numbers for a configuration that follows the rules (fitting or not)."""
-    r = _plan(scenario, config)
-    mem = r.memory
-    return {"state_gb": (mem.params + mem.grads + mem.optimizer) / GB,
-            "activation_gb": mem.activations / GB, "bubble": r.bubble_fraction,
-            "slow_link_gb": slow_link_bytes(scenario, config) / GB}
-
-
-def broken_rules(scenario: dict, config: dict) -> dict:
-    """{rule: the number it compares} for every rule the layout breaks, in the order
-    `violations` lists them: heads or key/value heads per tensor-parallel rank, nodes one
-    tensor-parallel group spans, otherwise the degree that breaks it."""
-    model, cluster = scenario["model"], scenario["cluster"]
-    rules = {k: v for k, v in config.items() if k != "sequence_parallel"}
-    flags = {k: v for k, v in scenario.get("assumptions", {}).items()
-             if k in ("allow_tp_across_nodes", "allow_sharded_pp")}
-    tp = config["tp"]
-    numbers = {"tp_heads": model.n_heads / tp, "tp_kv_heads": model.kv_heads / tp,
-               "tp_node": tp / cluster.gpus_per_node, "pp_layers": model.n_layers / config["pp"]}
-    return {v.rule: numbers.get(v.rule, float(tp * config["pp"] * config["dp"]))
-            for v in violations(model, cluster, scenario["global_batch"], **rules, **flags)}
 
 
 def rival_reference(scenario: dict, config: dict) -> tuple:
