@@ -1,4 +1,4 @@
-"""Drops 10-12 ask before they show (issue 42): no code cell before a graded answer computes
+"""Drops 10-14 ask before they show (issue 42): no code cell before a graded answer computes
 or displays that answer. Each answer cell is listed with what would give it away if an
 earlier cell ran it: the cost model's term that the diagnosis asks for, the search's
 ranking, an explorer opened on a fix."""
@@ -9,6 +9,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# the sizing drops: the planner of a layout, its ranking, the explorer and the reveal
+SIZING_GIVEAWAYS = [r"\bplan\(", r"\bsearch\(", r"best_configuration", r"ConfigExplorer",
+                    r"candidate_breakdown", r"defence_reveal"]
 
 # answer grade id -> code that must not run in any cell above it
 GIVEAWAYS = {
@@ -26,6 +30,14 @@ GIVEAWAYS = {
         "lever_bubbles_answer": [r"bubble_fraction\((?!8, 13\))", r"violations\(", r"\bsearch\(",
                                  r"BubbleMovesExplorer", r"candidates"],
         "my_config_answer": [r"\bsearch\(", r"best_configuration", r"\.set\(", r"candidates"],
+    },
+    "drop13-size-30b-on-32": {
+        "my_config_answer": SIZING_GIVEAWAYS,
+        "my_defence_answer": SIZING_GIVEAWAYS,
+    },
+    "drop14-defend-70b-on-64": {
+        "my_config_answer": SIZING_GIVEAWAYS,
+        "my_defence_answer": SIZING_GIVEAWAYS,
     },
 }
 
