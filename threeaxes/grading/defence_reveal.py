@@ -14,11 +14,11 @@ import math
 
 from threeaxes.cost import GB, bytes_sent_per_gpu, group_inside_node, plan, violations
 from threeaxes.grading.defence import KEYS
+from threeaxes.grading.slips import GIB_OVER_GB
 
 # the grader's tolerances: activations within 3%, the other numbers 1%, a rival's number 3%
 REL = {"state_gb": 0.01, "activation_gb": 0.03, "bubble": 0.01, "slow_link_gb": 0.01}
 RIVAL_REL = 0.03
-GIB_OVER_GB = 1e9 / 2**30
 
 
 def _plan(scenario: dict, config: dict):

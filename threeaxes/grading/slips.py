@@ -19,7 +19,7 @@ import math
 from threeaxes.grading import as_number
 from threeaxes.grading.visible import load
 
-GIB_OVER_GB = 1e9 / 2**30
+GIB_OVER_GB = 1e9 / 2**30     # a GB in GiB: the slip of giving GiB where GB is asked
 
 
 def oom_terms(right: dict, model, layout: dict, seq_before: int, seq_after: int) -> dict:
