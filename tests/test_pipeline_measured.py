@@ -191,20 +191,6 @@ def measured():
                   layer_backward_s=LAYER_B, repeats=2, timeout=120)
 
 
-@pytest.mark.slow
-def test_with_repeats_every_rank_keeps_the_same_step():
-    # three repeats run one after the other, so their steps never overlap in time:
-    # the ranks kept the same repeat exactly when their kept steps overlap
-    runs = launch(measure_pipeline, 2, CFG, [("1f1b", 4, 1)], batch=4, layer_forward_s=0.002,
-                  layer_backward_s=0.004, repeats=3, timeout=60)
-    windows = []
-    for r in runs:
-        spans = r[("1f1b", 4, 1)]["trace"].compute()
-        windows.append((min(e.start for e in spans), max(e.end for e in spans)))
-    (start0, end0), (start1, end1) = windows
-    assert start0 < end1 and start1 < end0, windows
-
-
 def _one_microbatch_bytes(plan, m):
     stages = build_stages(CFG, plan.n_stages)
     return {s: one_microbatch_saved_bytes(stage, BATCH // m) for s, stage in stages.items()}
