@@ -12,7 +12,7 @@ from autograder.cases import defined, solution_code
 from autograder.references import defence
 from autograder.references import drop13 as reference13
 from autograder.references import drop14 as reference14
-from threeaxes.grading import drop13, drop14
+from threeaxes.scenarios import drop13, drop14
 
 ROOT = Path(__file__).resolve().parent.parent
 DROPS = {"drop13": ("drop13-size-30b-on-32", drop13), "drop14": ("drop14-defend-70b-on-64", drop14)}

@@ -14,7 +14,7 @@ import pytest
 from autograder import cases
 from autograder.references import defence as ref
 from threeaxes.grading import defence_reveal as reveal
-from threeaxes.grading import drop13, drop14
+from threeaxes.scenarios import drop13, drop14
 
 ROOT = Path(__file__).resolve().parent.parent
 DROPS = {"drop13": ("drop13-size-30b-on-32", drop13), "drop14": ("drop14-defend-70b-on-64", drop14)}

@@ -10,7 +10,7 @@ from grading_harness import load_drop
 from autograder.references import drop14
 from autograder.references.sizing import judge_scenario
 from threeaxes.cost import GB, GiB, search
-from threeaxes.grading import drop13
+from threeaxes.scenarios import drop13
 
 ROOT = Path(__file__).resolve().parent.parent
 DROP = load_drop(ROOT / "source/drop14-defend-70b-on-64")   # its grading.json, read and checked once

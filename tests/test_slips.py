@@ -15,7 +15,8 @@ from autograder.references import drop10 as ref10
 from autograder.references import drop11 as ref11
 from autograder.references import drop12 as ref12
 from threeaxes.cost import plan
-from threeaxes.grading import drop10, drop11, drop12, slips, visible
+from threeaxes.grading import slips, visible
+from threeaxes.scenarios import drop10, drop11, drop12
 
 ROOT = Path(__file__).resolve().parent.parent
 

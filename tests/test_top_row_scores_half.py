@@ -11,7 +11,7 @@ from grading_harness import CELL_TIMEOUT_S, Course, set_answer
 from autograder import drop_minutes
 from autograder.references.sizing import best_in_scenario
 from threeaxes.course import POINTS
-from threeaxes.grading import drop13, drop14
+from threeaxes.scenarios import drop13, drop14
 
 DROPS = {13: ("drop13-size-30b-on-32", drop13.SCENARIO), 14: ("drop14-defend-70b-on-64", drop14.SCENARIO)}
 STUDENT = "top_row_only"

@@ -1,6 +1,6 @@
 """References for drop 10 (a 13B run that runs out of memory at step 4,000).
 
-The story and its scenario live with the student's side (`threeaxes/grading/drop10.py`:
+The story and its scenario live with the student's side (`threeaxes/scenarios/drop10.py`:
 `SCENARIO`, `CRASHED`, `ATTENTION`); the notebook asserts its facts, so a change of the
 cost model that breaks the story fails loudly.
 
@@ -24,12 +24,12 @@ Three autograded exercises:
   `autograder.references.sizing.grade_configuration` against `SCENARIO` (any
   feasible tuple scores, full marks within 10% of the search's best).
 
-The scenario (`SCENARIO`, `CRASHED`, ...) is the package's `threeaxes.grading.drop10`.
+The scenario (`SCENARIO`, `CRASHED`, ...) is the package's `threeaxes.scenarios.drop10`.
 """
 from __future__ import annotations
 
 from threeaxes.grading import as_number, ask_student
-from threeaxes.grading.drop10 import (  # noqa: F401
+from threeaxes.scenarios.drop10 import (  # noqa: F401
     ATTENTION,
     CLUSTER_NAME,
     CRASHED,

@@ -1,7 +1,7 @@
 """References for drop 11 (throughput lost on a bigger cluster).
 
 The scenario (`OLD_SCENARIO`, `NEW_SCENARIO`, `OLD_CONFIG`, ...) is the
-package's `threeaxes.grading.drop11`. Everything here is computed from
+package's `threeaxes.scenarios.drop11`. Everything here is computed from
 `threeaxes.cost` at grading time, so a change of the cost model changes the
 answers with it:
 
@@ -29,7 +29,7 @@ import math
 from threeaxes.cost import bytes_sent_per_gpu, group_inside_node
 from threeaxes.cost.network import group_strides
 from threeaxes.grading import as_choice, as_number
-from threeaxes.grading.drop11 import (  # noqa: F401
+from threeaxes.scenarios.drop11 import (  # noqa: F401
     AXES_BY_STRIDE,
     DROP_RANGE,
     MODEL,

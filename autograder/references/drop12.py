@@ -10,7 +10,7 @@ gets 52 / 4 = 13 micro-batches and 1F1B idles (8 - 1)/(13 + 8 - 1) = 35% of
 every step. The batch is fixed by the training recipe and a micro-batch of one
 sequence cannot shrink, so m = 52 / dp moves only with dp.
 
-`SCENARIO` (the package's `threeaxes.grading.drop12`, with `CURRENT`,
+`SCENARIO` (the package's `threeaxes.scenarios.drop12`, with `CURRENT`,
 `MICRO_BATCH`, `BUBBLE_TARGET`) is what `autograder.references.sizing.grade_configuration`
 judges a student's configuration against (feasibility, then closeness to the search's
 best, computed at grading time). `target_mistake` adds this drop's two rules:
@@ -35,15 +35,8 @@ import math
 
 from threeaxes.cost import bubble_fraction, plan
 from threeaxes.grading import as_number
-from threeaxes.grading.drop12 import (  # noqa: F401
-    BUBBLE_TARGET,
-    CURRENT,
-    MICRO_BATCH,
-    REFUSED,
-    SCENARIO,
-    names_the_rule,
-    value_or_refusal,
-)
+from threeaxes.grading.drop12 import REFUSED, names_the_rule, value_or_refusal  # noqa: F401
+from threeaxes.scenarios.drop12 import BUBBLE_TARGET, CURRENT, MICRO_BATCH, SCENARIO
 
 __all__ = ["LEVERS", "lever_bubbles", "SCENARIO", "CURRENT", "MICRO_BATCH", "BUBBLE_TARGET", "draw_bubble_case",
            "draw_bad_interleave_case", "draw_relaxed_only_case", "reference_bubble", "bubble_outcome",

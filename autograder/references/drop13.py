@@ -2,7 +2,7 @@
 
 The scenario: LLaMA's 33B model ("30B") on four DGX A100-style nodes of 8
 A100 80GB GPUs, a global batch of 512 sequences of its 2,048-token context.
-`SCENARIO` (the package's `threeaxes.grading.drop13`) is what
+`SCENARIO` (the package's `threeaxes.scenarios.drop13`) is what
 `autograder.references.sizing.grade_configuration` judges a student's
 configuration against (feasibility, then closeness to the search's best,
 computed at grading time).
@@ -22,7 +22,7 @@ The defence (`my_defence` for the student's own configuration, `rivals` for `RIV
 judged by `autograder.references.defence` against this scenario.
 
 `floor_reference(model_spec, cluster_spec)` is the reference on the plain specs the
-visible check stores (`threeaxes.grading.drop13.model_from`, `cluster_from`).
+visible check stores (`threeaxes.scenarios.drop13.model_from`, `cluster_from`).
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from threeaxes.cost import (
     valid_tp,
 )
 from threeaxes.grading import as_int
-from threeaxes.grading.drop13 import RIVALS, SCENARIO, best_for_shape, cluster_from, model_from  # noqa: F401
+from threeaxes.scenarios.drop13 import RIVALS, SCENARIO, best_for_shape, cluster_from, model_from  # noqa: F401
 
 __all__ = ["SCENARIO", "RIVALS", "DEFENCE_SETUP", "draw_floor_case", "model_parallel_floor",
            "floor_reference", "plain_floor", "floor_mistake"]
@@ -48,7 +48,7 @@ __all__ = ["SCENARIO", "RIVALS", "DEFENCE_SETUP", "draw_floor_case", "model_para
 # what the defence's answer cell needs from the notebook before it (the catalogued mistakes
 # run after these lines: autograder.references.defence)
 DEFENCE_SETUP = [
-    "from threeaxes.grading import drop13",
+    "from threeaxes.scenarios import drop13",
     "SCENARIO = drop13.SCENARIO",
     "model, cluster, GLOBAL_BATCH = SCENARIO['model'], SCENARIO['cluster'], SCENARIO['global_batch']",
     "s, h, L, N = model.seq_len, model.d_model, model.n_layers, model.n_params",

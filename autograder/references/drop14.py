@@ -3,7 +3,7 @@
 The scenario: Llama 2 70B on eight DGX A100-style nodes of 8 A100 80GB
 GPUs, a global batch of 1,024 sequences of its 4,096-token context (the
 4M-token batch of Touvron et al. 2023b, Table 1). `SCENARIO` (the package's
-`threeaxes.grading.drop14`) is what `autograder.references.sizing.grade_configuration`
+`threeaxes.scenarios.drop14`) is what `autograder.references.sizing.grade_configuration`
 judges a configuration against.
 
 The exercise graded by value:
@@ -17,13 +17,13 @@ The exercise graded by value:
 
 The defence (`my_defence` for the student's own configuration, `rivals` for `RIVALS`) is
 judged by `autograder.references.defence` against this scenario. The scenario, `RIVALS`
-and `JOB_CHANGES` are the package's `threeaxes.grading.drop14`.
+and `JOB_CHANGES` are the package's `threeaxes.scenarios.drop14`.
 """
 from __future__ import annotations
 
 from threeaxes.cost import GB, GiB, model_state_bytes
 from threeaxes.grading import as_number
-from threeaxes.grading.drop14 import JOB_CHANGES, RIVALS, SCENARIO, changed_scenario  # noqa: F401
+from threeaxes.scenarios.drop14 import JOB_CHANGES, RIVALS, SCENARIO, changed_scenario  # noqa: F401
 
 __all__ = ["SCENARIO", "RIVALS", "DEFENCE_SETUP", "draw_state_case", "expected_state_gb",
            "plain_state_gb", "state_mistake"]
@@ -31,7 +31,7 @@ __all__ = ["SCENARIO", "RIVALS", "DEFENCE_SETUP", "draw_state_case", "expected_s
 # what the defence's answer cell needs from the notebook before it (the catalogued mistakes
 # run after these lines: autograder.references.defence)
 DEFENCE_SETUP = [
-    "from threeaxes.grading import drop14",
+    "from threeaxes.scenarios import drop14",
     "SCENARIO = drop14.SCENARIO",
     "model, cluster, GLOBAL_BATCH = SCENARIO['model'], SCENARIO['cluster'], SCENARIO['global_batch']",
     "s, h, L, N = model.seq_len, model.d_model, model.n_layers, model.n_params",

@@ -3,7 +3,7 @@
 
     points = grade_configuration(my_config, SCENARIO, points=3)   # the last line of a test cell
 
-`SCENARIO` is what `threeaxes.grading.sizing.scenario(...)` makes; each drop keeps its
+`SCENARIO` is what `threeaxes.scenarios.scenario(...)` makes; each drop keeps its
 own in its package module. The student's own tuple is evaluated
 (`threeaxes.cost.judge`): an infeasible one fails with every broken rule
 listed; a feasible one earns `points` times the verdict's score (full within
@@ -12,7 +12,8 @@ number that a test cell ends with as that cell's score (partial credit).
 """
 from __future__ import annotations
 
-from threeaxes.grading.sizing import plain_config, scenario
+from threeaxes.grading.sizing import plain_config
+from threeaxes.scenarios import scenario
 
 __all__ = ["scenario", "judge_scenario", "best_in_scenario", "plain_config", "grade_configuration"]
 

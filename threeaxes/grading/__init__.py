@@ -1,7 +1,8 @@
 """What a student's kernel needs for the nbgrader test cells: plain values, runs on
 fresh ranks, the visible checks (`visible.py`, `visible_config.py`: stored cases, no
 reference answer). The references the hidden tests judge with are on the
-instructor's side (`autograder/references/`).
+instructor's side (`autograder/references/`); the sizing drops' scenarios, which the
+checks judge answers in, are course content (`threeaxes.scenarios`).
 
 Two rules:
 

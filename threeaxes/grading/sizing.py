@@ -1,9 +1,9 @@
-"""Sizing scenarios and configurations as plain values, on the student's side.
+"""Sizing configurations as plain values, on the student's side.
 
-`scenario(...)` is the dict each of drops 10 to 14 keeps as its `SCENARIO`:
-model, cluster, global batch, sequence length, the planner's assumptions and
-what limits the search only. `plain_config(answer)` turns a student's
-configuration into a dict of plain values, or fails saying what is expected.
+`plain_config(answer)` turns a student's configuration into a dict of plain
+values, or fails saying what is expected. The scenarios a configuration is
+judged in are `threeaxes.scenarios` (each drop's `SCENARIO`, made by
+`threeaxes.scenarios.scenario`).
 
 What judges a configuration against the best a search finds
 (`judge_scenario`, `grade_configuration`) is on the instructor's side, in
@@ -14,19 +14,10 @@ from __future__ import annotations
 
 from threeaxes.grading import as_choice, as_int
 
-__all__ = ["scenario", "plain_config", "INT_KEYS", "RECOMPUTE_CHOICES"]
+__all__ = ["plain_config", "INT_KEYS", "RECOMPUTE_CHOICES"]
 
 INT_KEYS = ("dp", "tp", "pp", "micro_batch", "micro_batches", "zero_stage", "virtual_stages")
 RECOMPUTE_CHOICES = ("none", "selective", "full")
-
-
-def scenario(model, cluster, global_batch: int, seq_len: int | None = None, *,
-             assumptions: dict | None = None, search_options: dict | None = None) -> dict:
-    """A sizing scenario, as a dict the notebooks can unpack: the planner's
-    `assumptions` (e.g. {"usable_memory_fraction": 0.9}) go to plan and search
-    alike, `search_options` (e.g. {"micro_batch_sizes": (1,)}) to the search only."""
-    return {"model": model, "cluster": cluster, "global_batch": global_batch, "seq_len": seq_len,
-            "assumptions": dict(assumptions or {}), "search_options": search_options}
 
 
 def plain_config(answer, name: str = "my_config") -> dict:

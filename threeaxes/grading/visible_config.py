@@ -14,7 +14,7 @@ layout itself is not stored. The hidden test judges again with the search.
 A stored exercise:
 
     {"name": "fix_config",                          # the variable the answer binds
-     "scenario": "threeaxes.grading.drop10.SCENARIO",
+     "scenario": "threeaxes.scenarios.drop10.SCENARIO",
      "best_step_s": 4.3, "margin": 0.1,
      "micro_batch": null | 1,                       # a micro-batch size the scenario fixes
      "bubble_target": null | 0.25,                  # an idle share the layout must stay under

@@ -1,4 +1,4 @@
-"""Drop 13 on the student's side: the scenario (choose (dp, tp, pp) for a 30B model on
+"""Drop 13's scenario (choose (dp, tp, pp) for a 30B model on
 32 GPUs), the notebook's alternatives, and how the visible check builds its cases.
 
 The scenario: LLaMA's 33B model ("30B") on four DGX A100-style nodes of 8
@@ -15,11 +15,11 @@ references the hidden tests use are on the instructor's side
 from __future__ import annotations
 
 from threeaxes.cost import custom_model, get_cluster, get_model, search
-from threeaxes.grading import sizing
+from threeaxes.scenarios import scenario as sizing_scenario
 
 __all__ = ["SCENARIO", "RIVALS", "best_for_shape", "model_from", "cluster_from"]
 
-SCENARIO = sizing.scenario(get_model("30B"), get_cluster("a100-80gb", n_nodes=4), 512)
+SCENARIO = sizing_scenario(get_model("30B"), get_cluster("a100-80gb", n_nodes=4), 512)
 
 # the defence's rivals: ZeRO-3 over every GPU with no model parallelism, and a
 # tensor-parallel group wider than a node

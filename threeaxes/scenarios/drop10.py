@@ -1,4 +1,4 @@
-"""Drop 10 on the student's side: the scenario (a 13B run that runs out of memory at step 4,000).
+"""Drop 10's scenario (a 13B run that runs out of memory at step 4,000).
 
 The story: Llama-2 13B trains on 32 A100 80GB GPUs (4 nodes of 8) with about a
 million tokens per step. Until step 4,000 a step is 512 sequences of 2,048
@@ -30,7 +30,7 @@ ATTENTION = {"flash_attention": False}
 def scenario(seq_len: int) -> dict:
     """The fixed model, cluster and batch at one sequence length, for `judge`."""
     from threeaxes.cost import get_cluster, get_model
-    from threeaxes.grading.sizing import scenario as sizing_scenario
+    from threeaxes.scenarios import scenario as sizing_scenario
 
     return sizing_scenario(get_model(MODEL_NAME), get_cluster(CLUSTER_NAME, n_gpus=N_GPUS),
                            TOKENS_PER_STEP // seq_len, seq_len, assumptions=ATTENTION)

@@ -1,4 +1,4 @@
-"""Drop 14 on the student's side: the scenario (defend a (dp, tp, pp) tuple for a 70B
+"""Drop 14's scenario (defend a (dp, tp, pp) tuple for a 70B
 model on 64 GPUs) and the changes to the job the notebook tries.
 
 The scenario: Llama 2 70B on eight DGX A100-style nodes of 8 A100 80GB
@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from threeaxes.cost import get_cluster, get_model
-from threeaxes.grading import sizing
+from threeaxes.scenarios import scenario as sizing_scenario
 
 __all__ = ["SCENARIO", "RIVALS", "JOB_CHANGES", "changed_scenario"]
 
-SCENARIO = sizing.scenario(get_model("70B"), get_cluster("a100-80gb", n_nodes=8), 1024)
+SCENARIO = sizing_scenario(get_model("70B"), get_cluster("a100-80gb", n_nodes=8), 1024)
 
 # the defence's rivals: a deep pipeline with no data parallelism, ZeRO-3 with no pipeline,
 # and a tensor-parallel group wider than a node

@@ -1,4 +1,4 @@
-"""Drop 11 on the student's side: the scenario (throughput lost on a bigger cluster).
+"""Drop 11's scenario (throughput lost on a bigger cluster).
 
 The story: GPT-3 175B trained with tp = 8 inside each 8-GPU DGX A100 node (the
 tensor-parallel size of Megatron-LM's 175B run, Narayanan et al. 2021, Table 1) moves to a cluster
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from threeaxes.cost import a100_cluster, get_model
 from threeaxes.cost.network import group_strides
-from threeaxes.grading import sizing
+from threeaxes.scenarios import scenario as sizing_scenario
 
 __all__ = ["MODEL", "OLD_CLUSTER", "NEW_CLUSTER", "OLD_BATCH", "NEW_BATCH", "OLD_CONFIG",
            "OLD_SCENARIO", "NEW_SCENARIO", "DROP_RANGE", "AXES_BY_STRIDE", "old_config_on"]
@@ -32,8 +32,8 @@ OLD_BATCH, NEW_BATCH = 256, 512                    # sequences per step: doubled
 OLD_CONFIG = dict(dp=2, tp=8, pp=8, micro_batch=1, zero_stage=1, recompute="none",
                   sequence_parallel=True)
 ASSUMPTIONS: dict = {}                             # the planner's defaults, for both clusters
-OLD_SCENARIO = sizing.scenario(MODEL, OLD_CLUSTER, OLD_BATCH, assumptions=ASSUMPTIONS)
-NEW_SCENARIO = sizing.scenario(MODEL, NEW_CLUSTER, NEW_BATCH, assumptions=ASSUMPTIONS)
+OLD_SCENARIO = sizing_scenario(MODEL, OLD_CLUSTER, OLD_BATCH, assumptions=ASSUMPTIONS)
+NEW_SCENARIO = sizing_scenario(MODEL, NEW_CLUSTER, NEW_BATCH, assumptions=ASSUMPTIONS)
 # the per-GPU throughput drop the story needs ("about 40%"); the notebook asserts it
 DROP_RANGE = (0.30, 0.50)
 
