@@ -17,7 +17,9 @@ Settings (nbgrader config, command line or environment):
 
 * an exercise whose answer used a function its `grading.json` entry forbids scores 0
   (`autograder/borrowed.py`: the kernel's package holds no body for those functions);
-* `Execute.timeout` (seconds per cell) applies, as for nbgrader's Execute;
+* `Execute.timeout` (seconds per cell) is the most a cell may run; each cell's own limit is
+  `JudgedExecute.cell_limit_factor` times the model solution's time for it, at least
+  `cell_limit_floor` seconds (`autograder/cell_seconds.py`; a factor of 0: `Execute.timeout`);
 * `JudgedExecute.isolate` (default True): the sandbox; `THREEAXES_GRADE_ISOLATE=0`
   turns it off (an instructor debugging a drop);
 """
@@ -29,9 +31,9 @@ from pathlib import Path
 
 import nbformat
 from nbgrader.preprocessors import Execute
-from traitlets import Bool
+from traitlets import Bool, Float
 
-from autograder import borrowed, warm_start
+from autograder import borrowed, cell_seconds, phases, warm_start
 from autograder.judge import _error as judge_error
 from autograder.judge import is_graded, is_test_cell, judge_cell, notebook_names
 from autograder.kernel_session import KernelSession
@@ -40,30 +42,61 @@ from autograder.kernel_session import KernelSession
 class JudgedExecute(Execute):
     isolate = Bool(True, help="Run the student's kernel in the sandbox "
                               "(autograder/sandbox.py).").tag(config=True)
+    cell_limit_factor = Float(cell_seconds.FACTOR, help="A cell may run this many times the model solution's "
+                              "time for it, within Execute.timeout (0: every cell gets Execute.timeout; "
+                              "autograder/cell_seconds.py)").tag(config=True)
+    cell_limit_floor = Float(cell_seconds.FLOOR_S, help="Seconds a cell may always run, however fast the "
+                             "model solution's").tag(config=True)
 
     def preprocess(self, nb, resources):
         isolate = self.isolate and os.environ.get("THREEAXES_GRADE_ISOLATE", "1") != "0"
         about = resources.get("nbgrader", {})
         assignment, notebook = about.get("assignment", ""), about.get("notebook", "")
-        instructors = borrowed.instructors_cells_of(assignment, notebook, Path.cwd())
-        guard = borrowed.guard_for(assignment, instructors, Path.cwd())
-        # the shared opening only where each of its cells is the instructor's at its own place
-        # (place, cell id, grade id and code): a copy of one elsewhere is the student's
-        shared = ({p.source for p in instructors} if borrowed.opening_is_instructors(nb, instructors)
-                  else set())
-        opening = warm_start.host_for(nb, instructors=shared, isolate=isolate,
-                                      files=_assignment_files(Path.cwd(), assignment),
+        with phases.timed("setup"):
+            instructors = borrowed.instructors_cells_of(assignment, notebook, Path.cwd())
+            guard = borrowed.guard_for(assignment, instructors, Path.cwd())
+            # the shared opening only where each of its cells is the instructor's at its own place
+            # (place, cell id, grade id and code): a copy of one elsewhere is the student's
+            shared = ({p.source for p in instructors} if borrowed.opening_is_instructors(nb, instructors)
+                      else set())
+            files = _assignment_files(Path.cwd(), assignment)
+        host = {"isolate": isolate, "files": files, "withheld": guard.paths if guard else None,
+                "timeout": self.timeout}
+        limits = cell_seconds.Limits(self.timeout, factor=self.cell_limit_factor, floor_s=self.cell_limit_floor)
+        if limits.factor > 0:   # before this submission's host: measuring may open another
+            limits.seconds = cell_seconds.measured(Path.cwd(), assignment, notebook,
+                                                   lambda model: model_seconds(model, **host))
+        opening = warm_start.host_for(nb, instructors=shared, isolate=isolate, files=files,
                                       withheld=guard.paths if guard else None, timeout=self.timeout)
         if opening.sandbox.get("refused"):
             self.log.warning("grading without a sandbox: %s", opening.sandbox["refused"])
-        with opening.session(self.timeout) as kernel:
+        with phases.timed("fork"):
+            kernel = opening.session(self.timeout)
+        try:
             if not kernel.alive:   # the grader's trouble, not the student's: no grade rather than 0
                 raise RuntimeError(f"no kernel could be started for this submission: {opening.host.log_tail()}")
-            run_notebook(nb, kernel, self.timeout, guard, kernel.oracle, opening=opening.outputs)
+            run_notebook(nb, kernel, self.timeout, guard, kernel.oracle, opening=opening.outputs, limits=limits)
+        finally:
+            with phases.timed("kernel end"):
+                kernel.close()
         return nb, resources
 
 
-def run_notebook(nb, kernel: KernelSession, timeout: float, guard=None, oracle=None, opening=()) -> None:
+def model_seconds(model, *, timeout: float, **host) -> dict[str, float]:
+    """The seconds of each cell of the instructor's notebook `model`, graded as a submission is
+    (a kernel forked from the worker's host for its opening, test cells judged here, no guard:
+    the instructor's solutions may call what the students may not)."""
+    opening = warm_start.host_for(model, instructors={s.strip() for s in warm_start.opening_cells(model)},
+                                  timeout=timeout, **host)
+    recorder = cell_seconds.Recorder()
+    with phases.quiet(), opening.session(timeout) as kernel:
+        if kernel.alive:
+            run_notebook(model, kernel, timeout, None, kernel.oracle, opening=opening.outputs, recorder=recorder)
+    return recorder.seconds
+
+
+def run_notebook(nb, kernel: KernelSession, timeout: float, guard=None, oracle=None, opening=(),
+                 limits: cell_seconds.Limits | None = None, recorder: cell_seconds.Recorder | None = None) -> None:
     """Every code cell in order: the student's in the kernel, test cells here. The first
     code cells have run already where `opening` holds their outputs (autograder/warm_start.py).
     With a `guard` (autograder/borrowed.py), `oracle` asks it before answering each call to
@@ -71,12 +104,14 @@ def run_notebook(nb, kernel: KernelSession, timeout: float, guard=None, oracle=N
     running, a call that an exercise not yet judged forbids is refused, and one made while a
     student-written or test cell ran counts against each such exercise; a test cell of an
     exercise that used one gets that error instead of its outputs. Instructor cells are
-    known by their place and id (`Guard.enter`), not their code alone."""
+    known by their place and id (`Guard.enter`), not their code alone. `limits`: each cell's
+    own time limit (autograder/cell_seconds.py; else `timeout` for each); `recorder`: takes
+    each cell's seconds (the model solution's run)."""
     previous = oracle.guard if oracle is not None else None
     if oracle is not None and guard is not None:
         oracle.guard = guard
     try:
-        _run_cells(nb, kernel, timeout, guard, oracle, opening)
+        _run_cells(nb, kernel, timeout, guard, oracle, opening, limits, recorder)
     finally:
         if oracle is not None and guard is not None:
             oracle.guard = previous
@@ -87,7 +122,7 @@ NOT_RUN = ("Not run when grading: no grade depends on a cell after the last grad
            "Run it in your own notebook to see its output.\n")
 
 
-def _run_cells(nb, kernel, timeout, guard, oracle, opening) -> None:
+def _run_cells(nb, kernel, timeout, guard, oracle, opening, limits, recorder) -> None:
     count = place = 0
     # a drop's depth after its exercises (PyTorch's own API, more traces) can change no
     # grade: it runs under nbval in CI and in the student's notebook, not once per submission
@@ -107,18 +142,24 @@ def _run_cells(nb, kernel, timeout, guard, oracle, opening) -> None:
             place += 1
         mark = len(oracle.calls) if oracle else 0
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+        seconds = limits.of(cell)[0] if limits else timeout
+        timing = recorder.timing(cell) if recorder else contextlib.nullcontext()
         if count < len(opening):
             outputs = opening[count]
         elif is_test_cell(cell):
             limit = getattr(kernel, "test_cell", None)     # the cell's questions share one cell limit
-            with limit(timeout) if limit else contextlib.nullcontext():
+            with limit(seconds) if limit else contextlib.nullcontext(), phases.timed("test cells"), timing:
                 outputs = _judge(cell.source, kernel, guard, grade_id)
             if guard:
                 guard.note(oracle.calls[mark:] if oracle else [], "your code, run by this test", test=grade_id)
                 borrowed_answer = guard.verdict(grade_id)
                 outputs = [borrowed_answer] if borrowed_answer else outputs
         elif cell.source.strip():
-            outputs = kernel.run_cell(cell.source, timeout)
+            with phases.timed("student cells"), timing:
+                outputs = kernel.run_cell(cell.source, seconds)
+            if limits:
+                outputs = limits.stopped(cell, outputs, f"the answer cell {grade_id}" if grade_id
+                                         else f"code cell {count + 1}")
             if guard and not instructors:
                 where = f"the answer cell {grade_id}" if grade_id else "a cell you added or changed"
                 guard.note(oracle.calls[mark:] if oracle else [], where)

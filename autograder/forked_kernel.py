@@ -60,12 +60,14 @@ class Kernel:
                                            announce=lambda p: os.write(from_kernel, b"%d\n" % p))
                 if not host.namespaces:
                     os.write(from_kernel, b"%d\n" % os.getpid())
-                _forget_the_hosts_helpers()
+                launches = _forget_the_hosts_helpers()
                 folder = host.settings.get("oracle_folder")
                 if folder:
                     os.environ.pop("THREEAXES_ORACLE", None)
                     if oracle and "/" not in oracle:
                         os.environ["THREEAXES_ORACLE"] = f"{folder['here']}/{oracle}"
+                if launches:   # the drop launches ranks: this kernel's forkserver, warm from the start
+                    _fork_a_forkserver(keep=(0, 1, 2))
                 serve_cells(host.runner, os.fdopen(to_kernel, "r"), os.fdopen(from_kernel, "w", buffering=1))
             finally:
                 os._exit(0)
@@ -140,10 +142,12 @@ def serve_cells(runner, requests, replies) -> None:
         replies.write(dumps({"outputs": outputs}) + "\n")
 
 
-def _forget_the_hosts_helpers() -> None:
+def _forget_the_hosts_helpers() -> bool:
     """The forkserver and resource tracker the opening cells started belong to the host's
-    world; this kernel starts its own when it first launches ranks."""
+    world; this kernel starts its own. Returns whether the host had a forkserver (its opening
+    launched ranks)."""
     forkserver = sys.modules.get("multiprocessing.forkserver")
+    had = forkserver is not None and forkserver._forkserver._forkserver_pid is not None
     if forkserver is not None:
         server = forkserver._forkserver
         server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
@@ -152,6 +156,74 @@ def _forget_the_hosts_helpers() -> None:
     if tracker is not None:
         tracker._resource_tracker._fd = tracker._resource_tracker._pid = None
         tracker._resource_tracker._lock = threading.RLock()
+    return had
+
+
+def _fork_a_forkserver(keep) -> None:
+    """Start this kernel's forkserver as a fork of the kernel itself, before any of the
+    student's code runs, instead of multiprocessing's fresh interpreter that imports torch
+    and the ranks' modules again (seconds, on every submission's first launch). It is
+    multiprocessing's own server loop (`forkserver.main`) in the kernel's world, with the
+    host's modules already imported (`warm_for_forks`); `keep`: the descriptors it keeps
+    besides its socket and pipe (stdin, stdout, stderr), as a spawned server would."""
+    import socket
+    from multiprocessing import connection, forkserver
+
+    server = forkserver._forkserver
+    preload = list(server._preload_modules)
+    with server._lock:
+        listener = socket.socket(socket.AF_UNIX)
+        address = connection.arbitrary_address("AF_UNIX")   # in this kernel's own /tmp
+        listener.bind(address)
+        os.chmod(address, 0o600)
+        listener.listen()
+        alive_r, alive_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _blank_descriptors_but({*keep, listener.fileno(), alive_r})
+                # the server's own modules run their import-time set-up in it, as in a spawned one
+                for name in [n for n in preload if n.startswith("threeaxes.launch.forkserver_")]:
+                    sys.modules.pop(name, None)
+                forkserver.main(listener.fileno(), alive_r, preload)
+            finally:
+                os._exit(0)
+        os.close(alive_r)
+        listener.close()
+        server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = address, alive_w, pid
+
+
+def _blank_descriptors_but(kept: set[int]) -> None:
+    """Every open descriptor but `kept` made /dev/null: the kernel's pipes to the host and its
+    files are not the server's. Not closed: a Python object the fork copied may close its
+    number later, which must not be a descriptor the server has opened since."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd not in kept and fd != null:
+            try:
+                os.dup2(null, fd, inheritable=False)
+            except OSError:   # the listing's own descriptor, closed by now
+                continue
+    os.close(null)
+
+
+def warm_for_forks() -> None:
+    """In the host, before its first fork, where its opening launched ranks: what a warm
+    forkserver imports while idle (threeaxes' DEFERRED), once, so that every kernel's server
+    forked from it has it already."""
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    if forkserver is None or forkserver._forkserver._forkserver_pid is None:
+        return
+    import importlib
+
+    from threeaxes.launch import prestart
+
+    for name in prestart.DEFERRED:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - as the forkserver's own: a module that fails is left to the ranks
+            continue
 
 
 def _outputs(line: str | None) -> list | None:

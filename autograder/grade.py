@@ -186,6 +186,7 @@ def autograde(course_root: Path, todo: list[tuple[str, str]], jobs: int, *extra:
 class Autograded:
     seconds: dict = field(default_factory=dict)   # (assignment, student): seconds, graded or not
     failed: dict = field(default_factory=dict)    # (assignment, student): why, with the log it names
+    phases: dict = field(default_factory=dict)    # (assignment, student): {phase: seconds} (autograder/phases.py)
 
     def failure_report(self) -> str:
         return "could not grade:\n" + "\n".join(self.failed[k] for k in sorted(self.failed))
@@ -221,8 +222,9 @@ def grade_submissions(course_root: Path, todo: list[tuple[str, str]], jobs: int,
     workers, broken = [], []   # broken: why no worker can start, once two in a row died starting
 
     def start_worker(log):
+        env = {**_nbgrader_env(), "THREEAXES_WORKER_STARTED": repr(time.time())}   # grade_worker.STARTED_AT
         worker = subprocess.Popen([sys.executable, "-m", "autograder.grade_worker", str(course_root), *extra],
-                                  cwd=course_root, env=_nbgrader_env(), text=True, stdin=subprocess.PIPE,
+                                  cwd=course_root, env=env, text=True, stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=log, start_new_session=True)
         with lock:
             workers.append(worker)
@@ -285,6 +287,7 @@ def grade_submissions(course_root: Path, todo: list[tuple[str, str]], jobs: int,
                         unstarted = 0
                     with lock:
                         out.seconds[item] = time.perf_counter() - began
+                        out.phases[item] = _phases(result, out.seconds[item])
                         if result["success"]:
                             note = _note(course_root, *item)
                             note.parent.mkdir(parents=True, exist_ok=True)
@@ -330,6 +333,15 @@ def _sigterm_as_interrupt():
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def _phases(result: dict, seconds: float) -> dict[str, float]:
+    """The worker's seconds per phase for one submission, and the rest of `seconds` (from
+    handing it over to its answer) as the grader's side."""
+    said = result.get("phases") if isinstance(result.get("phases"), dict) else {}
+    spent = {str(k): float(v) for k, v in said.items() if isinstance(v, (int, float))}
+    spent["grader side"] = max(0.0, seconds - sum(spent.values()))   # a worker starts inside `seconds`
+    return spent
 
 
 def _ask(worker: subprocess.Popen, item) -> dict | None:

@@ -24,10 +24,14 @@ import faulthandler
 import json
 import os
 import sys
+import time
 from pathlib import Path
+
+from autograder import phases
 
 KEEP = 20000   # characters of nbgrader's traceback and log sent back per submission
 MAX_REQUEST_CHARS = 1 << 16   # one request line from grade.py
+STARTED_AT = "THREEAXES_WORKER_STARTED"   # time.time() when grade.py started this worker
 
 
 def main(argv=None) -> None:
@@ -46,6 +50,10 @@ def main(argv=None) -> None:
     from autograder.grade import refused
 
     api = NbGraderAPI(coursedir=CourseDirectory(config=config, root=str(Path(root).resolve())), config=config)
+    started = os.environ.get(STARTED_AT)   # grade.py's clock when it started this process
+    phases.take()
+    if started:   # the first submission's phases include this worker's start
+        phases.add("worker start", max(0.0, time.time() - float(started)))
     while True:
         line = sys.stdin.readline(MAX_REQUEST_CHARS + 1)
         if not line or len(line) > MAX_REQUEST_CHARS:   # grade.py's requests: two names
@@ -58,6 +66,7 @@ def main(argv=None) -> None:
             answers.write(json.dumps({"success": False, "refused": why, "error": why, "log": ""}) + "\n")
             answers.flush()
             continue
+        began = time.perf_counter()
         try:
             result = api.autograde(assignment, student, force=True, create=True)
         except Exception:   # noqa: BLE001 - capture_log catches nbgrader's own; anything else is named too
@@ -65,9 +74,13 @@ def main(argv=None) -> None:
             result = {"success": False, "error": traceback.format_exc()}
         if not result.get("success"):
             print(result.get("log") or "", result.get("error") or "", sep="\n", file=sys.stderr, flush=True)
+        spent = phases.take()
+        # what autograde took beyond the grader's own steps (worker start came before it)
+        inside = sum(t for phase, t in spent.items() if phase != "worker start")
+        spent["nbgrader"] = max(0.0, time.perf_counter() - began - inside)
         answers.write(json.dumps({"success": bool(result.get("success")),
                                   "error": (result.get("error") or "")[-KEEP:],
-                                  "log": (result.get("log") or "")[-KEEP:]}) + "\n")
+                                  "log": (result.get("log") or "")[-KEEP:], "phases": spent}) + "\n")
         answers.flush()
 
 

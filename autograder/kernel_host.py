@@ -7,10 +7,13 @@ one JSON line at a time on stdin:
 
     {"source": "...", "timeout": 90}  ->  {"outputs": [...], "status": "ok" | "dead"}
     {"fork": true}                    ->  {"forked": true | false}
+    {"warm": true}                    ->  {"warmed": true | false}
     {"end": true}                     ->  {"ended": true}
 
 Before its first fork it runs cells itself: a drop's opening cells, the same
-for every submission (autograder/warm_start.py). Each fork then starts one
+for every submission (autograder/warm_start.py), and where they launched ranks,
+imports what a warm forkserver holds ("warm"), so that each kernel's own
+forkserver, forked from the kernel before the student's code runs, is warm at once. Each fork then starts one
 submission's kernel from that state: a child with its own copy of /tmp, its own
 PID namespace and no privilege over the mounts (`sandbox.enter_kernel_world`),
 so nothing it does reaches this process or the next submission. Cells go to
@@ -35,7 +38,7 @@ from autograder import budget, sandbox
 
 # before isolating: the grader's code is not in the sandbox
 from autograder.cell_runner import CellRunner
-from autograder.forked_kernel import TIMEOUT, Kernel, dumps
+from autograder.forked_kernel import TIMEOUT, Kernel, dumps, warm_for_forks
 
 MAX_REQUEST_CHARS = 64 << 20   # one line from the grader: a cell's source, or the settings with a drop's files
 
@@ -106,8 +109,14 @@ class Host:
             request = json.loads(line)
             if "fork" in request:
                 self._end()
+                if not self.forked:
+                    warm_for_forks()
                 self.kernel, self.forked = Kernel.fork(self, oracle=request.get("oracle")), True
                 reply = {"forked": self.kernel.pid is not None}
+            elif "warm" in request:   # the opening's last step (autograder/warm_start.py)
+                if not self.forked:
+                    warm_for_forks()
+                reply = {"warmed": not self.forked}
             elif "end" in request:
                 self._end()
                 reply = {"ended": True}

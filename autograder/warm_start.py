@@ -25,6 +25,7 @@ import tempfile
 from collections import OrderedDict
 from pathlib import Path
 
+from autograder import phases
 from autograder.judge import is_graded
 from autograder.kernel_session import KernelHost, KernelSession
 from autograder.oracle import Oracle
@@ -63,6 +64,7 @@ class OpeningHost:
                                    oracle_name=Path(opening.socket_path).name if opening else None)
             self.sandbox = self.host.sandbox
             self.outputs = [self.host.run_cell(source, timeout) for source in sources if self.host.alive]
+            self.host.request({"warm": True}, timeout)   # once here, not in each kernel (kernel_host.py)
         except BaseException:
             if self._workers:
                 self._workers.close()
@@ -114,7 +116,8 @@ def host_for(nb, *, instructors: set[str], isolate: bool, files: dict[str, bytes
     if host is None or not host.ready:
         if host is not None:
             host.close()
-        host = OpeningHost(sources, isolate=isolate, files=files, withheld=withheld, timeout=timeout)
+        with phases.timed("opening"):
+            host = OpeningHost(sources, isolate=isolate, files=files, withheld=withheld, timeout=timeout)
     _hosts[key] = host
     while len(_hosts) > KEPT:
         _hosts.popitem(last=False)[1].close()

@@ -136,3 +136,30 @@ def test_a_kernel_that_forges_its_replies_is_stopped_and_the_host_goes_on():
             assert printed(kernel.run_cell("print('next')", 30)) == "next\n"
     finally:
         host.close()
+
+
+LAUNCHES = ("from threeaxes.launch import launch\n"
+            "def world(rank, size):\n    return size\n"
+            "print(launch(world, 2))")
+SERVER = ("import multiprocessing.forkserver as f, os\nserver = f._forkserver._forkserver_pid\n"
+          "print(server, open(f'/proc/{server}/cmdline', 'rb').read() == open('/proc/self/cmdline', 'rb').read())")
+
+
+@linux
+def test_where_the_opening_launched_each_kernel_has_its_own_forkserver_forked_from_it():
+    """Not the host's (that one is the opening's), and not a fresh interpreter that imports
+    torch again on the first launch: a fork of the kernel, made before the student's code ran."""
+    host = KernelHost(isolate=True)
+    try:
+        assert printed(host.run_cell(LAUNCHES, 60)) == "[2, 2]\n"
+        host.request({"warm": True}, 60)
+        servers = []
+        for _ in range(2):
+            with KernelSession(host, timeout=60) as kernel:
+                pid, forked = printed(kernel.run_cell(SERVER, 30)).split()
+                assert forked == "True" and pid != "None"
+                assert printed(kernel.run_cell("print(launch(world, 2))", 60)) == "[2, 2]\n"
+                servers.append(pid)
+        assert servers[0] == servers[1] == "2"   # in each kernel's own PID namespace, its first child
+    finally:
+        host.close()
