@@ -36,8 +36,10 @@ import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder import course
+from autograder.course import PACKAGE, ROOT
 from autograder.judge import is_graded
-from autograder.withheld import PACKAGE, ROOT, Exercise, definition, load_exercises
+from autograder.spec import Exercise, definition, load_exercises
 from threeaxes.grading.own_work import message, resolve
 
 ENAME = "BorrowedAnswer"
@@ -263,10 +265,9 @@ def message_for(e: Exercise, name: str, where: str) -> str:
 
 def package_data(root: Path = ROOT) -> dict:
     """What `threeaxes/grading/own_work_data.py` holds: every drop's exercises, for the visible checks."""
-    return {folder.name[:6]: {e.answer: {"forbid": list(e.forbid), "why": e.why, "may": e.may}
-                              for e in load_exercises(folder / "grading.json")}
-            for folder in sorted((Path(root) / "source").glob("drop*"))
-            if (folder / "grading.json").is_file()}
+    return {drop[:6]: {e.answer: {"forbid": list(e.forbid), "why": e.why, "may": e.may}
+                       for e in load_exercises(course.grading_file(drop, root))}
+            for drop in course.graded_drops(root) if drop.startswith("drop")}
 
 
 def instructor_cells(source_notebook: Path) -> tuple[Place, ...]:
@@ -308,16 +309,15 @@ def package_source(root: Path = ROOT) -> str:
 def _source_folder(assignment: str, course_root: Path) -> Path | None:
     """source/<assignment>/ of the course (or of this repository), where it has a grading.json."""
     for root in (Path(course_root), ROOT):
-        folder = root / "source" / assignment
-        if assignment and (folder / "grading.json").is_file():
-            return folder
+        if assignment and course.grading_file(assignment, root).is_file():
+            return course.folder(assignment, root)
     return None
 
 
 def guard_for(assignment: str, instructors, course_root: Path) -> Guard | None:
     """The drop's Guard, from its source folder; `instructors`: `instructors_cells_of` its notebook."""
     folder = _source_folder(assignment, course_root)
-    exercises = load_exercises(folder / "grading.json") if folder else []
+    exercises = load_exercises(folder / course.GRADING_FILE) if folder else []
     return Guard(exercises, instructors) if exercises else None
 
 

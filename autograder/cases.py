@@ -34,10 +34,10 @@ from pathlib import Path
 
 import nbformat
 
+from autograder import course, spec
 from threeaxes.grading import visible
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "threeaxes" / "grading" / "cases"
+OUT = course.CASES
 
 
 def solution_code(nb, grade_id: str) -> str:
@@ -56,53 +56,55 @@ def defined(code: str, name: str, setup=()):
     return namespace[name]
 
 
-def _value(spec: dict, answer, args: list):
+def _value(vis: dict, answer, args: list):
     """A case's plain value of `answer` (a function, or a value), as the visible check sees it."""
-    return visible.plain(visible._answer_for(spec, answer, args), spec["form"],
-                         visible._call(spec, args))
+    return visible.plain(visible._answer_for(vis, answer, args), vis["form"],
+                         visible._call(vis, args))
 
 
-def exercise_cases(drop: str, nb, exercise: dict) -> dict:
-    spec = dict(exercise["visible"])
-    spec.setdefault("form", "raw" if spec.get("ranks") else "number")
+def exercise_cases(drop: str, nb, exercise: spec.Exercise) -> dict:
+    if isinstance(exercise, dict):   # an entry as grading.json writes it (tests/test_visible_cases.py)
+        exercise = spec.exercise_from(exercise, f"source/{drop}/grading.json")
+    vis = exercise.visible.as_dict()
+    vis.setdefault("form", "raw" if vis.get("ranks") else "number")
     references = importlib.import_module(f"autograder.references.{drop}")
-    catalogue = {m["name"]: m for m in exercise.get("mistakes", [])}
-    setup = spec.pop("setup", [])
-    wrong = {name: defined("\n".join(m["code"]), spec["call"], setup) for name, m in catalogue.items()}
-    solution = defined(solution_code(nb, exercise["answer"]), spec["call"], setup)
+    catalogue = {m.name: m for m in exercise.mistakes}
+    setup = vis.pop("setup", [])
+    wrong = {name: defined(m.code, vis["call"], setup) for name, m in catalogue.items()}
+    solution = defined(solution_code(nb, exercise.answer), vis["call"], setup)
     cases = []
-    for args in spec.pop("args"):
-        if spec.get("ranks"):
-            want = _value(spec, solution, args)
+    for args in vis.pop("args"):
+        if vis.get("ranks"):
+            want = _value(vis, solution, args)
         else:
-            want = visible.plain(getattr(references, spec["reference"])(*args), spec["form"], "reference")
+            want = visible.plain(getattr(references, vis["reference"])(*args), vis["form"], "reference")
         mistakes = {}
         for name, fn in wrong.items():
             try:
-                mistakes[name] = _value(spec, fn, args)
+                mistakes[name] = _value(vis, fn, args)
             except AssertionError:      # a mistake that raises here is told apart by the error
                 continue
         cases.append({"args": args, "want": want, "mistakes": mistakes})
-    if spec.setdefault("sealed", bool(spec.get("value")) or (not spec.get("ranks") and
-                                                             all(not c["args"] for c in cases))):
+    if vis.setdefault("sealed", bool(vis.get("value")) or (not vis.get("ranks") and
+                                                         all(not c["args"] for c in cases))):
         # one fixed answer: its form only (threeaxes.grading.visible.shape); no value, no digest
         # of one and no mistake's value (each tells the answer), nothing to name mistakes with:
         # the test cell's hidden half checks the value when the notebook is graded
         # The mistakes' sentences (no value) travel as "slips", for the reveal after the graded
         # answer to name the one a student made (threeaxes.grading.slips), with the tolerance.
-        reveal, fraction = spec.get("reveal"), spec.get("fraction")
-        spec = {k: v for k, v in spec.items() if k in ("call", "form", "value", "sealed", "rel")}
-        spec["cases"] = [{"args": c["args"], "shape": _fraction(visible.shape(c["want"]), fraction)}
-                         for c in cases]
-        spec["mistakes"] = {}
+        reveal, fraction = vis.get("reveal"), vis.get("fraction")
+        vis = {k: v for k, v in vis.items() if k in ("call", "form", "value", "sealed", "rel")}
+        vis["cases"] = [{"args": c["args"], "shape": _fraction(visible.shape(c["want"]), fraction)}
+                        for c in cases]
+        vis["mistakes"] = {}
         if reveal:    # only where no sentence gives the answer away (not a table of choices)
-            spec["slips"] = {name: m["says"] for name, m in catalogue.items()}
-        return spec
-    _refuse_lookalikes(drop, exercise["answer"], cases, list(wrong), spec.get("rel", visible.REL))
-    spec.pop("reference", None)
-    spec["cases"] = cases
-    spec["mistakes"] = {name: m["says"] for name, m in catalogue.items()}
-    return spec
+            vis["slips"] = {name: m.says for name, m in catalogue.items()}
+        return vis
+    _refuse_lookalikes(drop, exercise.answer, cases, list(wrong), vis.get("rel", visible.REL))
+    vis.pop("reference", None)
+    vis["cases"] = cases
+    vis["mistakes"] = {name: m.says for name, m in catalogue.items()}
+    return vis
 
 
 def _fraction(shape, fraction: bool):
@@ -134,10 +136,9 @@ def _refuse_lookalikes(drop, answer, cases, names, rel=visible.REL) -> None:
 
 def drop_cases(folder: Path) -> dict:
     drop = folder.name[:6]
-    grading = json.loads((folder / "grading.json").read_text())
-    nb = nbformat.read(next(folder.glob("*.ipynb")), as_version=4)
-    return {e["answer"]: exercise_cases(drop, nb, e) for e in grading.get("exercises", [])
-            if e.get("visible")}
+    exercises = spec.load(folder / course.GRADING_FILE).exercises
+    nb = nbformat.read(course.notebook_in(folder), as_version=4)
+    return {e.answer: exercise_cases(drop, nb, e) for e in exercises if e.visible}
 
 
 def render(cases: dict) -> str:
@@ -152,13 +153,13 @@ def generate(argv, description: str, collect, suffix: str, command: str) -> int:
     parser.add_argument("drops", nargs="*", help="dropNN prefixes (default: every drop)")
     args = parser.parse_args(argv)
     stale = []
-    for folder in sorted((ROOT / "source").glob("drop*")):
-        if args.drops and not folder.name.startswith(tuple(args.drops)):
+    for name in course.drops():
+        if not name.startswith("drop") or args.drops and not name.startswith(tuple(args.drops)):
             continue
-        data = collect(folder)
+        data = collect(course.folder(name))
         if not data:
             continue
-        path = OUT / f"{folder.name[:6]}{suffix}"
+        path = OUT / f"{name[:6]}{suffix}"
         text = render(data)
         if args.check:
             if not path.is_file() or path.read_text() != text:
@@ -166,7 +167,7 @@ def generate(argv, description: str, collect, suffix: str, command: str) -> int:
         else:
             path.parent.mkdir(exist_ok=True)
             path.write_text(text)
-            print(f"{path.relative_to(ROOT)}: {len(data)} exercises", file=sys.stderr)
+            print(f"{course.shown(path)}: {len(data)} exercises", file=sys.stderr)
     if stale:
         print(f"stale: {', '.join(stale)}; run {command}", file=sys.stderr)
     return 1 if stale else 0

@@ -23,49 +23,46 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import sys
 from pathlib import Path
 
 import nbformat
 
+from autograder import course, spec
 from autograder.cases import defined, generate, solution_code
 from autograder.references.sizing import best_in_scenario
 from threeaxes.grading import visible_config
 from threeaxes.grading.sizing import plain_config
 
 
-def exercise_data(drop: str, nb, exercise: dict) -> dict:
-    spec = dict(exercise["visible_config"])
-    setup = spec.pop("setup", [])
-    best = best_in_scenario(visible_config._scenario(spec["scenario"]))
-    data = {"name": spec["name"], "scenario": spec["scenario"], "margin": spec.get("margin", 0.10),
-            "micro_batch": spec.get("micro_batch"), "bubble_target": spec.get("bubble_target"),
-            "best_step_s": best.time.total, "passed": spec["passed"],
-            "mistakes": [{k: m[k] for k in ("name", "rule", "when", "says") if k in m}
-                         for m in exercise["mistakes"]]}
-    where = f"{drop} {exercise['answer']}"
+def exercise_data(drop: str, nb, exercise: spec.Exercise) -> dict:
+    config = exercise.visible_config
+    best = best_in_scenario(visible_config._scenario(config.scenario))
+    data = {"name": config.name, "scenario": config.scenario, "margin": config.margin,
+            "micro_batch": config.micro_batch, "bubble_target": config.bubble_target,
+            "best_step_s": best.time.total, "passed": config.passed,
+            "mistakes": [m.as_dict() for m in exercise.mistakes]}
+    where = f"{drop} {exercise.answer}"
     with contextlib.redirect_stdout(io.StringIO()):     # what the answer cell prints
-        solution = plain_config(defined(solution_code(nb, exercise["answer"]), spec["name"], setup),
-                                spec["name"])
+        solution = plain_config(defined(solution_code(nb, exercise.answer), config.name, config.setup),
+                                config.name)
     found = visible_config.diagnose(data, solution)
     if found:
         raise SystemExit(f"{where}: the solution {solution} is not passed: {found}")
-    for m in exercise["mistakes"]:
-        config = plain_config(defined("\n".join(m["code"]), spec["name"], setup), spec["name"])
-        named = [name for _, name, _ in visible_config.diagnose(data, config)]
-        if m["name"] not in named:
-            raise SystemExit(f"{where}: the mistake {m['name']} ({config}) is named {named}; "
+    for m in exercise.mistakes:
+        plain = plain_config(defined(m.code, config.name, config.setup), config.name)
+        named = [name for _, name, _ in visible_config.diagnose(data, plain)]
+        if m.name not in named:
+            raise SystemExit(f"{where}: the mistake {m.name} ({plain}) is named {named}; "
                              f"fix its code, its rule or its 'when'")
     return data
 
 
 def drop_data(folder: Path) -> dict:
     drop = folder.name[:6]
-    grading = json.loads((folder / "grading.json").read_text())
-    nb = nbformat.read(next(folder.glob("*.ipynb")), as_version=4)
-    return {e["answer"]: exercise_data(drop, nb, e) for e in grading.get("exercises", [])
-            if e.get("visible_config")}
+    exercises = spec.load(folder / course.GRADING_FILE).exercises
+    nb = nbformat.read(course.notebook_in(folder), as_version=4)
+    return {e.answer: exercise_data(drop, nb, e) for e in exercises if e.visible_config}
 
 
 def main(argv=None) -> int:

@@ -32,10 +32,11 @@ import re
 import sys
 from pathlib import Path
 
+from autograder import course
 from threeaxes.course import DROPS, MINUTES
 from threeaxes.sections import split
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = course.ROOT
 
 
 def solution_lines(source_nb: dict, grade_id: str) -> int:
@@ -71,8 +72,8 @@ def measure(number: int, root: Path = ROOT) -> dict:
     """One drop: its core's and its depth's minutes, the core's graded checks, the optional
     sections that open uncollapsed, and the points of each part (grade and extra credit)."""
     name = folder(number)
-    released = json.loads((root / "release" / name / f"{name}.ipynb").read_text())
-    source = json.loads((root / "source" / name / f"{name}.ipynb").read_text())
+    released = json.loads(course.notebook(name, root, of="release").read_text())
+    source = json.loads(course.notebook(name, root).read_text())
     core, depth, uncollapsed = split(released)
     folded_in_jupyterlab = [k for k, _ in split(released, anywhere=True)[1]]
 
@@ -94,7 +95,7 @@ def grade_ids(number: int, root: Path = ROOT) -> dict:
     written answers), those of its core (the drop's grade) and of its optional sections (extra
     credit), for whatever presents the points (grades.csv, the class report)."""
     name = folder(number)
-    core, depth, _ = split(json.loads((root / "source" / name / f"{name}.ipynb").read_text()))
+    core, depth, _ = split(json.loads(course.notebook(name, root).read_text()))
 
     def ids(cells):
         return [c["metadata"]["nbgrader"]["grade_id"] for _, c in cells

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder import core_points
+from autograder import course as layout  # `course` names the Course in this module
+from autograder.course import ROOT
 from autograder.grade import (
     feedback_failures,
     forget,
@@ -44,7 +46,6 @@ from autograder.grade import (
     register_assignments,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 CONFIG = "nbgrader_config.py"
 
 
@@ -115,7 +116,7 @@ def _ok(result: dict, what: str) -> str:
 
 # -- checks, each with the fix in its message -----------------------------------------
 def _known(course: Course, drops: list[str]) -> None:
-    names = sorted(p.name for p in (course.root / "source").iterdir() if p.is_dir())
+    names = layout.drops(course.root)
     for drop in drops:
         if drop not in names:
             near = difflib.get_close_matches(drop, names, n=1, cutoff=0.3)
@@ -149,7 +150,7 @@ def roster(course: Course) -> list[str]:
 def _collected(course: Course, drop: str) -> dict[str, str]:
     """{student: the timestamp of what nbgrader collect put in submitted/<student>/<drop>/}."""
     return {p.parent.parent.name: p.read_text().strip()
-            for p in (course.root / "submitted").glob(f"*/{drop}/timestamp.txt")}
+            for p in layout.side("submitted", course.root).glob(f"*/{drop}/timestamp.txt")}
 
 
 def _waiting(course: Course, drop: str, collected: dict[str, str]) -> list[str]:
@@ -179,7 +180,7 @@ def problem(course: Course, drop: str, student: str, students: list[str]) -> str
     why = refused(course.root, drop, student)
     if why and "holds no notebook" not in why:   # a link, a device, a folder, another file: read nothing
         return f"{student}/{drop}: {why}. {kept}"
-    for expected in sorted((course.root / "release" / drop).glob("*.ipynb")):
+    for expected in sorted(layout.folder(drop, course.root, of="release").glob("*.ipynb")):
         path = folder / expected.name
         if not path.is_file():
             others = sorted(p.name for p in folder.glob("*.ipynb"))
@@ -201,7 +202,7 @@ def check_submissions(course: Course, drops: list[str]) -> tuple[list[tuple[str,
     """([(drop, student) that can be graded], [what is wrong with each of the others])."""
     students, good, problems = roster(course), [], []
     for drop in drops:
-        for folder in sorted((course.root / "submitted").glob(f"*/{drop}")):
+        for folder in sorted(layout.side("submitted", course.root).glob(f"*/{drop}")):
             why = problem(course, drop, folder.parent.name, students)
             (problems.append(why) if why else good.append((drop, folder.parent.name)))
     return good, problems
@@ -212,7 +213,7 @@ def release(course: Course, drops: list[str], force: bool = False) -> str:
     _known(course, drops)
     _exchange_ready(course)
     for drop in drops:
-        if not (course.root / "release" / drop).is_dir():
+        if not layout.folder(drop, course.root, of="release").is_dir():
             raise SystemExit(f"release/{drop}/ does not exist: run `make release` first")
         if (course.outbound / drop).is_dir() and not force:
             raise SystemExit(f"{drop} is already in the exchange ({course.outbound / drop}); students may "
@@ -291,7 +292,7 @@ def grade(course: Course, drops: list[str], jobs: int = 2, *extra: str, progress
     if good:
         api = _api(course)
         for drop in sorted({d for d, _ in good}):
-            if not any((course.root / "autograded").glob(f"*/{drop}/*.ipynb")):
+            if not any(layout.side("autograded", course.root).glob(f"*/{drop}/*.ipynb")):
                 continue   # nothing of it graded: each named already
             # nbgrader writes every page it can and fails at the end: the others' pages stand
             result = api.generate_feedback(drop, force=True)
@@ -333,7 +334,7 @@ def release_feedback(course: Course, drops: list[str]) -> str:
     _exchange_ready(course)
     lines, api = [], _api(course)
     for drop in drops:
-        students = sorted({p.parent.parent.name for p in (course.root / "feedback").glob(f"*/{drop}/*.html")})
+        students = sorted({p.parent.parent.name for p in layout.side("feedback", course.root).glob(f"*/{drop}/*.html")})
         if not students:
             raise SystemExit(f"feedback/ has no pages for {drop}: grade it first "
                              f"(python -m autograder.exchange grade {drop})")

@@ -19,6 +19,8 @@ import re
 import stat
 from pathlib import Path
 
+from autograder import course
+
 # what nbgrader submit writes beside the notebook, and collect copies: when it was handed in, and
 # the secret release_feedback names the student's feedback folder by
 NBGRADER_FILES = frozenset({"timestamp.txt", "submission_secret.txt"})
@@ -29,7 +31,7 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")   # a student id or drop 
 def notebooks_of(course_root: Path, drop: str) -> set[str]:
     """The notebook names the instructor's source/<drop>/ holds (regular files only);
     `<drop>.ipynb` where it holds none."""
-    folder = Path(course_root) / "source" / drop
+    folder = course.folder(drop, course_root)
     try:
         names = {e.name for e in os.scandir(folder)
                  if e.name.endswith(".ipynb") and e.is_file(follow_symlinks=False)}

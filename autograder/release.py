@@ -1,11 +1,13 @@
 """Regenerate release/ from source/ (what `make release` runs).
 
-1. Stamp the install cell (`threeaxes.course.INSTALL_CELL`) right under the
+1. Check every drop's grading.json (`autograder.spec`): a fault stops the
+   release before anything is written, naming the file and the key.
+2. Stamp the install cell (`threeaxes.course.INSTALL_CELL`) right under the
    title of every source and ungraded notebook, so that a notebook opens on its
    title and the repository URL lives in one place.
-2. Run `nbgrader generate_assignment` for every assignment folder in source/,
+3. Run `nbgrader generate_assignment` for every assignment folder in source/,
    with a throwaway gradebook so the repository gains no database.
-3. Normalise the released notebooks: notebook metadata is the kernelspec and
+4. Normalise the released notebooks: notebook metadata is the kernelspec and
    the language_info the course's kernel reports, as JupyterLab writes them when
    it opens a notebook (so a student's copy opens unmodified), plus Colab's
    colab.collapsed_sections where a notebook has "Going deeper" sections (Colab
@@ -23,11 +25,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from autograder import course, spec
 from autograder.grade import nbgrader
 from threeaxes.course import INSTALL_CELL, is_install_cell
 from threeaxes.sections import fold_for_colab
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = course.ROOT
 
 
 def _kernelspec() -> dict:
@@ -43,7 +46,18 @@ KERNELSPEC = _kernelspec()
 
 
 def assignments(root: Path = ROOT) -> list[str]:
-    return sorted(p.name for p in (root / "source").iterdir() if p.is_dir() and not p.name.startswith("."))
+    return course.drops(root)
+
+
+def check_grading_data(course_root: Path, names: list[str] | None = None) -> None:
+    """Every drop's grading.json read and checked (`autograder.spec`) before anything is
+    written: a fault raises SpecError naming the file and the key."""
+    for name in names or assignments(course_root):
+        path = course.grading_file(name, course_root)
+        if not path.is_file():
+            raise spec.SpecError(f"source/{name}/{course.GRADING_FILE}: missing; every drop has one "
+                                 "(CONTRIBUTING.md, \"The grading data\")")
+        spec.load(path)
 
 
 def write_notebook(path: Path, nb: dict) -> None:
@@ -94,6 +108,7 @@ def generate(course_root: Path, out_root: Path, names: list[str] | None = None,
              gradebook: Path | None = None) -> None:
     """Run nbgrader over course_root/source into out_root/release. The assignments are
     recorded in `gradebook` (a course that will autograde them), or in a throwaway one."""
+    check_grading_data(course_root, names)
     # every assignment in one nbgrader call (it reads the id "*" as a glob): nbgrader's
     # start-up, about 3 s, is paid once rather than once per drop
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,7 +119,7 @@ def generate(course_root: Path, out_root: Path, names: list[str] | None = None,
                      f"--CourseDirectory.release_directory={out_root / 'release'}",
                      f"--CourseDirectory.db_url=sqlite:///{db}?timeout=60")
     for name in names or assignments(course_root):
-        for nb_path in sorted((out_root / "release" / name).rglob("*.ipynb")):
+        for nb_path in sorted(course.folder(name, out_root, of="release").rglob("*.ipynb")):
             normalise(nb_path)
 
 
@@ -115,16 +130,20 @@ def main(argv=None) -> None:
                         help="write DIR/release instead of the repository's release/")
     args = parser.parse_args(argv)
     names = args.names or assignments()
+    try:
+        check_grading_data(ROOT, names)
+    except spec.SpecError as exc:
+        raise SystemExit(f"nothing released: {exc}") from None
     if args.out is None:
         # the named drops' notebooks only (and the ungraded ones when every drop is released)
-        stamped = [ROOT / "source" / name / f"{name}.ipynb" for name in names]
-        for nb_path in stamped + ([] if args.names else sorted(ROOT.glob("notebooks/*.ipynb"))):
+        stamped = [course.notebook(name) for name in names]
+        for nb_path in stamped + ([] if args.names else sorted(course.notebooks().glob("*.ipynb"))):
             if stamp_install_cell(nb_path):
                 print(f"stamped the install cell into {nb_path.relative_to(ROOT)}")
             if nb_path.parent.name == "notebooks":
                 normalise(nb_path)     # students open these as they are
         for name in names:
-            shutil.rmtree(ROOT / "release" / name, ignore_errors=True)
+            shutil.rmtree(course.folder(name, of="release"), ignore_errors=True)
         generate(ROOT, ROOT, names)
     else:
         generate(ROOT, args.out, names)

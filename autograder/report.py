@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import csv
 import html
-import json
 import sys
 import urllib.parse
 from collections import defaultdict
@@ -32,18 +31,26 @@ from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parent.parent
+from autograder import course, spec
+
 BLANK = ("NotImplementedError", "is not defined")   # the stub raised, or was never replaced
 
 
+def records(course_root: Path, assignment: str) -> list[spec.Exercise]:
+    """The drop's exercises (autograder.spec): the course's own grading data, else this repository's."""
+    for root in (Path(course_root), course.ROOT):
+        path = course.grading_file(assignment, root)
+        if path.is_file():
+            return list(spec.load(path).exercises)
+    return []
+
+
 def exercises(course_root: Path, assignment: str) -> list[dict]:
-    path = Path(course_root) / "source" / assignment / "grading.json"
-    if not path.is_file():
-        path = ROOT / "source" / assignment / "grading.json"
-    return json.loads(path.read_text()).get("exercises", []) if path.is_file() else []
+    """`records`, each as grading.json writes it."""
+    return [e.entry for e in records(course_root, assignment)]
 
 
-def name_of(said: dict | None, exercise: dict, blank: bool = False) -> str | None:
+def name_of(said: dict | None, exercise: spec.Exercise, blank: bool = False) -> str | None:
     """The mistake a test cell named, in the report's terms; None when it said nothing
     wrong. `said`: the cell's error ("error") and what it printed ("printed"): a
     configuration that works but is slow earns part of the points and is named in print."""
@@ -58,8 +65,7 @@ def name_of(said: dict | None, exercise: dict, blank: bool = False) -> str | Non
         return f"borrowed: {used}"
     for where in (text, said.get("printed", "") if said.get("partial") else ""):
         # a configuration may break several rules: the check says them in its own order
-        named = [(where.index(m["says"]), m["name"]) for m in exercise.get("mistakes", [])
-                 if where and m["says"] in where]
+        named = [(where.index(m.says), m.name) for m in exercise.mistakes if where and m.says in where]
         if named:
             return min(named)[1]
     if not error:
@@ -69,14 +75,14 @@ def name_of(said: dict | None, exercise: dict, blank: bool = False) -> str | Non
     return f"other: {error.get('ename', 'error')}"
 
 
-def sentence_of(name: str | None, said: dict | None, exercise: dict) -> str:
+def sentence_of(name: str | None, said: dict | None, exercise: spec.Exercise) -> str:
     """What the student read for the mistake `name`: the catalogue's sentence, the reason a
     forbidden call scores 0, or, for a failure no check named, its error and message."""
     if not name:
         return ""
-    for mistake in exercise.get("mistakes", []):
-        if mistake["name"] == name:
-            return mistake["says"]
+    for mistake in exercise.mistakes:
+        if mistake.name == name:
+            return mistake.says
     if name == "blank":
         return "left the answer as released (it still raises NotImplementedError or was never defined)"
     error = (said or {}).get("error") or {}
@@ -94,26 +100,26 @@ def graded(course_root: Path) -> list[dict]:
     rows = []
     with Gradebook(f"sqlite:///{course_root / 'gradebook.db'}") as gb:
         for assignment in sorted(a.name for a in gb.assignments):
-            listed = exercises(course_root, assignment)
+            listed = records(course_root, assignment)
             for submission in gb.assignment_submissions(assignment):
                 student = submission.student.id
-                nb_path = course_root / "autograded" / student / assignment / f"{assignment}.ipynb"
+                nb_path = course.notebook_in(course.students(assignment, student, course_root, of="autograded"))
                 cells = _cells(nb_path)
                 grades = {g.name: g for nb in submission.notebooks for g in nb.grades}
                 for exercise in listed:
-                    tests = [grades[t] for t in exercise["tests"] if t in grades]
+                    tests = [grades[t] for t in exercise.tests if t in grades]
                     if not tests:
                         continue
                     score = sum(g.score or 0.0 for g in tests)
                     top = sum(g.max_score for g in tests)
-                    said = next((cells[t] for t in exercise["tests"] if cells.get(t, {}).get("error")),
-                                next((cells[t] for t in exercise["tests"] if t in cells), None))
+                    said = next((cells[t] for t in exercise.tests if cells.get(t, {}).get("error")),
+                                next((cells[t] for t in exercise.tests if t in cells), None))
                     if said is not None:
                         said = {**said, "partial": score < top}
-                    blank = "NotImplementedError" in (cells.get(exercise["answer"], {}).get("error") or {}).get(
+                    blank = "NotImplementedError" in (cells.get(exercise.answer, {}).get("error") or {}).get(
                         "ename", "")
                     name = name_of(said, exercise, blank)
-                    rows.append({"drop": assignment, "exercise": exercise["answer"], "student": student,
+                    rows.append({"drop": assignment, "exercise": exercise.answer, "student": student,
                                  "score": score, "max": top, "mistake": name,
                                  "says": sentence_of(name, said, exercise)})
                 pending = sum(1 for nb in submission.notebooks for g in nb.grades if g.needs_manual_grade)
@@ -283,7 +289,7 @@ def _page(table: dict, written: dict | None = None) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("course", nargs="?", default=str(ROOT), type=Path)
+    parser.add_argument("course", nargs="?", default=str(course.ROOT), type=Path)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     if not (args.course / "gradebook.db").is_file():

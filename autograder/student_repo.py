@@ -20,7 +20,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from autograder import course
+
+ROOT = course.ROOT
 INSTRUCTOR_ONLY = ("source/", "autograder/samples/", "submitted/", "tests/", ".ci/",
                    "benchmarks/grading_suite.py", "autograder/grade.py", "autograder/execute.py",
                    "autograder/judge.py", "autograder/judge_check.py", "autograder/kernel_host.py",

@@ -1,7 +1,7 @@
 """The kernel's copy of the package: each function an exercise forbids ("forbid" in a drop's
-grading.json) loses its body, which asks the grader instead (`autograder.oracle`). Its
-arguments and result cross as data (threeaxes.grading.wire_data; a pipeline Plan is one of
-its records), so no forbidden body is anywhere in the kernel.
+grading.json, read by `autograder.spec`) loses its body, which asks the grader instead
+(`autograder.oracle`). Its arguments and result cross as data (threeaxes.grading.wire_data; a
+pipeline Plan is one of its records), so no forbidden body is anywhere in the kernel.
 """
 from __future__ import annotations
 
@@ -9,68 +9,18 @@ import ast
 import compileall
 import hashlib
 import importlib.util
-import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
+from autograder.course import PACKAGE
+from autograder.spec import Exercise, definition, load_exercises
 from threeaxes.grading.own_work import resolve
 
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "threeaxes"
 WITHHELD_MARKER = "WITHHELD"   # a file only the withheld copy holds: the kernel host looks for it
-
-
-@dataclass(frozen=True)
-class Exercise:
-    answer: str          # grade id of the answer cell
-    tests: tuple         # grade ids of its test cells
-    forbid: tuple        # dotted names: "threeaxes.data_parallel.plan_buckets"
-    why: str             # why those may not be called here
-    may: str             # what may be used instead
-
-
-EXERCISE_KEYS = {"answer", "tests", "forbid", "why", "may"}   # each exercise has these (and more: cases.py's)
-
-
-def load_exercises(grading_json: Path) -> list[Exercise]:
-    """A drop's exercises, checked: a missing key, or a "forbid" entry that names no function
-    of the package, fails here with the file and the key that is wrong."""
-    if not Path(grading_json).is_file():
-        return []
-    data = json.loads(Path(grading_json).read_text())
-    where = f"{Path(grading_json).parent.name}/grading.json"
-    found = []
-    for i, e in enumerate(data.get("exercises", [])):
-        at = f"{where}: exercises[{i}]"
-        if not isinstance(e, dict) or not EXERCISE_KEYS <= set(e):
-            keys = sorted(e) if isinstance(e, dict) else type(e).__name__
-            raise ValueError(f"{at} needs the keys {sorted(EXERCISE_KEYS)}; got {keys}")
-        if "in_kernel" in e:
-            raise ValueError(f"{at} has the key 'in_kernel': move its names into 'forbid' (every "
-                             "forbidden function is computed by the grader, none in the kernel)")
-        names = e["forbid"]
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise ValueError(f"{at}.forbid should be a list of dotted names of functions of threeaxes")
-        for k, name in enumerate(names):
-            try:
-                definition(name)
-            except (ImportError, AttributeError, TypeError, ValueError) as exc:
-                raise ValueError(f"{at}.forbid[{k}] = {name!r}: {exc}") from None
-        found.append(Exercise(e["answer"], tuple(e["tests"]), tuple(names), e["why"], e["may"]))
-    return found
-
-
-def definition(name: str) -> str:
-    """"module:qualname" where the function a dotted name stands for is defined."""
-    obj = resolve(name)
-    code = getattr(obj, "__code__", None)
-    if code is None or not str(obj.__module__).startswith("threeaxes."):
-        raise TypeError(f"{name} is not a function of threeaxes (a grading.json 'forbid' entry "
-                        "names a function whose body can be withheld)")
-    return f"{obj.__module__}:{obj.__qualname__}"
+__all__ = ["PACKAGE", "WITHHELD_MARKER", "Exercise", "definition", "load_exercises", "package_for", "resolve",
+           "stub_package"]
 
 
 _STUB = '''{indent}def {name}(*args, **kwargs):

@@ -32,7 +32,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from autograder import course
+
+ROOT = course.ROOT
 WORK = "work"
 START_PAGE = "notebooks/00-start-here.ipynb"
 
@@ -93,14 +95,10 @@ def write_record(work: Path, record: dict[str, str]) -> None:
 
 def course_files(root: Path = ROOT) -> list[Path]:
     """Every file a student gets a copy of, relative to the repository root."""
-    files = sorted(p.relative_to(root) for p in (root / "notebooks").glob("*.ipynb"))
-    release = root / "release"
-    if release.is_dir():
-        for drop in sorted(p for p in release.iterdir() if p.is_dir() and not p.name.startswith(".")):
-            files += sorted(
-                p.relative_to(root) for p in drop.rglob("*")
-                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(drop).parts)
-            )
+    files = sorted(p.relative_to(root) for p in course.notebooks(root).glob("*.ipynb"))
+    for drop in (course.folder(name, root, of="release") for name in course.drops(root, of="release")):
+        files += sorted(p.relative_to(root) for p in drop.rglob("*")
+                        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(drop).parts))
     return files
 
 
@@ -132,8 +130,7 @@ def sync(root: Path = ROOT, work: Path | None = None) -> SyncReport:
 
 
 def drops(root: Path = ROOT) -> list[str]:
-    release = root / "release"
-    return sorted(p.name for p in release.iterdir() if p.is_dir() and not p.name.startswith("."))
+    return course.drops(root, of="release")
 
 
 def backup_name(path: Path, stamp: str) -> Path:

@@ -40,10 +40,11 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))   # run as a script in a fresh process: autograder is imported from here
 from forbidden_routes_match import answers, plain  # noqa: E402
 
-from autograder.withheld import definition, load_exercises  # noqa: E402
+from autograder.course import CASES, graded_drops, grading_file  # noqa: E402
+from autograder.spec import definition, load_exercises  # noqa: E402
 
 SKIPPED_MODULES = ("threeaxes.launch", "threeaxes.widgets", "threeaxes.plots", "threeaxes.display",
                    "threeaxes.train", "threeaxes.train_reference", "threeaxes.progress", "threeaxes.practice",
@@ -68,23 +69,21 @@ def _raise_slow(*_):
 def probed_exercises(root: Path = ROOT) -> list[dict]:
     """{"drop", "answer", "form", "cases": [(args, want)]} for each exercise a probe can judge."""
     found = []
-    for path in sorted((root / "source").glob("drop*/grading.json")):
-        drop = path.parent.name[:6]
-        for e in json.loads(path.read_text()).get("exercises", []):
-            vis = e.get("visible") or {}
+    for name in graded_drops(root):
+        drop = name[:6]
+        for e in load_exercises(grading_file(name, root)):
+            vis = e.visible.as_dict() if e.visible else {}
             if vis.get("ranks") or "reference" not in vis or vis.get("form") not in PROBED_FORMS:
                 continue
-            cases = _cases(drop, e["answer"], vis)
-            withheld = next(x for x in load_exercises(path) if x.answer == e["answer"])
-            found.append({"drop": drop, "answer": e["answer"], "form": vis["form"], "cases": cases,
-                          "withheld": sorted({definition(n) for n in withheld.forbid})})
+            found.append({"drop": drop, "answer": e.answer, "form": vis["form"], "cases": _cases(drop, e.answer, vis),
+                          "withheld": sorted({definition(n) for n in e.forbid})})
     return found
 
 
 def _cases(drop: str, answer: str, vis: dict) -> list:
     """[(args, right value)]: as `python -m autograder.cases` stored them from the drop's
     reference, or, for a sealed answer (no value stored), from the reference itself."""
-    stored = json.loads((ROOT / "threeaxes" / "grading" / "cases" / f"{drop}.json").read_text())[answer]
+    stored = json.loads((CASES / f"{drop}.json").read_text())[answer]
     if not stored.get("sealed"):
         return [(list(c["args"]), c["want"]) for c in stored["cases"]]
     ref = getattr(importlib.import_module(f"autograder.references.{drop}"), vis["reference"])

@@ -39,7 +39,6 @@ from __future__ import annotations
 import copy
 import fcntl
 import html
-import json
 import os
 import shutil
 import time
@@ -49,10 +48,12 @@ from pathlib import Path
 import nbformat
 from grading_attacks import ATTACKS, RUNS_OUT_OF_TIME, attacks_on
 
+from autograder import spec
+from autograder.course import GRADING_FILE, ROOT, graded_drops
+from autograder.course import folder as drop_folder
 from autograder.grade import nbgrader
+from autograder.spec import Mistake
 
-ROOT = Path(__file__).resolve().parent.parent
-GRADING_FILE = "grading.json"
 # Every cell runs under this limit in the test course (the course allows 90 s), so a
 # submission stuck in a loop costs 60 s, not 90. Drop 6's setup cell (a 4-rank launch)
 # took 14.5 s at load 7; on a 2-core machine that also runs the notebooks it can take
@@ -74,24 +75,6 @@ CATALOGUE = "catalogue-"
 # the class's 224 submissions; the first of each exercise, 16.
 _DEPTH = os.environ.get("THREEAXES_GRADE_CATALOGUE", "1")
 CATALOGUE_DEPTH = None if _DEPTH == "all" else int(_DEPTH)
-
-
-@dataclass(frozen=True)
-class Mistake:
-    name: str       # what the student got wrong, e.g. "forgets_master_copy"
-    answer: str     # grade id of the answer cell the mistake replaces
-    code: str       # the student's source for that cell
-    loses: tuple    # grade ids of the test cells that must give 0 (all others full marks)
-    feedback: str   # a phrase the student's feedback page must show
-    why: str = ""
-    alone: bool = False   # True: never share a notebook with another mistake
-    scores: tuple = ()    # ((grade id, points), ...): cells that earn partial credit
-    runs_out_of_time: bool = False   # True: a cell that never ends (graded under LOOP_TIMEOUT_S)
-
-    @property
-    def touches(self) -> set:
-        """The test cells whose score this mistake decides."""
-        return set(self.loses) | {gid for gid, _ in self.scores}
 
 
 @dataclass(frozen=True)
@@ -140,28 +123,14 @@ class Drop:
 
 
 def load_drop(folder: Path) -> Drop:
-    """Read and check source/<drop>/grading.json; a mistyped key fails here, by name."""
-    data = json.loads((folder / GRADING_FILE).read_text())
-    where = f"source/{folder.name}/{GRADING_FILE}"
-    if set(data) - {"exercises"} != {"points", "mistakes"}:
-        raise ValueError(f"{where}: the keys are 'points', 'mistakes' and 'exercises', got {sorted(data)}")
-    mistakes = []
-    for m in data["mistakes"]:
-        keys = set(m) - {"why", "alone", "scores", "runs_out_of_time"}
-        if keys != {"name", "answer", "code", "loses", "feedback"}:
-            raise ValueError(f"{where}: a mistake has name, answer, code, loses, feedback (and why, "
-                             f"alone, scores, runs_out_of_time); got {sorted(m)}")
-        code = "\n".join(m["code"]) if isinstance(m["code"], list) else m["code"]
-        mistakes.append(Mistake(m["name"], m["answer"], code, tuple(m["loses"]), m["feedback"],
-                                m.get("why", ""), m.get("alone", False) is True,
-                                tuple(sorted(m.get("scores", {}).items())),
-                                m.get("runs_out_of_time", False) is True))
-    return Drop(folder.name, {gid: float(p) for gid, p in data["points"].items()}, tuple(mistakes))
+    """source/<drop>/grading.json, as autograder.spec reads and checks it."""
+    data = spec.load(folder / GRADING_FILE)
+    return Drop(data.name, data.points, data.mistakes)
 
 
 def drops(root: Path = ROOT) -> list[Drop]:
     """Every drop in source/ that has grading data, in order."""
-    return [load_drop(f.parent) for f in sorted((root / "source").glob(f"*/{GRADING_FILE}"))]
+    return [load_drop(drop_folder(name, root)) for name in graded_drops(root)]
 
 
 def released_course(base: Path) -> Path:
@@ -297,18 +266,18 @@ def catalogue_students(course: Course, assignment: str) -> dict[str, tuple]:
     release with the k-th catalogued mistake of every exercise that has one written into
     its answer cell (k up to CATALOGUE_DEPTH). Each exercise is scored by its own test
     cells, so one notebook carries one mistake per exercise."""
-    from autograder.report import exercises
+    from autograder.report import records
 
     solved = course.solved_release(assignment)
-    catalogued = [e for e in exercises(course.root, assignment) if e.get("mistakes")]
+    catalogued = [e for e in records(course.root, assignment) if e.mistakes]
     students = {}
-    deepest = max((len(e["mistakes"]) for e in catalogued), default=0)
+    deepest = max((len(e.mistakes) for e in catalogued), default=0)
     for k in range(deepest if CATALOGUE_DEPTH is None else min(deepest, CATALOGUE_DEPTH)):
         nb, marks = solved, {}
         for e in catalogued:
-            if k < len(e["mistakes"]):
-                nb = set_answer(nb, e["answer"], "\n".join(e["mistakes"][k]["code"]))
-                marks[e["answer"]] = e["mistakes"][k]["name"]
+            if k < len(e.mistakes):
+                nb = set_answer(nb, e.answer, e.mistakes[k].code)
+                marks[e.answer] = e.mistakes[k].name
         students[f"{CATALOGUE}{k + 1}"] = (nb, marks)
     return students
 

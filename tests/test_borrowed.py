@@ -19,22 +19,23 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from grading_harness import ROOT, answer_ids, autograded_ids, drops
+from grading_harness import answer_ids, autograded_ids, drops
 
-from autograder import borrowed, withheld
+from autograder import borrowed, spec, withheld
 from autograder import oracle as oracle_module
+from autograder.course import PACKAGE, grading_file, notebook
 from autograder.execute import NOT_RUN
 
 DROPS = [d.name for d in drops()]
 
 
 def exercises(drop):
-    return withheld.load_exercises(ROOT / "source" / drop / "grading.json")
+    return withheld.load_exercises(grading_file(drop))
 
 
 @pytest.mark.parametrize("drop", DROPS)
 def test_every_graded_exercise_names_what_it_may_not_call_and_each_name_exists(drop):
-    nb = nbformat.read(ROOT / "source" / drop / f"{drop}.ipynb", as_version=4)
+    nb = nbformat.read(notebook(drop), as_version=4)
     listed = exercises(drop)
     assert sorted(e.answer for e in listed) == sorted(answer_ids(nb)), "one entry per answer cell"
     assert sorted(t for e in listed for t in e.tests) == sorted(autograded_ids(nb)), (
@@ -49,12 +50,11 @@ def test_every_graded_exercise_names_what_it_may_not_call_and_each_name_exists(d
 
 @pytest.mark.parametrize("drop", DROPS)
 def test_every_drop_has_an_attack_that_calls_the_package(drop):
-    data = json.loads((ROOT / "source" / drop / "grading.json").read_text())
-    attacks = [m for m in data["mistakes"] if m["name"].startswith("calls_")]
+    attacks = [m for m in spec.load(grading_file(drop)).mistakes if m.name.startswith("calls_")]
     assert attacks, f"{drop}: add a mistake named calls_... that answers by calling a forbidden name"
     forbidden = {n.rsplit(".", 1)[-1] for e in exercises(drop) for n in e.forbid}
     for m in attacks:
-        assert any(name in m["feedback"] for name in forbidden), m["name"]
+        assert any(name in m.feedback for name in forbidden), m.name
 
 
 
@@ -66,7 +66,7 @@ def package(tmp_path_factory):
 
 def test_the_kernels_copy_holds_no_body(package):
     text = (package / "data_parallel" / "buckets.py").read_text()
-    body = (ROOT / "threeaxes" / "data_parallel" / "buckets.py").read_text()
+    body = (PACKAGE / "data_parallel" / "buckets.py").read_text()
     assert "def plan_buckets(*args, **kwargs):" in text
     assert "_withheld_call('threeaxes.data_parallel.buckets:plan_buckets'" in text
     assert "for " not in text.split("def plan_buckets")[1] and "for " in body.split("def plan_buckets")[1]
@@ -557,13 +557,13 @@ def test_without_a_grader_the_withheld_copy_says_so(package):
 
 # -- while a student works: the visible check says the same --------------------------------
 def test_the_packages_copy_of_the_exercises_is_grading_jsons():
-    assert (ROOT / "threeaxes/grading/own_work_data.py").read_text() == borrowed.package_source(), (
+    assert (PACKAGE / "grading" / "own_work_data.py").read_text() == borrowed.package_source(), (
         "run `python -m autograder.borrowed` after editing a grading.json's exercises")
 
 
 @pytest.mark.parametrize("drop", DROPS)
 def test_every_test_cell_starts_with_its_exercises_visible_check(drop):
-    nb = nbformat.read(ROOT / "source" / drop / f"{drop}.ipynb", as_version=4)
+    nb = nbformat.read(notebook(drop), as_version=4)
     cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source for c in nb.cells}
     for e in exercises(drop):
         for test in e.tests:

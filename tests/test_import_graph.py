@@ -45,15 +45,18 @@ TOP = ("threeaxes.plots", "threeaxes.display", "threeaxes.widgets", "threeaxes.g
 AUTOGRADER_LAYERS = (
     # the course's data and the small readers everything shares: per-drop references, stored
     # cases, the drops' minutes and grade ids, the cell predicates, the withheld copy of the
-    # package, what a submission's folder may hold
+    # package, what a submission's folder may hold, the repository's layout, the grading data
+    # read and checked, the grading phases' clock
     ("data", ("autograder.references", "autograder.cases", "autograder.drop_minutes", "autograder.judge",
-              "autograder.withheld", "autograder.one_notebook", "autograder.course", "autograder.spec")),
+              "autograder.withheld", "autograder.one_notebook", "autograder.course", "autograder.spec",
+              "autograder.spec_checks", "autograder.phases")),
     # the sandboxed kernel: isolation, budgets, the host, its client, forks, the oracle's workers
     ("runtime", ("autograder.sandbox", "autograder.budget", "autograder.cell_runner", "autograder.forked_kernel",
                  "autograder.kernel_host", "autograder.kernel_session", "autograder.oracle_worker",
                  "autograder.runtime")),
     # judging on top of the runtime: the oracle, the guard, the warm start of a drop's opening
-    ("judging", ("autograder.oracle", "autograder.borrowed", "autograder.warm_start", "autograder.judging")),
+    ("judging", ("autograder.oracle", "autograder.borrowed", "autograder.warm_start", "autograder.judging",
+                 "autograder.cell_seconds")),
     # what nbgrader_config.py names, and nbgrader's collect made safe
     ("nbgrader plugins", ("autograder.execute", "autograder.feedback", "autograder.inert", "autograder.core_points",
                           "autograder.safe_collect", "autograder.preprocessors")),

@@ -1,14 +1,14 @@
 """The start page's progress: a visible check run in the student's work folder leaves its
 result there (and nowhere else); a drop's core is done when each code answer of its core
 passed its latest check; the map shows it and names the next drop."""
-import json
 import shutil
 
 import nbformat
 import pytest
-from grading_harness import ROOT
 
 from autograder import cases
+from autograder.course import grading_file, notebook, release
+from autograder.spec import load
 from threeaxes import progress
 from threeaxes.course import DROPS
 from threeaxes.grading import visible
@@ -21,18 +21,16 @@ def work(tmp_path, monkeypatch):
     """A work folder as `make lab` makes it (its copy record, the release's notebooks), the
     kernel's working directory in drop 1's folder."""
     (tmp_path / ".copied.json").write_text("{}\n")
-    shutil.copytree(ROOT / "release", tmp_path / "release")
+    shutil.copytree(release(), tmp_path / "release")
     monkeypatch.chdir(tmp_path / "release" / DROP1)
     return tmp_path
 
 
 def drop1_solution():
-    nb = nbformat.read(ROOT / "source" / DROP1 / f"{DROP1}.ipynb", as_version=4)
+    nb = nbformat.read(notebook(DROP1), as_version=4)
     spec = visible.load("drop01")["axis_roles_answer"]
-    exercise = next(e for e in json.loads((ROOT / "source" / DROP1 / "grading.json").read_text())["exercises"]
-                    if e["answer"] == "axis_roles_answer")
-    return cases.defined(cases.solution_code(nb, "axis_roles_answer"), spec["call"],
-                         exercise["visible"].get("setup", []))
+    exercise = load(grading_file(DROP1)).exercise("axis_roles_answer")
+    return cases.defined(cases.solution_code(nb, "axis_roles_answer"), spec["call"], exercise.visible.setup)
 
 
 def row(number, work):

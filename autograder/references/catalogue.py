@@ -13,39 +13,42 @@ equals, without showing the drawn case.
 from __future__ import annotations
 
 import importlib
-import json
 from functools import cache
-from pathlib import Path
 
+from autograder import course, spec
 from threeaxes.grading import visible
-
-ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 @cache
+def record(drop: str, answer: str) -> spec.Exercise:
+    """The exercise `answer` of drop `drop` ("drop06"), as autograder.spec reads it."""
+    return spec.load(course.grading_file(course.drop_named(drop))).exercise(answer)
+
+
 def exercise(drop: str, answer: str) -> dict:
-    folder = next((ROOT / "source").glob(f"{drop}*"))
-    data = json.loads((folder / "grading.json").read_text())
-    return next(e for e in data["exercises"] if e["answer"] == answer)
+    """The exercise's entry as grading.json writes it (checked by autograder.spec)."""
+    return record(drop, answer).entry
 
 
-def _reference(drop: str, spec: dict):
-    return getattr(importlib.import_module(f"autograder.references.{drop}"), spec["reference"])
+def _visible(drop: str, answer: str) -> dict:
+    return record(drop, answer).visible.as_dict()
+
+
+def _reference(drop: str, vis: dict):
+    return getattr(importlib.import_module(f"autograder.references.{drop}"), vis["reference"])
 
 
 def mistakes(drop: str, answer: str) -> dict:
     """{name: (the mistaken function or value, what the student is told)}."""
     from autograder.cases import defined
 
-    entry = exercise(drop, answer)
-    spec = entry["visible"]
-    return {m["name"]: (defined("\n".join(m["code"]), spec["call"], spec.get("setup", [])), m["says"])
-            for m in entry["mistakes"]}
+    entry = record(drop, answer)
+    return {m.name: (defined(m.code, entry.visible.call, entry.visible.setup), m.says) for m in entry.mistakes}
 
 
-def _value(spec, fn, args):
+def _value(vis, fn, args):
     try:
-        return visible.plain(fn(*args), spec["form"], spec["call"])
+        return visible.plain(fn(*args), vis["form"], vis["call"])
     except Exception:  # noqa: BLE001 - a mistake that raises here is told apart by raising
         return None
 
@@ -54,16 +57,16 @@ def telling(drop: str, answer: str, draw, rng, n: int = 4, tries: int = 50) -> l
     """At least `n` cases drawn with `draw(rng)` (a list of argument tuples a call) that
     together tell every catalogued mistake apart from the right answer, and from each
     other where a drawn case can: a case is kept while it separates a pair not yet apart."""
-    spec = exercise(drop, answer)["visible"]
-    reference, wrong = _reference(drop, spec), mistakes(drop, answer)
+    vis = _visible(drop, answer)
+    reference, wrong = _reference(drop, vis), mistakes(drop, answer)
     names = ["right"] + list(wrong)
     apart = set()
     pairs = {(a, b) for i, a in enumerate(names) for b in names[i + 1:]}
     kept = []
     for _ in range(tries):
         for args in draw(rng):
-            values = {"right": visible.plain(reference(*args), spec["form"], "reference")}
-            values.update({name: _value(spec, fn, args) for name, (fn, _) in wrong.items()})
+            values = {"right": visible.plain(reference(*args), vis["form"], "reference")}
+            values.update({name: _value(vis, fn, args) for name, (fn, _) in wrong.items()})
             new = {(a, b) for a, b in pairs - apart if not visible.same(values[a], values[b])}
             if new or len(kept) < n:
                 kept.append(tuple(args))
@@ -81,27 +84,27 @@ def telling(drop: str, answer: str, draw, rng, n: int = 4, tries: int = 50) -> l
 def judge(drop: str, answer: str, student, cases) -> None:
     """AssertionError naming the mistake (or saying what to check) on the first drawn
     case the student's function gets wrong; the case's values stay hidden."""
-    spec = exercise(drop, answer)["visible"]
-    reference, wrong = _reference(drop, spec), mistakes(drop, answer)
+    vis = _visible(drop, answer)
+    reference, wrong = _reference(drop, vis), mistakes(drop, answer)
     got_all = []
     for args in cases:
         try:
-            got_all.append(visible.plain(student(*args), spec["form"], spec["call"]))
+            got_all.append(visible.plain(student(*args), vis["form"], vis["call"]))
         except AssertionError:
             raise
         except Exception as exc:  # noqa: BLE001 - the student's error, without the hidden input
-            raise AssertionError(f"on a case drawn at grading, {spec['call']} raised "
+            raise AssertionError(f"on a case drawn at grading, {vis['call']} raised "
                                  f"{type(exc).__name__}: {exc}") from None
-    wants = [visible.plain(reference(*args), spec["form"], "reference") for args in cases]
+    wants = [visible.plain(reference(*args), vis["form"], "reference") for args in cases]
     if all(visible.same(got, want) for got, want in zip(got_all, wants)):
         return
     # the mistake named is one that gives the student's value on every drawn case
     named = [says for fn, says in wrong.values()
-             if all(visible.same(_value(spec, fn, args), got) for args, got in zip(cases, got_all))]
+             if all(visible.same(_value(vis, fn, args), got) for args, got in zip(cases, got_all))]
     if named:
         raise AssertionError(f"on a case drawn at grading: {named[0]}")
-    raise AssertionError(f"on a case drawn at grading, {spec['call']} is not right; "
-                         f"{spec.get('otherwise', 'check it against the text above')}")
+    raise AssertionError(f"on a case drawn at grading, {vis['call']} is not right; "
+                         f"{vis.get('otherwise', 'check it against the text above')}")
 
 
 def judge_fixed(drop: str, answer: str, student, part=None) -> None:
@@ -110,26 +113,26 @@ def judge_fixed(drop: str, answer: str, student, part=None) -> None:
     values are computed now, from the reference and the mistakes' code. AssertionError
     naming the mistake the student's value equals (on `part` of it, where given: a dict
     key or tuple index this test cell grades), or saying what to check."""
-    spec = exercise(drop, answer)["visible"]
-    rel = spec.get("rel", visible.REL)
+    vis = _visible(drop, answer)
+    rel = vis.get("rel", visible.REL)
     pick = (lambda v: v) if part is None else (lambda v: visible._pick(v, part))
-    reference, wrong = _reference(drop, spec), mistakes(drop, answer)
-    for args in spec["args"]:
-        where = visible._call(spec, args) + ("" if part is None else f"[{part!r}]")
-        got = visible.plain(visible._answer_for(spec, student, args), spec["form"], visible._call(spec, args))
-        want = visible.plain(reference(*args), spec["form"], "reference")
+    reference, wrong = _reference(drop, vis), mistakes(drop, answer)
+    for args in vis["args"]:
+        where = visible._call(vis, args) + ("" if part is None else f"[{part!r}]")
+        got = visible.plain(visible._answer_for(vis, student, args), vis["form"], visible._call(vis, args))
+        want = visible.plain(reference(*args), vis["form"], "reference")
         if visible.same(pick(got), pick(want), rel):
             continue
         named = [says for fn, says in wrong.values()
-                 if visible.same(pick(_fixed_value(spec, fn, args)), pick(got), rel)]
+                 if visible.same(pick(_fixed_value(vis, fn, args)), pick(got), rel)]
         if named:
             raise AssertionError(f"{where} = {visible._short(pick(got))}: {named[0]}")
         raise AssertionError(f"{where} = {visible._short(pick(got))} is not right; "
-                             f"{spec.get('otherwise', 'check it against the text above')}")
+                             f"{vis.get('otherwise', 'check it against the text above')}")
 
 
-def _fixed_value(spec, fn, args):
+def _fixed_value(vis, fn, args):
     try:
-        return visible.plain(visible._answer_for(spec, fn, args), spec["form"], spec["call"])
+        return visible.plain(visible._answer_for(vis, fn, args), vis["form"], vis["call"])
     except Exception:  # noqa: BLE001 - a mistake that raises here is told apart by raising
         return None
