@@ -1,8 +1,9 @@
 """Every drop through the real nbgrader CLI, in one temporary course.
 
 What a drop grades is data beside its notebook, `source/<drop>/grading.json`
-(the format is in CONTRIBUTING.md, "The grading data"). One course holds
-every drop that has such a file, and these students submit to each drop:
+(read and checked by autograder/spec.py; CONTRIBUTING.md, "The grading data", says what
+each key is for). One course holds every drop that has such a file, and these students
+submit to each drop:
 
     solved_source       the instructor's notebook                      full marks
     untouched_release   the release as handed out                      0 on every auto-graded cell
