@@ -50,7 +50,7 @@ import nbformat
 from grading_attacks import ATTACKS, RUNS_OUT_OF_TIME, attacks_on
 
 from autograder import spec
-from autograder.course import GRADING_FILE, ROOT, graded_drops
+from autograder.course import GRADING_FILE, ROOT, graded_drops, notebook, notebook_in, students
 from autograder.course import folder as drop_folder
 from autograder.grade import nbgrader
 from autograder.spec import Mistake
@@ -151,7 +151,7 @@ def released_course(base: Path) -> Path:
             (course / "source").mkdir(parents=True)
             shutil.copy(ROOT / "nbgrader_config.py", course)
             for name in assignments():
-                shutil.copytree(ROOT / "source" / name, course / "source" / name)
+                shutil.copytree(drop_folder(name), drop_folder(name, course))
             generate(course, course, gradebook=course / "gradebook.db")
             (course / ".released").touch()
     return course
@@ -165,9 +165,9 @@ class Course:
         (self.root / "source").mkdir(parents=True)
         shutil.copy(ROOT / "nbgrader_config.py", self.root)
         for name in assignments:
-            shutil.copytree((released or ROOT) / "source" / name, self.root / "source" / name)
+            shutil.copytree(drop_folder(name, released or ROOT), drop_folder(name, self.root))
             if released:
-                shutil.copytree(released / "release" / name, self.root / "release" / name)
+                shutil.copytree(drop_folder(name, released, of="release"), drop_folder(name, self.root, of="release"))
         if released:
             shutil.copy(released / "gradebook.db", self.root)
         self.assignments = list(assignments)
@@ -199,18 +199,18 @@ class Course:
 
     # -- notebooks ----------------------------------------------------------------
     def source(self, assignment: str):
-        return nbformat.read(self.root / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+        return nbformat.read(notebook(assignment, self.root), as_version=4)
 
     def released(self, assignment: str):
-        return nbformat.read(self.root / "release" / assignment / f"{assignment}.ipynb", as_version=4)
+        return nbformat.read(notebook(assignment, self.root, of="release"), as_version=4)
 
     def submit(self, student: str, assignment: str, nb) -> None:
-        folder = self.root / "submitted" / student / assignment
+        folder = students(assignment, student, self.root)
         folder.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, folder / f"{assignment}.ipynb")
+        nbformat.write(nb, notebook_in(folder))
 
     def feedback_html(self, assignment: str, student: str) -> str:
-        return (self.root / "feedback" / student / assignment / f"{assignment}.html").read_text()
+        return notebook_in(students(assignment, student, self.root, of="feedback")).with_suffix(".html").read_text()
 
     def solved_release(self, assignment: str):
         """The released notebook with every answer cell's solution typed in."""
