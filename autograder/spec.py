@@ -177,6 +177,8 @@ def _load(path: Path, _stamps: tuple) -> DropSpec:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         at.fail(f"is not JSON ({exc}): fix the file")
+    # unknown keys first, then each part in turn: the exercises (what withholding reads) fail on
+    # their own faults before a file holding nothing else is told it lacks points and mistakes
     fields(at, data, required=(), optional=("points", "mistakes", "exercises"))
     exercises = tuple(_exercise(at[f"exercises[{i}]"], e) for i, e in enumerate(_list(at, data, "exercises")))
     mistakes = tuple(_mistake(at[f"mistakes[{i}]"], m) for i, m in enumerate(_list(at, data, "mistakes")))

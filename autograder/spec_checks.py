@@ -261,6 +261,14 @@ def check_against_notebook(at: At, spec, notebook: Path) -> None:
         _one_of(at[f"exercises[{i}].answer"], e.answer, answers, "answer cell")
         for k, gid in enumerate(e.tests):
             _one_of(at[f"exercises[{i}].tests[{k}]"], gid, tests, "auto-graded test cell")
+    unlisted = answers - {e.answer for e in spec.exercises}
+    if unlisted:
+        at["exercises"].fail(f"needs an entry for every answer cell of the notebook: add {sorted(unlisted)}")
+    listed = [t for e in spec.exercises for t in e.tests]
+    twice, orphans = {t for t in listed if listed.count(t) > 1}, set(tests) - set(listed)
+    if twice or orphans:
+        at["exercises"].fail(f"should list every auto-graded test cell in the tests of exactly one exercise: "
+                             f"listed twice {sorted(twice)}, in none {sorted(orphans)}")
     for i, m in enumerate(spec.mistakes):
         _one_of(at[f"mistakes[{i}].answer"], m.answer, answers, "answer cell")
         for k, gid in enumerate(m.loses):
