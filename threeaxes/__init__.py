@@ -2,7 +2,8 @@
 
 One folder per axis (data_parallel/, tensor_parallel/, pipeline/, sharding/),
 launch/ (N ranks from a notebook cell), cost/ (pure cost-model functions),
-grading/ (what the nbgrader checks use), widgets/ (calculators); small shared
+grading/ (what the nbgrader checks use), scenarios/ (the sizing drops'
+scenarios), widgets/ (calculators); small shared
 modules: dims (the (dp, tp, pp) layout), toy (the model and its data), comms
 (every collective, traced), trace; drawings in plots, notebook display in
 display. CONTRIBUTING.md has the map and which way imports go.
