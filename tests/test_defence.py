@@ -2,12 +2,12 @@
 process: the reference's numbers against derivations by hand written here, the solution
 passing, every catalogued mistake failing on its part only and named, the 3% tolerance
 far below the gap to every mistake, and the rivals' verdicts as the notebooks say them."""
-import json
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from autograder import spec
 from autograder.cases import defined, solution_code
 from autograder.references import defence
 from autograder.references import drop13 as reference13
@@ -22,9 +22,8 @@ ANSWER = "my_defence_answer"
 
 def exercise(drop):
     folder = ROOT / "source" / DROPS[drop][0]
-    grading = json.loads((folder / "grading.json").read_text())
     nb = nbformat.read(folder / f"{DROPS[drop][0]}.ipynb", as_version=4)
-    return next(e for e in grading["exercises"] if e["answer"] == ANSWER), nb
+    return spec.load(folder / "grading.json").exercise(ANSWER).entry, nb
 
 
 def bound(code, setup):

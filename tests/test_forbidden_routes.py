@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from forbidden_routes import PROBED_FORMS
 
+from autograder import spec
 from autograder.withheld import load_exercises
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +27,7 @@ KNOWN_OPEN: dict = {}
 def _exercises():
     found = []
     for path in sorted((ROOT / "source").glob("drop*/grading.json")):
-        for e in json.loads(path.read_text()).get("exercises", []):
+        for e in (exercise.entry for exercise in spec.load(path).exercises):
             vis = e.get("visible") or {}
             if not vis.get("ranks") and "reference" in vis and vis.get("form") in PROBED_FORMS:
                 key = f"{path.parent.name[:6]}/{e['answer']}"

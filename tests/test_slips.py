@@ -4,13 +4,12 @@ Each mistake's formula in threeaxes.grading.slips is checked against the catalog
 for it (the answer cell as a student who made the mistake writes it, in the drop's
 grading.json), run here, with the right value from the instructor's reference: the two are
 written independently, and a formula that drifts from its catalogued code fails."""
-import json
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from autograder import cases
+from autograder import cases, spec
 from autograder.references import drop10 as ref10
 from autograder.references import drop11 as ref11
 from autograder.references import drop12 as ref12
@@ -40,8 +39,7 @@ def _pieces(name):
 
 
 def _catalogue(folder, answer):
-    exercise = next(e for e in json.loads((ROOT / "source" / folder / "grading.json").read_text())["exercises"]
-                    if e["answer"] == answer)
+    exercise = spec.load(ROOT / "source" / folder / "grading.json").exercise(answer).entry
     nb = nbformat.read(ROOT / "source" / folder / f"{folder}.ipynb", as_version=4)
     call = exercise["visible"]["call"]
     code = {m["name"]: cases.defined("\n".join(m["code"]), call) for m in exercise["mistakes"]}

@@ -7,7 +7,7 @@ import nbformat
 import pytest
 from grading_harness import ROOT
 
-from autograder import cases
+from autograder import cases, spec
 from threeaxes.grading import visible
 
 FOLDERS = sorted(p for p in (ROOT / "source").glob("drop*") if (ROOT / "threeaxes" / "grading" / "cases"
@@ -20,8 +20,7 @@ def wrappers(setup) -> list[str]:
 
 
 def exercises(folder):
-    data = json.loads((folder / "grading.json").read_text())
-    return [e for e in data["exercises"] if e.get("visible")]
+    return [e.entry for e in spec.load(folder / "grading.json").exercises if e.visible]
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name[:6])

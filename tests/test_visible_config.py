@@ -10,7 +10,7 @@ import nbformat
 import pytest
 from grading_harness import ROOT
 
-from autograder import cases, config_cases
+from autograder import cases, config_cases, spec
 from threeaxes.grading import visible_config
 from threeaxes.grading.sizing import plain_config
 
@@ -19,8 +19,7 @@ FOLDERS = sorted(p for p in (ROOT / "source").glob("drop*")
 
 
 def exercises(folder):
-    data = json.loads((folder / "grading.json").read_text())
-    return [e for e in data["exercises"] if e.get("visible_config")]
+    return [e.entry for e in spec.load(folder / "grading.json").exercises if e.visible_config]
 
 
 def test_every_configuration_exercise_has_its_data():

@@ -11,7 +11,6 @@ selenium (`make test-browser` fails instead).
 """
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import time
@@ -32,7 +31,7 @@ from lab_page import (
     wait_for,
 )
 
-from autograder import workspace
+from autograder import spec, workspace
 from threeaxes import sections
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,8 +61,7 @@ return Boolean(kernel && kernel.status === 'idle');
 
 
 def passed_message(drop_folder: Path, answer: str) -> str:
-    exercises = json.loads((drop_folder / "grading.json").read_text())["exercises"]
-    return next(e["visible_config"]["passed"] for e in exercises if e["answer"] == answer)
+    return spec.load(drop_folder / "grading.json").exercise(answer).visible_config.passed
 
 
 def core_cells_before(nb, answer: str) -> list[int]:
