@@ -88,8 +88,9 @@ class Recorder:
 
 def measured(course_root: Path, assignment: str, notebook: str, measure) -> dict[str, float]:
     """The model solution's seconds per cell key for source/<assignment>/<notebook>.ipynb: read
-    where they were measured on this very notebook, else `measure(nb)` (a Recorder's seconds)
-    and kept. Empty where the course has no such notebook (every cell keeps the course's limit)."""
+    where they were measured on this very notebook, else `measure(nb)` (a Recorder's seconds, or
+    None where the model could not be run) and kept. Empty where the course has no such notebook
+    or the model could not be run: every cell keeps the course's limit."""
     import nbformat
 
     source = Path(course_root) / "source" / assignment / f"{notebook}.ipynb"
@@ -109,6 +110,8 @@ def measured(course_root: Path, assignment: str, notebook: str, measure) -> dict
             pass
         with phases.timed("cell limits"):
             seconds = measure(nbformat.reads(data.decode(), as_version=4))
+        if seconds is None:   # the model could not be run: the course's limit, measured again next time
+            return {}
         scratch = kept.with_suffix(f".{os.getpid()}.tmp")
         scratch.write_text(json.dumps({"digest": digest, "seconds": seconds}, indent=1, sort_keys=True))
         os.replace(scratch, kept)

@@ -65,7 +65,7 @@ class JudgedExecute(Execute):
         limits = cell_seconds.Limits(self.timeout, factor=self.cell_limit_factor, floor_s=self.cell_limit_floor)
         if limits.factor > 0:   # before this submission's host: measuring may open another
             limits.seconds = cell_seconds.measured(Path.cwd(), assignment, notebook,
-                                                   lambda model: model_seconds(model, **host))
+                                                   lambda model: self._model_seconds(model, host))
         opening = warm_start.host_for(nb, instructors=shared, isolate=isolate, files=files,
                                       withheld=guard.paths if guard else None, timeout=self.timeout)
         if opening.sandbox.get("refused"):
@@ -81,17 +81,26 @@ class JudgedExecute(Execute):
                 kernel.close()
         return nb, resources
 
+    def _model_seconds(self, model, host: dict) -> dict | None:
+        try:
+            return model_seconds(model, **host)
+        except Exception as exc:  # noqa: BLE001 - the submission is graded all the same, under Execute.timeout
+            self.log.warning("the model solution's cell times could not be measured (%s: %s): every cell "
+                             "keeps Execute.timeout", type(exc).__name__, exc)
+            return None
 
-def model_seconds(model, *, timeout: float, **host) -> dict[str, float]:
+
+def model_seconds(model, *, timeout: float, **host) -> dict[str, float] | None:
     """The seconds of each cell of the instructor's notebook `model`, graded as a submission is
     (a kernel forked from the worker's host for its opening, test cells judged here, no guard:
-    the instructor's solutions may call what the students may not)."""
+    the instructor's solutions may call what the students may not); None if no kernel started."""
     opening = warm_start.host_for(model, instructors={s.strip() for s in warm_start.opening_cells(model)},
                                   timeout=timeout, **host)
     recorder = cell_seconds.Recorder()
     with phases.quiet(), opening.session(timeout) as kernel:
-        if kernel.alive:
-            run_notebook(model, kernel, timeout, None, kernel.oracle, opening=opening.outputs, recorder=recorder)
+        if not kernel.alive:   # the grader's trouble: measured another time
+            return None
+        run_notebook(model, kernel, timeout, None, kernel.oracle, opening=opening.outputs, recorder=recorder)
     return recorder.seconds
 
 

@@ -4,7 +4,9 @@
     reply = kernel.run({"source": "x = 1", "timeout": 90})
     kernel.stop()                  # with every process it started
 
-The child runs `serve_cells`: each cell it is sent, in the IPython shell it
+The child starts its own forkserver first where the drop imports threeaxes' launch
+(`_fork_a_forkserver`: a fork of itself, so its first launch is as fast as a warm one),
+then runs `serve_cells`: each cell it is sent, in the IPython shell it
 inherited from the host with the host's opening cells already run, one JSON
 line back with the outputs. The host relays and keeps the time: a cell past
 its timeout is interrupted (SIGINT, as Jupyter does); one that still does not
@@ -60,13 +62,13 @@ class Kernel:
                                            announce=lambda p: os.write(from_kernel, b"%d\n" % p))
                 if not host.namespaces:
                     os.write(from_kernel, b"%d\n" % os.getpid())
-                launches = _forget_the_hosts_helpers()
+                _forget_the_hosts_helpers()
                 folder = host.settings.get("oracle_folder")
                 if folder:
                     os.environ.pop("THREEAXES_ORACLE", None)
                     if oracle and "/" not in oracle:
                         os.environ["THREEAXES_ORACLE"] = f"{folder['here']}/{oracle}"
-                if launches:   # the drop launches ranks: this kernel's forkserver, warm from the start
+                if getattr(host, "warm", False):   # the drop may launch ranks: its forkserver, warm at once
                     _fork_a_forkserver(keep=(0, 1, 2))
                 serve_cells(host.runner, os.fdopen(to_kernel, "r"), os.fdopen(from_kernel, "w", buffering=1))
             finally:
@@ -142,12 +144,10 @@ def serve_cells(runner, requests, replies) -> None:
         replies.write(dumps({"outputs": outputs}) + "\n")
 
 
-def _forget_the_hosts_helpers() -> bool:
+def _forget_the_hosts_helpers() -> None:
     """The forkserver and resource tracker the opening cells started belong to the host's
-    world; this kernel starts its own. Returns whether the host had a forkserver (its opening
-    launched ranks)."""
+    world; this kernel starts its own."""
     forkserver = sys.modules.get("multiprocessing.forkserver")
-    had = forkserver is not None and forkserver._forkserver._forkserver_pid is not None
     if forkserver is not None:
         server = forkserver._forkserver
         server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
@@ -156,7 +156,6 @@ def _forget_the_hosts_helpers() -> bool:
     if tracker is not None:
         tracker._resource_tracker._fd = tracker._resource_tracker._pid = None
         tracker._resource_tracker._lock = threading.RLock()
-    return had
 
 
 def _fork_a_forkserver(keep) -> None:
@@ -208,22 +207,25 @@ def _blank_descriptors_but(kept: set[int]) -> None:
     os.close(null)
 
 
-def warm_for_forks() -> None:
-    """In the host, before its first fork, where its opening launched ranks: what a warm
-    forkserver imports while idle (threeaxes' DEFERRED), once, so that every kernel's server
-    forked from it has it already."""
-    forkserver = sys.modules.get("multiprocessing.forkserver")
-    if forkserver is None or forkserver._forkserver._forkserver_pid is None:
-        return
+def warm_for_forks() -> bool:
+    """In the host, before its first fork, where its opening imported threeaxes' launch (the
+    drop may launch ranks): the forkserver's settings and what a warm one imports while idle
+    (threeaxes' DEFERRED), once, so that every kernel's server forked from it has them.
+    Returns whether it did (each kernel then forks its server, `_fork_a_forkserver`)."""
+    if "threeaxes.launch.launcher" not in sys.modules:
+        return False
     import importlib
 
     from threeaxes.launch import prestart
 
+    if prestart.forkserver_context().get_start_method() != "forkserver":
+        return False
     for name in prestart.DEFERRED:
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - as the forkserver's own: a module that fails is left to the ranks
             continue
+    return True
 
 
 def _outputs(line: str | None) -> list | None:

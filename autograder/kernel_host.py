@@ -11,12 +11,13 @@ one JSON line at a time on stdin:
     {"end": true}                     ->  {"ended": true}
 
 Before its first fork it runs cells itself: a drop's opening cells, the same
-for every submission (autograder/warm_start.py), and where they launched ranks,
-imports what a warm forkserver holds ("warm"), so that each kernel's own
-forkserver, forked from the kernel before the student's code runs, is warm at once. Each fork then starts one
-submission's kernel from that state: a child with its own copy of /tmp, its own
-PID namespace and no privilege over the mounts (`sandbox.enter_kernel_world`),
-so nothing it does reaches this process or the next submission. Cells go to
+for every submission (autograder/warm_start.py), and where they imported threeaxes'
+launch, what a warm forkserver holds ("warm"), so that each kernel's own
+forkserver, forked from the kernel before the student's code runs, is warm at once.
+Each fork then starts one submission's kernel from that state: a child with its
+own copy of /tmp, its own PID namespace and no privilege over the mounts
+(`sandbox.enter_kernel_world`), so nothing it does reaches this process or the
+next submission. Cells go to
 that child until "end" stops it with every process it started
 (autograder/forked_kernel.py).
 
@@ -100,6 +101,7 @@ class Host:
         self.runner, self.replies, self.namespaces, self.settings = runner, replies, namespaces, settings
         self.kernel: Kernel | None = None
         self.forked = False
+        self.warm = False   # each kernel forks its own forkserver (forked_kernel.warm_for_forks)
 
     def serve(self, requests) -> None:
         while True:
@@ -109,14 +111,14 @@ class Host:
             request = json.loads(line)
             if "fork" in request:
                 self._end()
-                if not self.forked:
-                    warm_for_forks()
+                if not self.forked and not self.warm:
+                    self.warm = warm_for_forks()
                 self.kernel, self.forked = Kernel.fork(self, oracle=request.get("oracle")), True
                 reply = {"forked": self.kernel.pid is not None}
             elif "warm" in request:   # the opening's last step (autograder/warm_start.py)
                 if not self.forked:
-                    warm_for_forks()
-                reply = {"warmed": not self.forked}
+                    self.warm = warm_for_forks()
+                reply = {"warmed": self.warm}
             elif "end" in request:
                 self._end()
                 reply = {"ended": True}

@@ -138,21 +138,21 @@ def test_a_kernel_that_forges_its_replies_is_stopped_and_the_host_goes_on():
         host.close()
 
 
-LAUNCHES = ("from threeaxes.launch import launch\n"
-            "def world(rank, size):\n    return size\n"
-            "print(launch(world, 2))")
+IMPORTS_LAUNCH = "from threeaxes.launch import launch\ndef world(rank, size):\n    return size\n"
 SERVER = ("import multiprocessing.forkserver as f, os\nserver = f._forkserver._forkserver_pid\n"
           "print(server, open(f'/proc/{server}/cmdline', 'rb').read() == open('/proc/self/cmdline', 'rb').read())")
 
 
 @linux
-def test_where_the_opening_launched_each_kernel_has_its_own_forkserver_forked_from_it():
+@pytest.mark.parametrize("opening_launches", [True, False], ids=["opening launches", "opening imports launch"])
+def test_where_the_opening_imported_launch_each_kernel_has_its_own_forkserver_forked_from_it(opening_launches):
     """Not the host's (that one is the opening's), and not a fresh interpreter that imports
     torch again on the first launch: a fork of the kernel, made before the student's code ran."""
     host = KernelHost(isolate=True)
     try:
-        assert printed(host.run_cell(LAUNCHES, 60)) == "[2, 2]\n"
-        host.request({"warm": True}, 60)
+        opened = printed(host.run_cell(IMPORTS_LAUNCH + ("print(launch(world, 2))" if opening_launches else ""), 60))
+        assert opened == ("[2, 2]\n" if opening_launches else "")
+        assert host.request({"warm": True}, 60) == {"warmed": True}
         servers = []
         for _ in range(2):
             with KernelSession(host, timeout=60) as kernel:
