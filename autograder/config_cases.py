@@ -6,7 +6,7 @@
 An exercise of a drop's `grading.json` with a "visible_config" entry:
 
     "visible_config": {"name": "fix_config",
-                       "scenario": "threeaxes.grading.drop10.SCENARIO",
+                       "scenario": "threeaxes.scenarios.drop10.SCENARIO",
                        "margin": 0.1, "micro_batch": null, "bubble_target": null,
                        "setup": ["from threeaxes.cost import get_model", ...],
                        "passed": "..."}

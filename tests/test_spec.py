@@ -101,7 +101,7 @@ FAULTS = [
      "did you mean 'memory'?"),
     (DROP10, _set(("exercises", 2, "mistakes", 0, "when"), {"tensor_parallel": 2}), "exercises[2].mistakes[0].when",
      "is no key of a configuration"),
-    (DROP10, _set(("exercises", 2, "visible_config", "scenario"), "threeaxes.grading.drop10.SCENARI"),
+    (DROP10, _set(("exercises", 2, "visible_config", "scenario"), "threeaxes.scenarios.drop10.SCENARI"),
      "exercises[2].visible_config.scenario", "a drop's scenario"),
 ]
 
