@@ -40,3 +40,13 @@ def test_the_table_sums_each_phase_over_the_class():
     fork = next(line for line in table.splitlines() if line.split()[0] == "fork")
     assert fork.split()[1:5] == ["3.0", "s", "25.0%", "1.50"]      # 3 of 12 s; 3 s over 2 submissions
     assert "2.0 submissions a minute" in table
+
+
+def test_the_grader_counts_what_the_worker_did_not_as_its_own_side():
+    from autograder.grade import _phases
+
+    # 7 s from handing the submission over to its answer; the worker accounts for 5.5 s of it
+    said = {"phases": {"worker start": 2.0, "fork": 0.5, "nbgrader": 3.0, "odd": "x"}}
+    spent = _phases(said, 7.0)
+    assert spent == {"worker start": 2.0, "fork": 0.5, "nbgrader": 3.0, "grader side": 1.5}
+    assert _phases({}, 0.25) == {"grader side": 0.25}      # a refusal or a dead worker: no phases
