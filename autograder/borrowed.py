@@ -6,7 +6,7 @@ that compute its answer or do its work ("forbid"). In a graded run:
 
 1. the student's kernel gets a copy of `threeaxes` in which each of those functions
    of the drop has lost its body (`stub_package`): the body asks the grader for the
-   result (`threeaxes.grading.oracle`), so the code is not in the kernel, under any
+   result (`threeaxes.grading.wire.oracle`), so the code is not in the kernel, under any
    name, in any file or in any subprocess or rank the kernel starts;
 2. the grader answers those requests with its own copy (`Oracle`), in a worker process
    with a time limit and a memory limit, requests and answers capped in size, and notes

@@ -39,7 +39,7 @@ _SOURCE = ("import sys; sys.path.insert(0, {root!r}); "
 
 
 def raised(exc_type: type, text: str) -> str:
-    """A reply that raises `exc_type(text)` in the kernel (threeaxes.grading.oracle.call)."""
+    """A reply that raises `exc_type(text)` in the kernel (threeaxes.grading.wire.oracle.call)."""
     return json.dumps({"__raised__": [[c.__name__ for c in exc_type.__mro__], str(text)[:2000]]})
 
 

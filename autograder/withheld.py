@@ -1,6 +1,6 @@
 """The kernel's copy of the package: each function an exercise forbids ("forbid" in a drop's
 grading.json, read by `autograder.spec`) loses its body, which asks the grader instead
-(`autograder.oracle`). Its arguments and result cross as data (threeaxes.grading.wire_data; a
+(`autograder.oracle`). Its arguments and result cross as data (threeaxes.grading.wire.data; a
 pipeline Plan is one of its records), so no forbidden body is anywhere in the kernel.
 """
 from __future__ import annotations
@@ -24,8 +24,8 @@ __all__ = ["PACKAGE", "WITHHELD_MARKER", "Exercise", "definition", "load_exercis
 
 
 _STUB = '''{indent}def {name}(*args, **kwargs):
-{indent}    """Withheld in this graded run: the grader computes it (threeaxes.grading.oracle)."""
-{indent}    from threeaxes.grading.oracle import call as _withheld_call
+{indent}    """Withheld in this graded run: the grader computes it (threeaxes.grading.wire.oracle)."""
+{indent}    from threeaxes.grading.wire.oracle import call as _withheld_call
 {indent}    return _withheld_call({path!r}, args, kwargs)
 '''
 _KEPT_DECORATORS = {"staticmethod", "classmethod"}

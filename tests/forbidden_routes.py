@@ -49,8 +49,8 @@ from autograder.spec import definition, load_exercises  # noqa: E402
 SKIPPED_MODULES = ("threeaxes.launch", "threeaxes.widgets", "threeaxes.plots", "threeaxes.display",
                    "threeaxes.train", "threeaxes.train_reference", "threeaxes.progress", "threeaxes.practice",
                    "threeaxes.course", "threeaxes.comms", "threeaxes.trace",
-                   "threeaxes.grading.ranks", "threeaxes.grading.wire", "threeaxes.grading.wire_data",
-                   "threeaxes.grading.oracle", "threeaxes.grading.own_work", "threeaxes.grading.shown",
+                   "threeaxes.grading.ranks", "threeaxes.grading.wire", "threeaxes.grading.wire.data",
+                   "threeaxes.grading.wire.oracle", "threeaxes.grading.own_work", "threeaxes.grading.shown",
                    "threeaxes.grading.visible", "threeaxes.grading.visible_config",
                    "threeaxes.pipeline.measure", "threeaxes.pipeline.executor", "threeaxes.pipeline.torch_plans")
 PROBED_FORMS = {"number", "int", "int_tuple", "int_lists", "number_dict", "text", "raw"}

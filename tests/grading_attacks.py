@@ -97,11 +97,11 @@ ctypes.CDLL(None).shmget(0x7A3B, 4096, 0o1666)
 ''',
 
     # every answer the grader asks for comes back as a forged reply: an attribute chain to
-    # os.abort, one to shutil.rmtree, a dataclass with a rigged field, an exit (wire_data.py)
+    # os.abort, one to shutil.rmtree, a dataclass with a rigged field, an exit (threeaxes/grading/wire/data.py)
     "forges-replies": '''
 import json
 import threeaxes.grading.wire as wire
-FORGED = [{"__function__": "threeaxes.grading.oracle:os.abort"},
+FORGED = [{"__function__": "threeaxes.grading.wire.oracle:os.abort"},
           {"__import__": "torch.hub:shutil.rmtree"},
           {"__dataclass__": "threeaxes.cost.memory:ModelStateBytes", "fields": {"__eq__": "os:abort"}},
           {"__raised__": [["SystemExit", "BaseException"], "bye"]}]

@@ -81,7 +81,7 @@ def short_dir():
 
 def test_the_grader_answers_as_data_and_records_each_call(short_dir, monkeypatch):
     from threeaxes.data_parallel import plan_buckets
-    from threeaxes.grading import oracle as client
+    from threeaxes.grading.wire import oracle as client
 
     oracle = oracle_module.Oracle({"threeaxes.data_parallel.buckets:plan_buckets"}, short_dir)
     try:

@@ -113,7 +113,7 @@ def test_a_plan_crosses_to_the_grader_which_refuses_its_functions_while_their_ex
 
     from autograder import borrowed, withheld
     from autograder import oracle as oracle_module
-    from threeaxes.grading import oracle as client
+    from threeaxes.grading.wire import oracle as client
 
     package = withheld.stub_package(PLAN_PATHS, tmp_path)
     text = (package / "pipeline" / "schedules.py").read_text()

@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from autograder.judge import judge_cell
-from threeaxes.grading import as_number, check_on_ranks, wire, wire_data
+from threeaxes.grading import as_number, check_on_ranks, wire
 from threeaxes.grading.wire import Answers, KernelGone, LocalKernel, Opaque, ReplyRefused, is_remote
+from threeaxes.grading.wire import data as wire_data
 
 REQUEST = re.compile(r"reply\(globals\(\), (\".*\"), '([0-9a-f]+)'\)$")
 
@@ -53,7 +54,7 @@ def no_abort(monkeypatch):
 
 # -- forged replies -----------------------------------------------------------------------------
 def test_an_attribute_chain_to_os_abort_under_a_trusted_package_is_opaque(no_abort):
-    answers = forged(answer={"__import__": "threeaxes.grading.oracle:os.abort"},
+    answers = forged(answer={"__import__": "threeaxes.grading.wire.oracle:os.abort"},
                      module={"__module__": "os"}, chain={"__import__": "torch:os.abort"})
     got = answers.get(["answer", "module", "chain"])
     assert all(isinstance(got[k], Opaque) for k in got), got
@@ -80,7 +81,7 @@ def test_a_dataclass_with_an_extra_attribute_or_a_forged_field_is_opaque(no_abor
     good = forged(cfg={"__record__": "threeaxes.toy:ToyConfig", "fields": fields}).get(["cfg"])["cfg"]
     from threeaxes.toy import ToyConfig
     assert type(good) is ToyConfig and good == ToyConfig(d_model=16, n_heads=2)
-    abort = {"__import__": "threeaxes.grading.oracle:os.abort"}
+    abort = {"__import__": "threeaxes.grading.wire.oracle:os.abort"}
     bad = {
         "old_tag": {"__dataclass__": "threeaxes.toy:ToyConfig", "fields": {**fields, "__eq__": abort}},
         "extra": {"__record__": "threeaxes.toy:ToyConfig", "fields": {**fields, "__class__": 1}},
@@ -110,7 +111,7 @@ def value_why(value) -> str:
 
 
 def test_a_namedtuple_or_record_naming_a_function_is_opaque(no_abort):
-    abort = "threeaxes.grading.oracle:os.abort"
+    abort = "threeaxes.grading.wire.oracle:os.abort"
     got = forged(nt={"__namedtuple__": abort, "values": []},
                  rec={"__record__": abort, "fields": {}},
                  method={"__record__": "threeaxes.cost.memory:ModelStateBytes.__new__", "fields": {}},

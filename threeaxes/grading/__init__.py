@@ -2,7 +2,9 @@
 fresh ranks, the visible checks (`visible.py`, `visible_config.py`: stored cases, no
 reference answer). The references the hidden tests judge with are on the
 instructor's side (`autograder/references/`); the sizing drops' scenarios, which the
-checks judge answers in, are course content (`threeaxes.scenarios`).
+checks judge answers in, are course content (`threeaxes.scenarios`). The kernel's
+side of the grader's protocol (reading answers as data, asking for a withheld
+function) is `wire/`.
 
 Two rules:
 

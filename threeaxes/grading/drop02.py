@@ -21,7 +21,7 @@ CHECK_CONFIG = ToyConfig(vocab_size=16, d_model=16, n_heads=2, n_layers=2, seq_l
 EXAMPLES_PER_RANK, SEED = 2, 2
 
 
-def gradients_after_average(rank, world_size, student_fn, examples_per_rank=EXAMPLES_PER_RANK, seed=SEED):
+def gradients_after_average(rank: int, world_size: int, student_fn, examples_per_rank=EXAMPLES_PER_RANK, seed=SEED):
     """On one dp rank: backward on this rank's slice, then `student_fn(model, dims)`.
     Returns plain values: {"rank", "error" (None or what the function raised),
     "grads" ({name: the gradient flattened to floats, or None where p.grad is gone}),

@@ -31,7 +31,7 @@ def exercise_tensors(tokens: int, d_in: int, d_out: int, seed: int = 0):
     return x, w
 
 
-def column_split_outputs(rank, world_size, student_fn, tokens=3, d_in=4, d_out=6, seed=0):
+def column_split_outputs(rank: int, world_size: int, student_fn, tokens=3, d_in=4, d_out=6, seed=0):
     """On one tp rank: `student_fn(x, w, dims)`, run to the end on every rank before
     anything is judged (so no rank waits on another). Returns plain values: {"rank",
     "error", "returned" (type name), "outputs" (each returned value, `plain_tensor`),
@@ -51,7 +51,7 @@ def column_split_outputs(rank, world_size, student_fn, tokens=3, d_in=4, d_out=6
     return result
 
 
-def tp_block_collectives(rank, world_size, cfg, batch):
+def tp_block_collectives(rank: int, world_size: int, cfg, batch):
     """Measured on `world_size` tp ranks (the grader's own ranks): block 0 of
     ToyTransformer(cfg, seed=0) cut by TPBlock, one forward and one backward of a
     (batch, seq_len, d_model) input. Returns (all-reduces forward, all-reduces

@@ -62,7 +62,7 @@ def covers(stages, n_layers: int, pp: int) -> bool:
     return len(stages) == pp and sorted(i for s in stages for i in s) == list(range(n_layers))
 
 
-def stage_split_params(rank, world_size, student_fn, n_layers=N_LAYERS, m=MICROBATCHES, seed=SEED):
+def stage_split_params(rank: int, world_size: int, student_fn, n_layers=N_LAYERS, m=MICROBATCHES, seed=SEED):
     """On one pipeline rank: the student's stages, then one 1F1B training step of
     check_config(n_layers) on batch `seed` in m microbatches. Returns plain values:
     {"rank", "error", "stages", "params" ({name: {"shape", "values" (flattened

@@ -16,7 +16,7 @@ __all__ = ["LAUNCH_BUCKET_CONFIG", "launch_bucket_setup", "launch_bucket_results
 LAUNCH_BUCKET_CONFIG = {"vocab_size": 16, "d_model": 8, "n_heads": 2, "n_layers": 2, "seq_len": 8}
 
 
-def launch_bucket_setup(config, per_rank, seed, world_size):
+def launch_bucket_setup(config, per_rank, seed: int, world_size: int):
     """The model config and the global batch of the launch_bucket check."""
     import torch
 
@@ -26,7 +26,7 @@ def launch_bucket_setup(config, per_rank, seed, world_size):
     return cfg, make_batch(cfg, per_rank * world_size, seed=seed)
 
 
-def launch_bucket_results(rank, world_size, launch_bucket, bucket_bytes, config=None, per_rank=2,
+def launch_bucket_results(rank: int, world_size: int, launch_bucket, bucket_bytes, config=None, per_rank=2,
                           seed=5) -> dict:
     """On fresh ranks: one backward through `DataParallel(..., launch_bucket=...)`; the raw results.
 

@@ -14,7 +14,7 @@ __all__ = ["CUTS", "one_process_mlp", "sp_mlp_config", "sp_mlp_results"]
 
 # -- exercise 2: the MLP half of a sequence-parallel block ---------------------------
 
-def one_process_mlp(cfg, batch, seed):
+def one_process_mlp(cfg, batch, seed: int):
     """The MLP sublayer in one process, with random (nonzero) biases, its input and a
     fixed output weighting; the gradients of the loss sum(y * w)."""
     import torch
@@ -49,7 +49,7 @@ def sp_mlp_config(seq_len, d_model):
     return ToyConfig(seq_len=seq_len, d_model=d_model, n_heads=1, dtype=torch.float64)
 
 
-def sp_mlp_results(rank, world_size, sp_mlp_sublayer, seq_len=8, batch=2, seed=0, d_model=32) -> dict:
+def sp_mlp_results(rank: int, world_size: int, sp_mlp_sublayer, seq_len=8, batch=2, seed=0, d_model=32) -> dict:
     """On fresh ranks: run the student's sequence-parallel MLP sublayer on this rank's
     slice and shards, then backward; return the raw results (plain values) for
     `judge_sp_mlp` to compare, in the grader, with one process:

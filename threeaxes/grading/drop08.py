@@ -16,7 +16,7 @@ from __future__ import annotations
 __all__ = ["mesh_layout_groups", "traced_counts"]
 
 
-def mesh_layout_groups(rank, world_size, dp, tp, pp) -> dict:
+def mesh_layout_groups(rank: int, world_size: int, dp, tp, pp) -> dict:
     """On fresh ranks: the groups and pipeline neighbours the DeviceMesh built for this
     rank, as plain lists and ints. No student code runs here: the grader's reference."""
     import torch.distributed as dist
@@ -29,7 +29,7 @@ def mesh_layout_groups(rank, world_size, dp, tp, pp) -> dict:
     return real
 
 
-def traced_counts(rank, world_size, runs) -> tuple:
+def traced_counts(rank: int, world_size: int, runs) -> tuple:
     """On fresh ranks: for each run (dp, tp, pp, m, n_layers), one real `train_3d` step
     of a small toy model; this rank's stage, parameter tensors and the collectives its
     trace counted, as plain values. No student code runs here: the grader's reference."""

@@ -23,7 +23,7 @@ def plain_vector(value):
     return type(value).__name__
 
 
-def gather_flat_results(rank, world_size, gather_flat, cases) -> tuple:
+def gather_flat_results(rank: int, world_size: int, gather_flat, cases) -> tuple:
     """On fresh ranks (dp = world_size), for each case {"numel", "shards": one list of
     numbers per dp rank}: what gather_flat(this rank's shard, numel, dims) gave back, the
     collectives it made as (op, axis), or the error it raised. Raw values only."""
@@ -49,7 +49,7 @@ def gather_flat_results(rank, world_size, gather_flat, cases) -> tuple:
     return tuple(out)
 
 
-def shard_gather_raw(rank, world_size, shard_flat, gather_flat, vectors) -> tuple:
+def shard_gather_raw(rank: int, world_size: int, shard_flat, gather_flat, vectors) -> tuple:
     """On fresh ranks (dp = world_size), for each flat vector: this rank's shard, what
     gather_flat gave back and the collectives it made as (op, axis), or the error raised.
     Raw values only: the grader judges them (`gather_mistake`)."""

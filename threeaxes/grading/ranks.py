@@ -81,6 +81,6 @@ def _import_course_modules_they_use(functions) -> None:
                 namespace[name] = fresh
 
 
-def _run_check_by_name(rank, world_size, module, name, *args):
+def _run_check_by_name(rank: int, world_size: int, module, name, *args):
     """Inside a fresh rank: import the reference check by name, then run it."""
     return getattr(importlib.import_module(module), name)(rank, world_size, *args)

@@ -55,7 +55,7 @@ class Action:
             if type(value) is not int or value < 0:
                 raise ValueError(f"Action {name}={value!r}; it must be an int >= 0")
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.stage}{self.kind}{self.microbatch}"
 
     __repr__ = __str__
@@ -70,7 +70,7 @@ class Plan(Mapping):
     it waits for.
     """
 
-    def __init__(self, slots: Mapping, name: str = "plan"):
+    def __init__(self, slots: Mapping, name: str = "plan") -> None:
         self.name = name
         ranks = sorted(slots)
         if not ranks or ranks != list(range(len(ranks))):
@@ -144,7 +144,7 @@ class Plan(Mapping):
     def __iter__(self):
         return iter(self._slots)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.p
 
     def actions(self, rank: int) -> list[Action]:
@@ -154,7 +154,7 @@ class Plan(Mapping):
     @property
     def slots(self) -> dict:
         """rank -> tuple of its slots: `Plan(plan.slots, plan.name)` is the same plan (what the
-        grading wire sends, threeaxes.grading.wire_data)."""
+        grading wire sends, threeaxes.grading.wire.data)."""
         return dict(self._slots)
 
     @property
@@ -170,7 +170,7 @@ class Plan(Mapping):
         """Idle slots over all slots, counted from the grid."""
         return Fraction(self.idle_slots(), self.p * self.n_slots)
 
-    def __str__(self):
+    def __str__(self) -> str:
         width = max(len(str(a)) for r in self for a in self.actions(r))
         head = f"{self.name}: p={self.p} m={self.m}" + (f" v={self.v}" if self.v > 1 else "")
         lines = [head + f", {self.n_slots} slots, {self.idle_slots()} idle (.)"]
@@ -180,7 +180,7 @@ class Plan(Mapping):
             lines.append(f"rank {r} | " + " ".join(c.center(width) for c in cells))
         return "\n".join(lines)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<Plan {self.name} p={self.p} m={self.m} v={self.v}>"
 
 

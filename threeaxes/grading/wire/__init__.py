@@ -26,7 +26,7 @@ saying why. A reply longer than `wire_data.MAX_REPLY_CHARS` is refused unread.
 Nothing the kernel sends is executed, unpickled or resolved by the grader, so
 the worst a tampered kernel can do is send wrong answers.
 
-The oracle of withheld functions (`threeaxes.grading.oracle`,
+The oracle of withheld functions (`threeaxes.grading.wire.oracle`,
 `autograder/borrowed.py`) uses the same two halves the other way round.
 The same path also runs inside one process (`LocalKernel`, for the tests of the
 wire itself); `python -m autograder.judge_check` runs a notebook the real way.
@@ -44,9 +44,9 @@ import pickle
 import secrets
 import sys
 
-from threeaxes.grading import wire_data
 from threeaxes.grading.ranks import is_remote
-from threeaxes.grading.wire_data import MAX_TENSOR_VALUES, Opaque, opaque  # noqa: F401  (re-exported)
+from threeaxes.grading.wire import data as wire_data
+from threeaxes.grading.wire.data import MAX_TENSOR_VALUES, Opaque, opaque  # noqa: F401  (re-exported)
 
 # -- inside the student's kernel ------------------------------------------------------------
 _handles: list = []   # objects the grader holds a Remote of, by index
@@ -175,7 +175,7 @@ class Remote:
                        # test cell imports threeaxes afresh
 
     def __init__(self, answers: Answers, handle: int, name: str, module: str = "__main__",
-                 qualname: str | None = None):
+                 qualname: str | None = None) -> None:
         self._answers, self._handle, self.__name__ = answers, handle, name
         self.__qualname__, self.__module__ = qualname or name, module
 
@@ -185,7 +185,7 @@ class Remote:
         return self._answers.request({"op": "call", "handle": self._handle,
                                       "args": self._answers.pickle_args(args, kwargs)})
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<notebook function {self.__name__}>"
 
 
@@ -193,7 +193,7 @@ class Answers:
     """The grader's side of the wire to one kernel. `run_code(code, timeout)` runs
     code there and returns what it printed (None if the kernel is gone)."""
 
-    def __init__(self, run_code, timeout: float = 90.0):
+    def __init__(self, run_code, timeout: float = 90.0) -> None:
         self.run_code, self.timeout = run_code, timeout
 
     def get(self, names) -> dict:
@@ -326,7 +326,7 @@ def _exception(names, message):
 class LocalKernel:
     """`run_code` on a namespace in this process: the wire without the sandbox."""
 
-    def __init__(self, namespace: dict):
+    def __init__(self, namespace: dict) -> None:
         self.namespace = namespace
 
     def __call__(self, code: str, timeout: float) -> str:

@@ -62,7 +62,7 @@ class Opaque:
     """A value the kernel could not send as data, or sent malformed. Any use of it as
     a value (a comparison, arithmetic, truth, iteration, a call) fails saying why."""
 
-    def __init__(self, why: str = "it is not plain data"):
+    def __init__(self, why: str = "it is not plain data") -> None:
         self.__dict__["why"] = why
 
     def _fail(self, *args, **kwargs):
@@ -78,10 +78,10 @@ class Opaque:
     def __getattr__(self, name):
         raise AttributeError(f"{type(self).__name__} from the notebook has no {name!r}: {self.why}")
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name, value) -> None:
         raise AttributeError("an Opaque placeholder cannot be changed")
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<{type(self).__name__} from the notebook: {self.why}>"
 
 
