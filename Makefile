@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed-stamp
 # pytest workers: 2 matches the 2-core machines the course is tested on
 JOBS   ?= 2
 
-.PHONY: lab lab-instructor reset lint test test-fast release grade grade-demo report student-repo bench clean-grading help
+.PHONY: lab lab-instructor reset lint typecheck test test-fast release grade grade-demo report student-repo bench clean-grading help
 
 help:
 	@echo "make lab        your copy of the course in work/ (new drops added, nothing overwritten),"
@@ -20,6 +20,7 @@ help:
 	@echo "make lab-instructor     JupyterLab on the repository itself, with nbgrader's formgrader"
 	@echo "make test       ruff, then the whole suite: package, notebooks (nbval), grading path"
 	@echo "make lint       ruff check (pyproject.toml's rules), as make test runs it first"
+	@echo "make typecheck  mypy on threeaxes/ (pyproject.toml's [tool.mypy]), as make test runs it first"
 	@echo "make test-browser  a student's session in headless Chromium (apt-get install chromium chromium-driver)"
 	@echo "make release    regenerate release/ from source/ with nbgrader"
 	@echo "make grade      autograde submitted/ (JOBS at once, each sandboxed), write feedback/ and grades.csv"
@@ -53,13 +54,17 @@ reset: $(LAB_STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# the files and rules are pyproject.toml's [tool.mypy]; its cache (.mypy_cache) makes a second run fast
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
 # a kernel can take over a minute to answer while the grading test loads both cores;
 # PYTHONPATH: the source notebooks' hidden tests import autograder.references
-test: lint
+test: lint typecheck
 	PYTHONPATH=$(CURDIR) $(BIN)/python -m pytest -n $(JOBS) --dist loadfile -p no:cacheprovider \
 	    tests --nbval-lax --nbval-kernel-startup-timeout=180 notebooks source --durations=15
 
-test-fast: lint
+test-fast: lint typecheck
 	$(BIN)/python -m pytest -n $(JOBS) -m "not slow" tests
 
 # the browser test alone (tests/browser); here a missing Chromium, driver or selenium fails it, by name

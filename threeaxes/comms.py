@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable, Iterator
+from typing import Any, Literal, overload
 
 import torch
 import torch.distributed as dist
@@ -43,6 +45,9 @@ import torch.distributed as dist
 from threeaxes import trace
 from threeaxes.dims import ParallelDims, check_axis, resolve
 from threeaxes.extra_axes import EXTRA_AXES, AxisLayout
+
+# what `dims=` takes: the three axes' layout, or cp's or ep's one-axis layout
+Layout = ParallelDims | AxisLayout
 
 __all__ = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send", "isend",
            "recv", "Pending"]
@@ -53,11 +58,11 @@ def _nbytes(tensor: torch.Tensor) -> int:
 
 
 @contextlib.contextmanager
-def _traced(op: str, axis: str, dims: ParallelDims, nbytes: int, peer: int | None = None):
+def _traced(op: str, axis: str, dims: Layout, nbytes: int, peer: int | None = None) -> Iterator[None]:
     start = time.time()
     yield
     if trace.recording():
-        trace.emit(trace.Event(dims.rank, trace.COMM, op, start, time.time(), axis=axis,
+        trace.emit(trace.Event(dims._me(), trace.COMM, op, start, time.time(), axis=axis,
                                group=tuple(dims.ranks(axis)), bytes=nbytes, peer=peer))
 
 
@@ -70,24 +75,25 @@ class Pending:
     The Event is emitted by `wait()`, into the traces recording at that moment.
     """
 
-    def __init__(self, work, op: str, axis: str, dims: ParallelDims, nbytes: int, *,
-                 start: float, result=None, finish=None):
+    def __init__(self, work: Any, op: str, axis: str, dims: Layout, nbytes: int, *,
+                 start: float, result: torch.Tensor | None = None,
+                 finish: Callable[[], torch.Tensor] | None = None) -> None:
         # `finish`, when given, runs once after the backend is done and returns the
         # result (all_gather concatenates the parts, reduce_scatter keeps its slice)
         self.work, self.result, self._finish = work, result, finish
-        self._event = dict(rank=dims.rank, kind=trace.COMM, op=op, start=start, axis=axis,
+        self._event: dict[str, Any] = dict(rank=dims.rank, kind=trace.COMM, op=op, start=start, axis=axis,
                            group=tuple(dims.ranks(axis)), bytes=nbytes)
-        self._done_at = None
+        self._done_at: float | None = None
         self._waited = False
         work.get_future().add_done_callback(self._note_done)
 
-    def _note_done(self, _future):
+    def _note_done(self, _future: object) -> None:
         self._done_at = time.time()
 
     def is_completed(self) -> bool:
-        return self.work.is_completed()
+        return bool(self.work.is_completed())
 
-    def wait(self):
+    def wait(self) -> torch.Tensor | None:
         """Block until the collective is done; return its tensor."""
         if not self._waited:
             self.work.wait()
@@ -99,7 +105,7 @@ class Pending:
         return self.result
 
 
-def _layout(axis, dims):
+def _layout(axis: str, dims: Layout | None) -> tuple[str, Layout]:
     if isinstance(dims, AxisLayout):   # cp or ep: the one axis it holds
         return dims.check_axis(axis), dims
     if axis in EXTRA_AXES:
@@ -108,7 +114,20 @@ def _layout(axis, dims):
     return check_axis(axis), resolve(dims)
 
 
-def all_reduce(tensor, axis: str, *, dims=None, op=dist.ReduceOp.SUM, async_op: bool = False):
+# the result: the tensor, or with async_op=True a Pending whose wait() gives it
+@overload
+def all_reduce(tensor: torch.Tensor, axis: str, *, dims: Layout | None = None, op: Any = dist.ReduceOp.SUM,
+               async_op: Literal[False] = False) -> torch.Tensor: ...
+@overload
+def all_reduce(tensor: torch.Tensor, axis: str, *, dims: Layout | None = None, op: Any = dist.ReduceOp.SUM,
+               async_op: Literal[True]) -> Pending: ...
+@overload
+def all_reduce(tensor: torch.Tensor, axis: str, *, dims: Layout | None = None, op: Any = dist.ReduceOp.SUM,
+               async_op: bool) -> torch.Tensor | Pending: ...
+
+
+def all_reduce(tensor: torch.Tensor, axis: str, *, dims: Layout | None = None, op: Any = dist.ReduceOp.SUM,
+               async_op: bool = False) -> torch.Tensor | Pending:
     """In place: every rank of this rank's `axis` group ends with the sum over the group.
 
     With `async_op=True` it returns at once with a `Pending`; the tensor holds
@@ -125,7 +144,20 @@ def all_reduce(tensor, axis: str, *, dims=None, op=dist.ReduceOp.SUM, async_op: 
     return tensor
 
 
-def all_gather(tensor, axis: str, *, dims=None, dim: int = 0, async_op: bool = False):
+# the result: the tensor, or with async_op=True a Pending whose wait() gives it
+@overload
+def all_gather(tensor: torch.Tensor, axis: str, *, dims: Layout | None = None, dim: int = 0,
+               async_op: Literal[False] = False) -> torch.Tensor: ...
+@overload
+def all_gather(tensor: torch.Tensor, axis: str, *, dims: Layout | None = None, dim: int = 0,
+               async_op: Literal[True]) -> Pending: ...
+@overload
+def all_gather(tensor: torch.Tensor, axis: str, *, dims: Layout | None = None, dim: int = 0,
+               async_op: bool) -> torch.Tensor | Pending: ...
+
+
+def all_gather(tensor: torch.Tensor, axis: str, *, dims: Layout | None = None, dim: int = 0,
+               async_op: bool = False) -> torch.Tensor | Pending:
     """Concatenate every rank's `tensor` along `dim`, in axis order.
 
     With `async_op=True` it returns at once with a `Pending` whose `.wait()`
@@ -145,7 +177,20 @@ def all_gather(tensor, axis: str, *, dims=None, dim: int = 0, async_op: bool = F
     return torch.cat(parts, dim=dim)
 
 
-def reduce_scatter(tensor, axis: str, *, dims=None, dim: int = 0, async_op: bool = False):
+# the result: the tensor, or with async_op=True a Pending whose wait() gives it
+@overload
+def reduce_scatter(tensor: torch.Tensor, axis: str, *, dims: Layout | None = None, dim: int = 0,
+                   async_op: Literal[False] = False) -> torch.Tensor: ...
+@overload
+def reduce_scatter(tensor: torch.Tensor, axis: str, *, dims: Layout | None = None, dim: int = 0,
+                   async_op: Literal[True]) -> Pending: ...
+@overload
+def reduce_scatter(tensor: torch.Tensor, axis: str, *, dims: Layout | None = None, dim: int = 0,
+                   async_op: bool) -> torch.Tensor | Pending: ...
+
+
+def reduce_scatter(tensor: torch.Tensor, axis: str, *, dims: Layout | None = None, dim: int = 0,
+                   async_op: bool = False) -> torch.Tensor | Pending:
     """Sum over the group, then keep only this rank's 1/n slice along `dim`.
 
     With `async_op=True` it returns at once with a `Pending` whose `.wait()`
@@ -183,7 +228,7 @@ def reduce_scatter(tensor, axis: str, *, dims=None, dim: int = 0, async_op: bool
     return out
 
 
-def all_to_all(tensor, axis: str, *, dims=None, dim: int = 0):
+def all_to_all(tensor: torch.Tensor, axis: str, *, dims: Layout | None = None, dim: int = 0) -> torch.Tensor:
     """Split `tensor` into n equal chunks along `dim`; chunk j goes to the j-th rank of the
     `axis` group, and the result concatenates, in axis order along `dim`, the chunk each rank
     sent here. (Ulysses exchanges heads for sequence with it; expert parallelism sends each
@@ -202,14 +247,14 @@ def all_to_all(tensor, axis: str, *, dims=None, dim: int = 0):
     return out.movedim(0, dim).contiguous()
 
 
-def _check_member(peer, axis, dims, what):
+def _check_member(peer: int, axis: str, dims: Layout, what: str) -> None:
     members = dims.ranks(axis)
     if peer not in members:
         raise ValueError(f"{what}={peer!r} is not in this rank's {axis} group {members}; "
                          f"pass a global rank from dims.ranks({axis!r})")
 
 
-def broadcast(tensor, axis: str, *, src: int, dims=None):
+def broadcast(tensor: torch.Tensor, axis: str, *, src: int, dims: Layout | None = None) -> torch.Tensor:
     """In place: every rank of the `axis` group ends with `src`'s tensor (a global rank)."""
     axis, dims = _layout(axis, dims)
     _check_member(src, axis, dims, "src")
@@ -218,7 +263,7 @@ def broadcast(tensor, axis: str, *, src: int, dims=None):
     return tensor
 
 
-def send(tensor, *, dst: int, axis: str = "pp", dims=None, tag: int = 0):
+def send(tensor: torch.Tensor, *, dst: int, axis: str = "pp", dims: Layout | None = None, tag: int = 0) -> None:
     """Point-to-point: hand `tensor` to global rank `dst` of this rank's `axis` group
     (blocks until taken). A recv matches a send with the same `tag` from the same peer."""
     axis, dims = _layout(axis, dims)
@@ -227,7 +272,8 @@ def send(tensor, *, dst: int, axis: str = "pp", dims=None, tag: int = 0):
         dist.send(tensor.contiguous(), dst=dst, tag=tag)
 
 
-def isend(tensor, *, dst: int, axis: str = "pp", dims=None, tag: int = 0):
+def isend(tensor: torch.Tensor, *, dst: int, axis: str = "pp", dims: Layout | None = None,
+          tag: int = 0) -> Any:
     """Point-to-point without waiting: post the send, return its work handle.
     Call `.wait()` on it before changing `tensor`. Traced as a "send" whose
     time is only the time to post it."""
@@ -239,7 +285,8 @@ def isend(tensor, *, dst: int, axis: str = "pp", dims=None, tag: int = 0):
     return work
 
 
-def recv(tensor, *, src: int, axis: str = "pp", dims=None, tag: int = 0):
+def recv(tensor: torch.Tensor, *, src: int, axis: str = "pp", dims: Layout | None = None,
+         tag: int = 0) -> torch.Tensor:
     """Point-to-point: fill `tensor` (right shape and dtype) from global rank `src`."""
     axis, dims = _layout(axis, dims)
     _check_member(src, axis, dims, "src")

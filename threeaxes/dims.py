@@ -32,6 +32,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+    from torch.distributed.device_mesh import DeviceMesh
 
 AXES = ("pp", "dp", "tp")  # mesh order: tp fastest
 
@@ -42,7 +47,7 @@ def _divisors(n: int) -> str:
     return "{" + ", ".join(str(d) for d in range(1, n + 1) if n % d == 0) + "}"
 
 
-def check_axis(axis) -> str:
+def check_axis(axis: str) -> str:
     if axis not in AXES:
         raise ValueError(f"axis={axis!r} does not exist; choose one of 'dp', 'tp', 'pp'")
     return axis
@@ -55,9 +60,9 @@ class ParallelDims:
     pp: int = 1
     world_size: int | None = None   # defaults to dp * tp * pp
     rank: int | None = None         # this process's global rank, when the layout is bound to one
-    mesh: object = field(default=None, compare=False, repr=False)  # the DeviceMesh, on ranks
+    mesh: DeviceMesh | None = field(default=None, compare=False, repr=False)  # on ranks
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for axis in ("dp", "tp", "pp"):
             size = getattr(self, axis)
             if type(size) is not int or size < 1:
@@ -73,7 +78,7 @@ class ParallelDims:
             self._check_rank(self.rank)
 
     # -- checks against a model ---------------------------------------------------
-    def check_model(self, cfg, v: int = 1) -> ParallelDims:
+    def check_model(self, cfg: Any, v: int = 1) -> ParallelDims:
         """Raise a ValueError that says what to change unless this layout splits `cfg`:
         tp must divide the heads and the MLP width, pp * v stages must not exceed the layers."""
         if cfg.n_heads % self.tp:
@@ -90,9 +95,10 @@ class ParallelDims:
         return self
 
     # -- pure arithmetic: any rank ---------------------------------------------------
-    def _check_rank(self, rank):
-        if type(rank) is not int or not 0 <= rank < self.world_size:
-            raise ValueError(f"rank={rank!r} is outside 0..{self.world_size - 1}")
+    def _check_rank(self, rank: int) -> None:
+        world_size = self.dp * self.tp * self.pp   # == self.world_size, checked when made
+        if type(rank) is not int or not 0 <= rank < world_size:
+            raise ValueError(f"rank={rank!r} is outside 0..{world_size - 1}")
 
     def coords(self, rank: int) -> dict[str, int]:
         """{'dp': i, 'tp': j, 'pp': k} of a global rank."""
@@ -111,7 +117,7 @@ class ParallelDims:
 
     def all_groups(self, axis: str) -> list[list[int]]:
         """Every group along `axis`, each a list of global ranks, lowest first."""
-        return [list(g) for g in sorted({tuple(self.axis_ranks(axis, r)) for r in range(self.world_size)})]
+        return [list(g) for g in sorted({tuple(self.axis_ranks(axis, r)) for r in range(self.dp * self.tp * self.pp)})]
 
     def pp_neighbours(self, rank: int) -> tuple[int | None, int | None]:
         """(previous, next) global rank in `rank`'s pipeline; None past either end."""
@@ -158,7 +164,7 @@ class ParallelDims:
     def is_last_stage(self) -> bool:
         return self.coord("pp") == self.pp - 1
 
-    def group(self, axis: str):
+    def group(self, axis: str) -> ProcessGroup:
         """PyTorch's process group along `axis` for this rank (from the DeviceMesh)."""
         check_axis(axis)
         if self.mesh is None:
@@ -214,7 +220,7 @@ def release() -> None:
     set_current(None)
     if mesh is None or getattr(mesh, "_threeaxes_released", False) or not dist.is_initialized():
         return
-    mesh._threeaxes_released = True
+    mesh._threeaxes_released = True   # type: ignore[attr-defined]  # the course's mark on PyTorch's mesh
     default = dist.distributed_c10d._get_default_group()
     made = {id(g): g for g in mesh.get_all_groups() if g is not default}
     for group in made.values():
@@ -228,7 +234,7 @@ def release() -> None:
         registry.clear()
 
 
-def _groups_alive(mesh) -> bool:
+def _groups_alive(mesh: DeviceMesh | None) -> bool:
     import torch.distributed as dist
 
     if mesh is None or getattr(mesh, "_threeaxes_released", False):
@@ -265,7 +271,7 @@ def resolve(dims: ParallelDims | None) -> ParallelDims:
 # given no dims and no layout is current. Only then: with a current layout its dp axis is used,
 # so a 3D run never averages or shards over the whole world by accident.
 
-def world_layout(process_group=None) -> ParallelDims:
+def world_layout(process_group: ProcessGroup | None = None) -> ParallelDims:
     """Every rank as one data-parallel axis (dp = world size), on the default process group
     or on `process_group` when that holds every rank. Its "dp" group is that group itself
     (a DeviceMesh wrapped around it), so no process group is made and nothing needs freeing."""
@@ -279,11 +285,12 @@ def world_layout(process_group=None) -> ParallelDims:
                            "ParallelDims.init(dp=..., tp=..., pp=...))")
     group = dist.group.WORLD if process_group is None else process_group
     device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
-    mesh = DeviceMesh.from_group(group, device, mesh_dim_names=("dp",))
+    # WORLD is a group once torch.distributed is running (checked above)
+    mesh = DeviceMesh.from_group(group, device, mesh_dim_names=("dp",))  # type: ignore[arg-type]
     return ParallelDims(dp=dist.get_world_size(), rank=dist.get_rank(), mesh=mesh)
 
 
-def dp_layout(dims: ParallelDims | None = None, process_group=None) -> ParallelDims:
+def dp_layout(dims: ParallelDims | None = None, process_group: ProcessGroup | None = None) -> ParallelDims:
     """The layout whose dp axis the data-parallel helpers and the sharding classes use:
     `dims` if given; else PyTorch's `process_group` if given (the default group, a group
     of every rank, or the current layout's dp group); else the current layout; else
@@ -297,7 +304,7 @@ def dp_layout(dims: ParallelDims | None = None, process_group=None) -> ParallelD
     return _current[0] if _current else world_layout()
 
 
-def _layout_of_group(group) -> ParallelDims:
+def _layout_of_group(group: ProcessGroup) -> ParallelDims:
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):

@@ -46,7 +46,7 @@ def plan_table_html(rows, chosen=None) -> str:
 class FigureDisplay:
     """Shows a Figure as PNG in a notebook, rasterising only when displayed."""
 
-    def __init__(self, figure, dpi: int = 90):
+    def __init__(self, figure, dpi: int = 90) -> None:
         self.figure, self.dpi = figure, dpi
 
     def _repr_png_(self):
@@ -54,11 +54,11 @@ class FigureDisplay:
         self.figure.savefig(buffer, format="png", dpi=self.dpi)
         return buffer.getvalue()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<figure: {self.figure.axes[0].get_title() if self.figure.axes else ''}>"
 
 
-def show(figure):
+def show(figure) -> None:
     """Display a matplotlib Figure (one from `threeaxes.plots`) in a notebook cell."""
     from IPython.display import display
     display(FigureDisplay(figure))

@@ -14,6 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+    from torch.distributed.device_mesh import DeviceMesh
 
 __all__ = ["EXTRA_AXES", "AxisLayout", "axis_layout"]
 
@@ -34,10 +39,11 @@ class AxisLayout:
     axis: str
     n_ranks: int = 1                 # ranks on the axis
     rank: int | None = None          # this process's global rank, when bound to one
-    members: tuple = None            # the group's global ranks, in axis order (default 0..size-1)
-    mesh: object = field(default=None, compare=False, repr=False)  # a 1-D DeviceMesh, on ranks
+    # the group's global ranks, in axis order (default 0..size-1); __post_init__ fills in None
+    members: tuple[int, ...] = None  # type: ignore[assignment]
+    mesh: DeviceMesh | None = field(default=None, compare=False, repr=False)  # 1-D, on ranks
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.axis not in EXTRA_AXES:
             raise ValueError(f"axis={self.axis!r}: a one-axis layout is for 'cp' or 'ep'; the "
                              f"three axes 'dp', 'tp', 'pp' use ParallelDims")
@@ -54,7 +60,7 @@ class AxisLayout:
     def world_size(self) -> int:
         return self.n_ranks
 
-    def check_axis(self, axis) -> str:
+    def check_axis(self, axis: str) -> str:
         if axis != self.axis:
             raise ValueError(f"axis={axis!r} is not this layout's axis; this one-axis layout "
                              f"runs only on {self.axis!r}")
@@ -89,7 +95,7 @@ class AxisLayout:
         i, n = self.coord(self.axis), self.n_ranks
         return self.members[(i - 1) % n], self.members[(i + 1) % n]
 
-    def group(self, axis: str):
+    def group(self, axis: str) -> ProcessGroup:
         """PyTorch's process group of the axis (from the 1-D DeviceMesh)."""
         self.check_axis(axis)
         if self.mesh is None:
@@ -98,7 +104,7 @@ class AxisLayout:
         return self.mesh.get_group(axis)
 
 
-def axis_layout(axis: str, process_group=None) -> AxisLayout:
+def axis_layout(axis: str, process_group: ProcessGroup | None = None) -> AxisLayout:
     """On launched ranks: `axis` ("cp" or "ep") over every rank of `process_group` (the default
     group, the whole world, when None). Like `world_layout`, it makes no process group: its
     mesh wraps the group given, so nothing needs freeing."""
@@ -112,7 +118,8 @@ def axis_layout(axis: str, process_group=None) -> AxisLayout:
         raise RuntimeError(f"torch.distributed is not running; call axis_layout({axis!r}) inside "
                            f"a launched function: threeaxes.launch.launch(fn, n)")
     group = dist.group.WORLD if process_group is None else process_group
+    # WORLD is a group once torch.distributed is running (checked above)
     members = tuple(dist.get_process_group_ranks(group))
     device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
-    mesh = DeviceMesh.from_group(group, device, mesh_dim_names=(axis,))
+    mesh = DeviceMesh.from_group(group, device, mesh_dim_names=(axis,))  # type: ignore[arg-type]
     return AxisLayout(axis, len(members), dist.get_rank(), members, mesh)

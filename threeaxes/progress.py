@@ -134,7 +134,7 @@ class Checked(list):
     """The plain values a visible check returns, as a list that a notebook does not echo as
     `Out[n]` when the check is its cell's last line (the check has printed what it found)."""
 
-    def _ipython_display_(self):
+    def _ipython_display_(self) -> None:
         pass
 
 

@@ -21,11 +21,13 @@ output columns gives every tensor-parallel rank whole heads.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch import Tensor
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ class ToyConfig:
     mlp_ratio: int = 4
     dtype: torch.dtype = torch.float32
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "seq_len", "mlp_ratio"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -71,7 +73,7 @@ class CausalSelfAttention(nn.Module):
     runs on a tensor-parallel rank that holds only some of the heads.
     """
 
-    def __init__(self, cfg: ToyConfig):
+    def __init__(self, cfg: ToyConfig) -> None:
         super().__init__()
         h = cfg.d_model
         self.head_dim = cfg.head_dim
@@ -80,7 +82,7 @@ class CausalSelfAttention(nn.Module):
         self.v = nn.Linear(h, h, dtype=cfg.dtype)
         self.proj = nn.Linear(h, h, dtype=cfg.dtype)
 
-    def forward(self, x):  # x: (batch, seq, d_model)
+    def forward(self, x: Tensor) -> Tensor:  # x: (batch, seq, d_model)
         b, s, _ = x.shape
         # (batch, heads_here, seq, head_dim); heads_here = n_heads / tp under TP
         q, k, v = (f(x).view(b, s, -1, self.head_dim).transpose(1, 2)
@@ -91,26 +93,26 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ToyConfig):
+    def __init__(self, cfg: ToyConfig) -> None:
         super().__init__()
         self.fc1 = nn.Linear(cfg.d_model, cfg.d_mlp, dtype=cfg.dtype)
         self.fc2 = nn.Linear(cfg.d_mlp, cfg.d_model, dtype=cfg.dtype)
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return self.fc2(F.gelu(self.fc1(x)))
 
 
 class Block(nn.Module):
     """Pre-LayerNorm decoder block: x + attn(ln1(x)), then x + mlp(ln2(x))."""
 
-    def __init__(self, cfg: ToyConfig):
+    def __init__(self, cfg: ToyConfig) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.d_model, dtype=cfg.dtype)
         self.attn = CausalSelfAttention(cfg)
         self.ln2 = nn.LayerNorm(cfg.d_model, dtype=cfg.dtype)
         self.mlp = MLP(cfg)
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
 
@@ -122,7 +124,7 @@ class ToyTransformer(nn.Module):
     every parallel run start from exactly the single-process model.
     """
 
-    def __init__(self, cfg: ToyConfig = ToyConfig(), seed: int = 0):
+    def __init__(self, cfg: ToyConfig = ToyConfig(), seed: int = 0) -> None:
         super().__init__()
         self.cfg = cfg
         self.tok_embed = nn.Embedding(cfg.vocab_size, cfg.d_model, dtype=cfg.dtype)
@@ -132,14 +134,14 @@ class ToyTransformer(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False, dtype=cfg.dtype)
         init_weights(self, seed)
 
-    def embed(self, tokens):  # tokens: (batch, seq) -> (batch, seq, d_model)
+    def embed(self, tokens: Tensor) -> Tensor:  # tokens: (batch, seq) -> (batch, seq, d_model)
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         return self.tok_embed(tokens) + self.pos_embed(positions)
 
-    def logits(self, x):  # (batch, seq, d_model) -> (batch, seq, vocab)
+    def logits(self, x: Tensor) -> Tensor:  # (batch, seq, d_model) -> (batch, seq, vocab)
         return self.head(self.ln_f(x))
 
-    def forward(self, tokens):
+    def forward(self, tokens: Tensor) -> Tensor:
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x)
@@ -160,14 +162,14 @@ def init_weights(model: nn.Module, seed: int) -> None:
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * 0.02)
 
 
-def lm_loss(logits, targets):
+def lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
     """Mean next-token cross-entropy over every position of every example."""
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 # -- the data --------------------------------------------------------------------
 
-def make_batch(cfg: ToyConfig, batch_size: int, seed: int = 0):
+def make_batch(cfg: ToyConfig, batch_size: int, seed: int = 0) -> tuple[Tensor, Tensor]:
     """Deterministic (inputs, targets), each (batch_size, seq_len) of token ids.
 
     Every sequence counts up from a random start in steps of 1, 2 or 3 (mod
@@ -217,11 +219,12 @@ def count_parameters(model: ToyTransformer) -> dict[str, int]:
     return counts
 
 
-def train_steps(model, batches, lr: float = 1e-2, optimizer: str = "sgd"):
+def train_steps(model: nn.Module, batches: Iterable[tuple[Tensor, Tensor]], lr: float = 1e-2,
+                optimizer: str = "sgd") -> list[float]:
     """Single-process reference: one optimizer step per (inputs, targets) batch.
     Returns the loss of each step as floats."""
     opt = make_optimizer(model, lr, optimizer)
-    losses = []
+    losses: list[float] = []
     for inputs, targets in batches:
         opt.zero_grad()
         loss = lm_loss(model(inputs), targets)
@@ -231,7 +234,7 @@ def train_steps(model, batches, lr: float = 1e-2, optimizer: str = "sgd"):
     return losses
 
 
-def make_optimizer(model, lr: float = 1e-2, kind: str = "sgd"):
+def make_optimizer(model: nn.Module, lr: float = 1e-2, kind: str = "sgd") -> torch.optim.Optimizer:
     """The optimizer every proof uses, so parallel and reference runs match."""
     if kind == "sgd":
         return torch.optim.SGD(model.parameters(), lr=lr)

@@ -21,7 +21,12 @@ from __future__ import annotations
 import contextlib
 import time
 import warnings
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch.nn as nn
 
 __all__ = ["Event", "Trace", "record", "span", "emit", "module_spans", "layers_of", "COMPUTE", "COMM"]
 
@@ -71,7 +76,7 @@ class Event:
         """This event as a plain dict (tuples stay tuples): one row of a table."""
         return asdict(self)
 
-    def __str__(self):
+    def __str__(self) -> str:
         where = f" group={list(self.group)} {self.bytes:,d} B" if self.kind == COMM else ""
         return f"rank {self.rank} {self.label:<18}{where} [{self.start:.6f}, {self.end:.6f})"
 
@@ -82,28 +87,29 @@ class Trace:
     events: list[Event] = field(default_factory=list)
 
     @classmethod
-    def merge(cls, traces) -> Trace:
+    def merge(cls, traces: Iterable[Trace]) -> Trace:
         """One Trace from many (e.g. the per-rank traces a launch returns), sorted by start."""
         events = [e for t in traces for e in t.events]
         return cls(sorted(events, key=lambda e: (e.start, e.rank)))
 
-    def select(self, *, kind=None, op=None, axis=None, rank=None) -> list[Event]:
+    def select(self, *, kind: str | None = None, op: str | None = None, axis: str | None = None,
+               rank: int | None = None) -> list[Event]:
         """The events that match every filter given."""
         return [e for e in self.events
                 if (kind is None or e.kind == kind) and (op is None or e.op == op)
                 and (axis is None or e.axis == axis) and (rank is None or e.rank == rank)]
 
-    def comms(self, op=None, axis=None, rank=None) -> list[Event]:
+    def comms(self, op: str | None = None, axis: str | None = None, rank: int | None = None) -> list[Event]:
         return self.select(kind=COMM, op=op, axis=axis, rank=rank)
 
-    def compute(self, op=None, rank=None) -> list[Event]:
+    def compute(self, op: str | None = None, rank: int | None = None) -> list[Event]:
         return self.select(kind=COMPUTE, op=op, rank=rank)
 
-    def count(self, op=None, axis=None, rank=None) -> int:
+    def count(self, op: str | None = None, axis: str | None = None, rank: int | None = None) -> int:
         """How many collectives (of `op`, on `axis`, by `rank`) the trace holds."""
         return len(self.comms(op, axis, rank))
 
-    def total_bytes(self, op=None, axis=None, rank=None) -> int:
+    def total_bytes(self, op: str | None = None, axis: str | None = None, rank: int | None = None) -> int:
         return sum(e.bytes for e in self.comms(op, axis, rank))
 
     def ranks(self) -> list[int]:
@@ -114,7 +120,7 @@ class Trace:
         t0 = min((e.start for e in self.events), default=0.0)
         return [{**e.row(), "start": e.start - t0, "end": e.end - t0} for e in self.events]
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.events)
 
 
@@ -122,7 +128,7 @@ _active: list[Trace] = []  # the traces being recorded in this process, innermos
 
 
 @contextlib.contextmanager
-def record():
+def record() -> Iterator[Trace]:
     """Record every compute span and collective of this process inside the block."""
     t = Trace()
     _active.append(t)
@@ -150,7 +156,7 @@ def this_rank() -> int:
 
 @contextlib.contextmanager
 def span(op: str, *, module: str | None = None, stage: int | None = None,
-         microbatch: int | None = None):
+         microbatch: int | None = None) -> Iterator[None]:
     """Time the block as one compute Event (free when nothing is being recorded)."""
     if not _active:
         yield
@@ -161,12 +167,12 @@ def span(op: str, *, module: str | None = None, stage: int | None = None,
                microbatch=microbatch))
 
 
-def layers_of(model) -> list[str]:
+def layers_of(model: nn.Module) -> list[str]:
     """The names of a model's layers, in registration order: its direct children,
     with a ModuleList or Sequential opened one level ("blocks.0", "blocks.1", ...)."""
     import torch.nn as nn
 
-    names = []
+    names: list[str] = []
     for name, child in model.named_children():
         if isinstance(child, (nn.ModuleList, nn.Sequential)):
             names += [f"{name}.{i}" for i in range(len(child))]
@@ -182,7 +188,8 @@ warnings.filterwarnings("ignore", message="Full backward hook is firing when gra
 
 
 @contextlib.contextmanager
-def module_spans(model, names=None, *, stage: int | None = None, microbatch: int | None = None):
+def module_spans(model: nn.Module, names: Iterable[str] | None = None, *, stage: int | None = None,
+                 microbatch: int | None = None) -> Iterator[list[str]]:
     """Record a compute Event for the forward and for the backward of each layer.
 
         with trace.record() as t, trace.module_spans(model):
@@ -196,30 +203,30 @@ def module_spans(model, names=None, *, stage: int | None = None, microbatch: int
     is ready to the moment the gradients of its inputs are (full backward hooks).
     The hooks are removed when the block ends; backward must run inside it.
     """
-    names = layers_of(model) if names is None else list(names)
+    layer_names = layers_of(model) if names is None else list(names)
     started: dict[tuple[str, str], float] = {}
-    handles = []
+    handles: list[Any] = []
 
-    def opener(op, name):
-        def hook(*_):
+    def opener(op: str, name: str) -> Callable[..., None]:
+        def hook(*_: object) -> None:
             started[op, name] = time.time()
         return hook
 
-    def closer(op, name):
-        def hook(*_):
+    def closer(op: str, name: str) -> Callable[..., None]:
+        def hook(*_: object) -> None:
             if _active and (op, name) in started:
                 emit(Event(this_rank(), COMPUTE, op, started.pop((op, name)), time.time(),
                            module=name, stage=stage, microbatch=microbatch))
         return hook
 
-    for name in names:
+    for name in layer_names:
         layer = model.get_submodule(name)
         handles += [layer.register_forward_pre_hook(opener("forward", name)),
                     layer.register_forward_hook(closer("forward", name)),
                     layer.register_full_backward_pre_hook(opener("backward", name)),
                     layer.register_full_backward_hook(closer("backward", name))]
     try:
-        yield names
+        yield layer_names
     finally:
         for handle in handles:
             handle.remove()

@@ -26,7 +26,7 @@ METHODS = {"ring": ring_attention, "all_to_all": ulysses_attention}
 
 
 class ContextParallelAttention(nn.Module):
-    def __init__(self, attn, cp, method: str = "ring", balanced: bool = True):
+    def __init__(self, attn, cp, method: str = "ring", balanced: bool = True) -> None:
         super().__init__()
         if method not in METHODS:
             raise ValueError(f"method={method!r}; choose 'ring' (key/value blocks round the ring) "

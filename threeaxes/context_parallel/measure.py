@@ -47,7 +47,7 @@ def wire_bytes(events) -> int:
     return int(sum(bytes_sent_per_gpu(e.op, e.bytes, len(e.group)) for e in events if e.op != "recv"))
 
 
-def cp_attention_run(rank, world_size, cfg, batch: int = 2, seed: int = 1, methods=tuple(METHODS)):
+def cp_attention_run(rank: int, world_size: int, cfg, batch: int = 2, seed: int = 1, methods=tuple(METHODS)):
     """On every launched rank (the whole world is the cp group): {method: results}."""
     cp = axis_layout("cp")
     me = cp.coord("cp")

@@ -121,7 +121,7 @@ class PlanContext:
     def __init__(self, model, cluster, global_batch, seq_len, precision,
                  compute_efficiency, dp_overlap, usable_memory_fraction,
                  pp_scatter_gather=False, flash_attention=True, interleave="flexible",
-                 activation_count="korthikanti"):
+                 activation_count="korthikanti") -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"precision={precision!r}; choose precision in {set(PRECISIONS)}")
         self.shapes = isinstance(compute_efficiency, str)

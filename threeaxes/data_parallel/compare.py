@@ -32,7 +32,7 @@ __all__ = ["VARIANTS", "naive_vs_overlapped", "step_seconds"]
 VARIANTS = ("naive", "overlapped")
 
 
-def _one_step(variant, model, wrapped, opt, inputs, targets, bucket_bytes, dims):
+def _one_step(variant, model, wrapped, opt, inputs, targets, bucket_bytes, dims) -> None:
     opt.zero_grad()
     loss = lm_loss(wrapped(inputs), targets)
     loss.backward()  # overlapped: the buckets' all-reduces start in here
@@ -46,7 +46,7 @@ def _one_step(variant, model, wrapped, opt, inputs, targets, bucket_bytes, dims)
         opt.step()
 
 
-def naive_vs_overlapped(rank, world_size, cfg, batch, bucket_bytes: int, *, steps: int = 5,
+def naive_vs_overlapped(rank: int, world_size: int, cfg, batch, bucket_bytes: int, *, steps: int = 5,
                         warmup: int = 2, lr: float = 0.1, seed: int = 0):
     """Per variant: {"seconds": [time of each timed step on this rank],
     "trace": the traced last step, "state": the final parameters}."""

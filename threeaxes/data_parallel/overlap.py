@@ -77,7 +77,7 @@ class BucketHooks:
     """
 
     def __init__(self, buckets, launch, *, accumulate: bool = False,
-                 second_backward: str = "a second backward started before the first was finished"):
+                 second_backward: str = "a second backward started before the first was finished") -> None:
         self.buckets, self.launch = [list(b) for b in buckets], launch
         self.accumulate, self.second_backward = accumulate, second_backward
         self._bucket_of = {p: index for index, bucket in enumerate(self.buckets) for p in bucket}
@@ -86,7 +86,7 @@ class BucketHooks:
         self._handles = [p.register_post_accumulate_grad_hook(self._on_gradient_ready)
                          for bucket in self.buckets for p in bucket]
 
-    def _start_pass(self):
+    def _start_pass(self) -> None:
         self._ready = set()                      # parameters whose gradient this backward produced
         self._filled = [0] * len(self.buckets)   # how many of each bucket's gradients are in
         self._next = 0                           # the first bucket not launched yet
@@ -107,7 +107,7 @@ class BucketHooks:
         while self._next < len(self.buckets) and self._filled[self._next] == len(self.buckets[self._next]):
             self._launch_next()
 
-    def _launch_next(self):
+    def _launch_next(self) -> None:
         index = self._next
         self._next += 1
         # a parameter unused on this rank (no gradient this backward) contributes zeros
@@ -115,17 +115,17 @@ class BucketHooks:
                  for p in self.buckets[index]]
         self.launch(index, grads)
 
-    def _end_of_backward(self):
+    def _end_of_backward(self) -> None:
         while self._next < len(self.buckets):    # buckets holding a parameter nothing used
             self._launch_next()
         self.backwards += 1
         self._start_pass()
 
-    def done(self):
+    def done(self) -> None:
         """The step's gradients have been dealt with: the next backward starts a new step."""
         self.backwards = 0
 
-    def remove(self):
+    def remove(self) -> None:
         for handle in self._handles:
             handle.remove()
 
@@ -155,7 +155,7 @@ class DataParallel(nn.Module):
 
     def __init__(self, module: nn.Module, bucket_bytes: int | None = None, dims=None, *,
                  launch_bucket=None, process_group=None, device_mesh=None, bucket_cap_mb=None,
-                 **ddp_options):
+                 **ddp_options) -> None:
         """`launch_bucket`, like DDP's `register_comm_hook`, replaces how a full
         bucket is reduced: `launch_bucket(grads, dims) -> (flat, pending)` gets the
         bucket's gradients (in bucket order) and must start the reduction without
@@ -200,7 +200,7 @@ class DataParallel(nn.Module):
 
     # -- building ---------------------------------------------------------------------
 
-    def _broadcast_from_first_replica(self):
+    def _broadcast_from_first_replica(self) -> None:
         """Every dp replica starts from the weights of dp coordinate 0."""
         if self.dims.dp == 1:
             return
@@ -215,7 +215,7 @@ class DataParallel(nn.Module):
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
 
-    def _launch(self, index, grads):
+    def _launch(self, index, grads) -> None:
         """BucketHooks' launch: copy bucket `index`'s gradients into one flat buffer
         and start its all-reduce (or the student's `launch_bucket`)."""
         if self._launch_bucket is not None:

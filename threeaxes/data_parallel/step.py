@@ -77,7 +77,7 @@ def _grads(model):
     return grads
 
 
-def average_gradients(model, dims=None):
+def average_gradients(model, dims=None) -> None:
     """Replace each parameter's gradient by its mean over the dp ranks.
 
     One all-reduce per parameter tensor, in registration order, then a
@@ -111,7 +111,7 @@ def gradient_buckets(model, bucket_bytes: int) -> list[list[torch.Tensor]]:
     return [[grads[i] for i in bucket] for bucket in plan]
 
 
-def average_gradients_bucketed(model, bucket_bytes: int = DEFAULT_BUCKET_BYTES, dims=None):
+def average_gradients_bucketed(model, bucket_bytes: int = DEFAULT_BUCKET_BYTES, dims=None) -> None:
     """Like `average_gradients`, but one all-reduce per bucket of gradients.
 
     For each bucket (see `gradient_buckets`): copy its gradients into one flat
@@ -132,7 +132,7 @@ def average_gradients_bucketed(model, bucket_bytes: int = DEFAULT_BUCKET_BYTES, 
 
 # -- a whole training run ---------------------------------------------------------------
 
-def train_data_parallel(rank, world_size, cfg, batches, *, variant: str = "per_param",
+def train_data_parallel(rank: int, world_size: int, cfg, batches, *, variant: str = "per_param",
                         bucket_bytes: int = DEFAULT_BUCKET_BYTES, lr: float = 1e-2,
                         optimizer: str = "sgd", seed: int = 0):
     """Train a fresh `ToyTransformer(cfg, seed)` with pure data parallelism

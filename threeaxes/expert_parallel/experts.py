@@ -31,7 +31,7 @@ class Experts(nn.Module):
     """`n` feed-forward experts, d_model -> d_mlp -> d_model with GELU, run as batched matmuls
     on an (n, tokens, d_model) input: expert i sees row i only."""
 
-    def __init__(self, n: int, d_model: int, d_mlp: int, dtype=torch.float32):
+    def __init__(self, n: int, d_model: int, d_mlp: int, dtype=torch.float32) -> None:
         super().__init__()
         self.w_in = nn.Parameter(torch.empty(n, d_model, d_mlp, dtype=dtype))
         self.in_bias = nn.Parameter(torch.zeros(n, 1, d_mlp, dtype=dtype))
@@ -67,7 +67,7 @@ class MoELayer(nn.Module):
     """Router + E experts, routed in `groups` groups. After a forward, `routings` holds each
     group's `Routing` (which expert each token chose, which choices were dropped)."""
 
-    def __init__(self, cfg: ToyConfig, moe: MoEConfig):
+    def __init__(self, cfg: ToyConfig, moe: MoEConfig) -> None:
         super().__init__()
         self.moe, self.groups = moe, 1
         self.router = nn.Linear(cfg.d_model, moe.n_experts, dtype=cfg.dtype)
@@ -99,7 +99,7 @@ class MoEToy(ToyTransformer):
     """The toy transformer with every block's MLP an `MoELayer`; the same seed gives the same
     weights in every process (the toy's `init_weights`, over this model's parameters)."""
 
-    def __init__(self, cfg: ToyConfig = ToyConfig(), moe: MoEConfig = MoEConfig(), seed: int = 0):
+    def __init__(self, cfg: ToyConfig = ToyConfig(), moe: MoEConfig = MoEConfig(), seed: int = 0) -> None:
         super().__init__(cfg, seed)
         self.moe = moe
         for block in self.blocks:

@@ -43,7 +43,7 @@ def local_experts(n_experts: int, ep_size: int, ep_rank: int) -> range:
 class ExpertParallelMoE(nn.Module):
     """One `MoELayer` over the ep ranks: the router copied, the experts split (`local_experts`)."""
 
-    def __init__(self, layer: MoELayer, ep):
+    def __init__(self, layer: MoELayer, ep) -> None:
         super().__init__()
         self.moe, self.ep = layer.moe.check_ep(ep.size("ep")), ep
         self.router = copy.deepcopy(layer.router)

@@ -21,7 +21,7 @@ from threeaxes.toy import lm_loss
 __all__ = ["ep_step", "ep_steps", "bytes_per_rank", "load_by_expert"]
 
 
-def ep_step(rank, world_size, cfg, moe, inputs, targets, *, seed: int = 0, skew: float = 0.0):
+def ep_step(rank: int, world_size: int, cfg, moe, inputs, targets, *, seed: int = 0, skew: float = 0.0):
     ep = axis_layout("ep")
     reference = MoEToy(cfg, moe, seed)
     if skew:
@@ -41,7 +41,7 @@ def ep_step(rank, world_size, cfg, moe, inputs, targets, *, seed: int = 0, skew:
                          "capacity": r.capacity} for r in layers]}
 
 
-def ep_steps(rank, world_size, cfg, runs, inputs, targets, *, seed: int = 0):
+def ep_steps(rank: int, world_size: int, cfg, runs, inputs, targets, *, seed: int = 0):
     """`ep_step` once per run of `runs` ({"moe": MoEConfig, "skew": float}), in one launch."""
     return [ep_step(rank, world_size, cfg, run["moe"], inputs, targets, seed=seed,
                     skew=run.get("skew", 0.0)) for run in runs]

@@ -43,7 +43,7 @@ _server_pid = None  # set when installed, in the server
 class _ImportWhileIdleSelector(_ORIGINAL_SELECTOR):
     """The forkserver's selector: idle time goes to the next deferred import."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, **kwargs) -> None:
         selectors.DefaultSelector = _ORIGINAL_SELECTOR  # this one instance is the server's
         super().__init__(*args, **kwargs)
         # Only in the server itself: a process forked from it keeps a plain selector.
@@ -68,7 +68,7 @@ class _ImportWhileIdleSelector(_ORIGINAL_SELECTOR):
         return super().select(timeout)
 
 
-def _import_one(name):
+def _import_one(name) -> None:
     start = time.perf_counter()
     try:
         importlib.import_module(name)
@@ -78,7 +78,7 @@ def _import_one(name):
     imported.append((name, time.perf_counter() - start))
 
 
-def _mark_warm():
+def _mark_warm() -> None:
     """Tell the launching process that everything is imported: an empty file beside
     the server's socket (in the caller's temporary folder, removed when it exits)."""
     import multiprocessing.forkserver
@@ -91,7 +91,7 @@ def _mark_warm():
             pass
 
 
-def install():
+def install() -> None:
     """In the forkserver's preload: make its selector import DEFERRED while idle."""
     import multiprocessing
 

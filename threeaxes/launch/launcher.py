@@ -48,7 +48,7 @@ __all__ = ["launch", "RankError", "LaunchTimeout", "MAX_WORLD_SIZE"]
 MAX_WORLD_SIZE = 64
 
 
-def launch(fn, world_size, *args, timeout=60.0, backend=None, **kwargs):
+def launch(fn, world_size: int, *args, timeout=60.0, backend=None, **kwargs):
     """Call ``fn(rank, world_size, *args, **kwargs)`` on ranks 0..world_size-1.
 
     Each rank runs in its own process with ``torch.distributed``'s default group
@@ -84,7 +84,7 @@ def launch(fn, world_size, *args, timeout=60.0, backend=None, **kwargs):
     return LocalLaunch(int(world_size), backend, float(timeout), payload).run()
 
 
-def _let_the_forkserver_finish_unless_light(payload):
+def _let_the_forkserver_finish_unless_light(payload) -> None:
     """Spawn, first part. The forkserver forks ranks once it has torch and
     torch.distributed, and imports the rest (torch._dynamo, ...) while idle. A function
     that names only torch and torch.distributed goes at once; any other waits until the
@@ -93,7 +93,7 @@ def _let_the_forkserver_finish_unless_light(payload):
         prestart.wait_until_warm()
 
 
-def _check_args(fn, world_size, timeout, backend):
+def _check_args(fn, world_size: int, timeout, backend):
     if not callable(fn):
         raise TypeError(f"fn must be a function fn(rank, world_size, ...), got {type(fn).__name__}")
     if (
@@ -132,7 +132,7 @@ def _pick_backend(backend, ranks_here, gpus):
     return backend
 
 
-def _launch_under_torchrun(fn, world_size, backend, args, kwargs):
+def _launch_under_torchrun(fn, world_size: int, backend, args, kwargs):
     """torchrun already started one process per rank: run fn here, on the real group."""
     env_world_size = int(os.environ["WORLD_SIZE"])
     if world_size != env_world_size:
@@ -157,7 +157,7 @@ def _launch_under_torchrun(fn, world_size, backend, args, kwargs):
     return [pickle.loads(blob) for blob in blobs]
 
 
-def _leave_group_at_exit():
+def _leave_group_at_exit() -> None:
     if dist.is_initialized():
         # communication: wait until every rank is done before rank 0's store goes away
         dist.barrier()

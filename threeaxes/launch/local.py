@@ -33,7 +33,7 @@ _POLL_S = 0.2  # the longest the wait loop blocks before it checks for an interr
 class RankError(RuntimeError):
     """A rank raised or died; the message names it and carries its traceback."""
 
-    def __init__(self, message, ranks=()):
+    def __init__(self, message, ranks=()) -> None:
         super().__init__(message)
         self.ranks = list(ranks)  # the ranks at fault
 
@@ -52,7 +52,7 @@ def _forkserver():
 class LocalLaunch:
     """One call of launch: spawn the ranks, wait for them, always tear down."""
 
-    def __init__(self, world_size, backend, timeout, payload):
+    def __init__(self, world_size: int, backend, timeout, payload) -> None:
         self.world_size, self.backend, self.timeout, self.payload = world_size, backend, timeout, payload
         self.procs = {}  # rank -> Process
         self.conns = {}  # rank -> the caller's end of that rank's pipe
@@ -79,7 +79,7 @@ class LocalLaunch:
         # always gives up first and a rank never times out on its own.
         return self.timeout + STARTUP_TIMEOUT_S + 30.0
 
-    def _spawn(self, ctx, port):
+    def _spawn(self, ctx, port) -> None:
         """Spawn: one process per rank, forked from the warm forkserver."""
         for rank in range(self.world_size):
             ours, theirs = ctx.Pipe(duplex=True)
@@ -123,7 +123,7 @@ class LocalLaunch:
             if not all_started and len(self.started) == self.world_size:
                 all_started, deadline = True, time.monotonic() + self.timeout
 
-    def _handle(self, rank, message):
+    def _handle(self, rank: int, message):
         kind = message[0]
         if kind == "out":
             stream = sys.stdout if message[1] == "stdout" else sys.stderr
@@ -142,7 +142,7 @@ class LocalLaunch:
         elif kind == "stack":
             self.stacks[rank] = message[1]
 
-    def _drain_output(self):
+    def _drain_output(self) -> None:
         """Before raising, print what the other ranks had already sent: it often explains the error."""
         give_up = time.monotonic() + _STACK_WAIT_S
         for rank, conn in self.conns.items():
@@ -154,7 +154,7 @@ class LocalLaunch:
             except (EOFError, OSError):
                 pass
 
-    def _died(self, rank):
+    def _died(self, rank: int):
         proc = self.procs[rank]
         proc.join(1.0)
         code = proc.exitcode
@@ -191,7 +191,7 @@ class LocalLaunch:
             text += f"\n\nrank {rank} was here:\n{_with_source(self.stacks[rank])}"
         raise LaunchTimeout(text, stuck)
 
-    def _ask_where(self, ranks):
+    def _ask_where(self, ranks) -> None:
         """Ask each rank where its main thread is; give them a moment to answer."""
         asked = {self.conns[r]: r for r in ranks}
         for conn in asked:
@@ -213,7 +213,7 @@ class LocalLaunch:
                         self.stacks[asked[conn]] = message[1]
                     del asked[conn]
 
-    def _stop(self, graceful):
+    def _stop(self, graceful) -> None:
         """Teardown: no rank outlives the call. After success, ranks get a moment to
         leave the group cleanly; otherwise (or if they linger, or that wait is
         interrupted) close their pipes, terminate, then kill."""
@@ -236,7 +236,7 @@ class LocalLaunch:
                 proc.close()
 
 
-def _join_all(procs, seconds):
+def _join_all(procs, seconds) -> None:
     deadline = None if seconds is None else time.monotonic() + seconds
     for proc in procs:
         proc.join(None if deadline is None else max(0.0, deadline - time.monotonic()))

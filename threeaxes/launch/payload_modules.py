@@ -46,7 +46,7 @@ def modules_named(payload):
     return named
 
 
-def is_light(payload):
+def is_light(payload) -> bool:
     """True if ranks for this payload need nothing the early forkserver lacks."""
     try:
         named = modules_named(payload)
@@ -55,7 +55,7 @@ def is_light(payload):
     return not any(_heavy(name) for name in named)
 
 
-def _heavy(name):
+def _heavy(name) -> bool:
     top = name.partition(".")[0]
     if top == "torch":
         return name not in TORCH_LEAN

@@ -114,13 +114,13 @@ def skip_reason(environ=None):
     return None
 
 
-def _in_kernel():
+def _in_kernel() -> bool:
     ipython = sys.modules.get("IPython")  # never import IPython just to ask
     shell = ipython.get_ipython() if ipython is not None else None
     return getattr(shell, "kernel", None) is not None
 
 
-def _inside_forkserver():
+def _inside_forkserver() -> bool:
     """True while multiprocessing.forkserver.main is on this thread's stack: that is the
     server importing PRELOAD (which imports threeaxes), or a rank it forked."""
     forkserver = sys.modules.get("multiprocessing.forkserver")
@@ -134,7 +134,7 @@ def _inside_forkserver():
     return False
 
 
-def on_import():
+def on_import() -> None:
     """Called by ``threeaxes/__init__``: decide, and start if so. Never raises; waits at
     most HEAD_START_S, for the thread to have spawned the server (see there)."""
     global decision
@@ -157,7 +157,7 @@ def start():
         return _thread
 
 
-def _ensure_running():
+def _ensure_running() -> None:
     global error
     try:
         import multiprocessing.forkserver
@@ -176,7 +176,7 @@ def warm_marker(address):
     return None
 
 
-def wait_until_warm(timeout=WARM_WAIT_S):
+def wait_until_warm(timeout=WARM_WAIT_S) -> bool:
     """Start the forkserver if need be, then wait until it has imported DEFERRED too.
     Returns True if it is warm. Waits at most ``timeout`` s, and for a server that once
     let that pass without saying so (its loop may not be the one forkserver_idle
@@ -201,7 +201,7 @@ def wait_until_warm(timeout=WARM_WAIT_S):
     return True
 
 
-def wait(timeout=None):
+def wait(timeout=None) -> bool:
     """Block until the background start has handed the server its work (tests, benchmarks).
     The server itself may still be importing PRELOAD then; launch waits for that."""
     if _thread is not None:

@@ -32,7 +32,7 @@ _FINISHED_KEY = "threeaxes/ranks_finished"
 _ALL_FINISHED_KEY = "threeaxes/all_finished"
 
 
-def run_rank(rank, world_size, backend, port, timeout_s, payload, conn, environ):
+def run_rank(rank: int, world_size: int, backend, port, timeout_s, payload, conn, environ) -> None:
     """Join the group through the caller's TCPStore, run fn, report back, leave the group."""
     # The forkserver holds the environment from when it started; use the caller's as it
     # is now (a notebook may have set NCCL_DEBUG, CUDA_VISIBLE_DEVICES, ... since), plus
@@ -83,7 +83,7 @@ def run_rank(rank, world_size, backend, port, timeout_s, payload, conn, environ)
         pass
 
 
-def _join_group(rank, world_size, backend, port, timeout_s):
+def _join_group(rank: int, world_size: int, backend, port, timeout_s):
     """Rendezvous: a client of the caller's TCPStore, then the default process group."""
     timeout = datetime.timedelta(seconds=timeout_s)
     if backend == "nccl":
@@ -104,7 +104,7 @@ def _cpu_count():
         return os.cpu_count() or 1
 
 
-def _gloo_on_loopback():
+def _gloo_on_loopback() -> None:
     """All ranks share this machine: keep gloo on loopback (a laptop's hostname often
     does not resolve to a usable address). A value the user set is left alone."""
     if "GLOO_SOCKET_IFNAME" in os.environ:
@@ -126,7 +126,7 @@ class _ResultPickler(cloudpickle.Pickler):
         return super().reducer_override(obj)
 
 
-def dumps_result(result, rank):
+def dumps_result(result, rank: int):
     """Pickle what fn returned on ``rank``, or say plainly why it cannot travel."""
     buffer = io.BytesIO()
     try:
@@ -143,10 +143,10 @@ def dumps_result(result, rank):
 class _Sender:
     """Sends messages to the caller from any thread of this rank."""
 
-    def __init__(self, conn):
+    def __init__(self, conn) -> None:
         self._conn, self._lock = conn, threading.Lock()
 
-    def __call__(self, *message):
+    def __call__(self, *message) -> None:
         with self._lock:
             try:
                 self._conn.send(message)
@@ -160,12 +160,12 @@ class _RankStream(io.TextIOBase):
 
     encoding = "utf-8"
 
-    def __init__(self, stream, send):
+    def __init__(self, stream, send) -> None:
         super().__init__()
         self._stream, self._send = stream, send
         self._pending, self._lock = "", threading.Lock()
 
-    def writable(self):
+    def writable(self) -> bool:
         return True
 
     def write(self, text):
@@ -177,14 +177,14 @@ class _RankStream(io.TextIOBase):
                 self._send("out", self._stream, lines)
         return len(text)
 
-    def flush(self):
+    def flush(self) -> None:
         with self._lock:
             if self._pending:
                 self._send("out", self._stream, [self._pending])
                 self._pending = ""
 
 
-def _watch_caller(conn, send, main_thread_id):
+def _watch_caller(conn, send, main_thread_id) -> None:
     """Watchdog thread: end this rank the moment the caller goes away, and answer
     "where are you?" so a timeout can show where each stuck rank is waiting."""
     while True:

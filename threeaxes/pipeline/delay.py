@@ -80,7 +80,7 @@ class DelayedStage(nn.Module):
     exactly the wrapped stage's.
     """
 
-    def __init__(self, stage: nn.Module, forward_s: float, backward_s: float):
+    def __init__(self, stage: nn.Module, forward_s: float, backward_s: float) -> None:
         super().__init__()
         self.stage = stage
         self.forward_s = _check_seconds("forward_s", forward_s)
@@ -106,6 +106,6 @@ class DelayedStage(nn.Module):
         _wait_until(start + self.forward_s)
         return y
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"forward lasts >= {self.forward_s * 1e3:g} ms, "
                 f"backward >= {self.backward_s * 1e3:g} ms")

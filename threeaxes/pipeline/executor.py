@@ -92,7 +92,7 @@ def run_plan(plan: Plan, stages: dict, inputs: torch.Tensor, targets: torch.Tens
 
     sends, saved, local, loss = [], {}, {}, 0.0
 
-    def hand_over(tensor, to_stage, k, kind):
+    def hand_over(tensor, to_stage, k, kind) -> None:
         if peer(to_stage) == dims.rank:   # the next stage lives on this rank too (interleaved, p=1)
             local[(to_stage, k, kind)] = tensor
         else:

@@ -24,7 +24,7 @@ class _Saved:
     is on; when autograd lets go of it (its backward ran), the bytes are released."""
     __slots__ = ("tensor", "__weakref__")
 
-    def __init__(self, tensor):
+    def __init__(self, tensor) -> None:
         self.tensor = tensor
 
 
@@ -47,7 +47,7 @@ class SavedActivations:
     autograd releases it, normally when the backward that needed it has run.
     """
 
-    def __init__(self, exclude=()):
+    def __init__(self, exclude=()) -> None:
         modules = [exclude] if isinstance(exclude, nn.Module) else list(exclude)
         self._weights = {t.untyped_storage().data_ptr() for mod in modules
                          for t in (*mod.parameters(), *mod.buffers())}
@@ -78,7 +78,7 @@ class SavedActivations:
                     end = hi
         return total
 
-    def _release(self, key):
+    def _release(self, key) -> None:
         self._live[key] -= 1
         if not self._live[key]:
             del self._live[key]
@@ -107,7 +107,7 @@ class SavedActivations:
         self._hooks.__enter__()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc) -> bool:
         self._hooks.__exit__(*exc)
         return False
 

@@ -73,7 +73,7 @@ class StageModule(nn.Module):
     shape, or logits (batch, seq, vocab) on the last stage.
     """
 
-    def __init__(self, model: ToyTransformer, layers: Sequence[int], stage_index: int, n_stages: int):
+    def __init__(self, model: ToyTransformer, layers: Sequence[int], stage_index: int, n_stages: int) -> None:
         super().__init__()
         self.cfg = model.cfg
         self.layers = list(layers)
@@ -98,7 +98,7 @@ class StageModule(nn.Module):
             x = self.head(self.ln_f(x))
         return x
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"stage {self.stage_index}/{self.n_stages}, layers {self.layers}"
 
 

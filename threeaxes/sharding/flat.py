@@ -54,7 +54,7 @@ class FlatLayout:
         layout.shard_range(1)                       # (3, 6): rank 1's numbers
     """
 
-    def __init__(self, shapes, n: int):
+    def __init__(self, shapes, n: int) -> None:
         if type(n) is not int or n < 1:
             raise ValueError(f"n={n!r}; the number of shards must be a positive integer")
         self.shapes = [torch.Size(s) for s in shapes]
@@ -90,7 +90,7 @@ class FlatLayout:
         pieces = flat[:self.numel].split(self.numels)
         return [piece.view(shape) for piece, shape in zip(pieces, self.shapes)]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"FlatLayout({len(self.shapes)} tensors, numel={self.numel}, "
                 f"padded_numel={self.padded_numel}, n={self.n})")
 

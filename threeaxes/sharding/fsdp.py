@@ -42,7 +42,7 @@ __all__ = ["fully_shard", "units_of", "ShardedUnit", "GatheredBytes", "GATHERED"
 class GatheredBytes:
     """Bytes of whole (gathered) ZeRO-3 parameters alive now, and the most at once."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.now = 0
         self.peak = 0
 
@@ -101,7 +101,7 @@ class _TieToShard(torch.autograd.Function):
 class ShardedUnit:
     """One `fully_shard`ed module: its flat shard, gather and free, and its hooks."""
 
-    def __init__(self, module: nn.Module, dims, prefetch: bool, ignored=frozenset()):
+    def __init__(self, module: nn.Module, dims, prefetch: bool, ignored=frozenset()) -> None:
         self.module, self.dims, self.prefetch = module, dims, prefetch
         n, index = dims.size("dp"), dims.coord("dp")
         self.nested = units_of(module)
@@ -204,7 +204,7 @@ class ShardedUnit:
         # backward of the first unit (the root) is followed by the last unit's: wrap around
         return order[k % len(order)] if 0 <= k < len(order) or step < 0 else None
 
-    def _pre_forward(self, module, args):
+    def _pre_forward(self, module, args) -> None:
         # phase: before this unit's forward, gather it (and start the next one's, prefetching)
         root = self.root or self
         if root is self and not self.order:
@@ -224,7 +224,7 @@ class ShardedUnit:
         if self.prefetch and (nxt := self._neighbour(+1)) is not None:
             nxt.start_gather()
 
-    def _post_forward(self, module, args, output):
+    def _post_forward(self, module, args, output) -> None:
         # phase: after this unit's forward, free it; its backward starts with a gather
         if self._saving is not None:
             self._saving.__exit__(None, None, None)
@@ -237,7 +237,7 @@ class ShardedUnit:
         if self.root is None:
             self._recording = False
 
-    def _pre_backward(self, grad):
+    def _pre_backward(self, grad) -> None:
         # phase: before this unit's backward (its output's gradient is in), gather it again
         # (and start the gather of the unit whose backward comes next, prefetching)
         if self.shard is not None:

@@ -39,7 +39,7 @@ REGIMES = ("dp", "zero1", "zero2", "zero3", "tp", "pp")
 STEP_COUNTER_BYTES = 4   # torch.optim.Adam's `step`: a float32 tensor of one number per tensor
 
 
-def build_regime(regime, cfg, world_size, lr: float = 1e-3, prefetch: bool = False):
+def build_regime(regime, cfg, world_size: int, lr: float = 1e-3, prefetch: bool = False):
     """(dims, model, optimizer) of this rank under `regime`: the model is the rank's
     toy, tensor-parallel shard or pipeline stage; ZeRO-3 prefetches if asked."""
     from threeaxes import sharding
@@ -70,7 +70,7 @@ def build_regime(regime, cfg, world_size, lr: float = 1e-3, prefetch: bool = Fal
     return dims, model, torch.optim.Adam(model.parameters(), lr=lr)
 
 
-def step_regime(regime, dims, model, optimizer, inputs, targets):
+def step_regime(regime, dims, model, optimizer, inputs, targets) -> None:
     """One optimizer step on the global batch (inputs, targets) under `regime`."""
     from threeaxes.data_parallel import average_gradients, shard_batch
     from threeaxes.pipeline import make_plan
@@ -91,7 +91,7 @@ def step_regime(regime, dims, model, optimizer, inputs, targets):
     optimizer.step()
 
 
-def measure_regimes(rank, world_size, cfg, batch, regimes=REGIMES, lr: float = 1e-3) -> dict:
+def measure_regimes(rank: int, world_size: int, cfg, batch, regimes=REGIMES, lr: float = 1e-3) -> dict:
     """A `launch` target: one step under each regime; per regime this rank's
     {"held": (params, grads, optimizer, total) bytes, "gathered_peak": bytes,
      "wire": bytes this rank sent in the step, "coords": its (dp, tp, pp) coordinates}."""
@@ -123,7 +123,7 @@ def _rank_params(cfg, *, tp=1, pp=1, stage=0):
                        stage=stage, ffn_hidden=cfg.d_mlp, tied_embeddings=False, final_norm=True)
 
 
-def _tensors_stepped(cfg, regime, stage, world_size) -> int:
+def _tensors_stepped(cfg, regime, stage, world_size: int) -> int:
     """How many tensors Adam updates on the rank: each has its own step counter."""
     from threeaxes.data_parallel.buckets import DEFAULT_BUCKET_BYTES, plan_buckets
     from threeaxes.toy import ToyTransformer

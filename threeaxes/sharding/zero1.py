@@ -40,7 +40,7 @@ class ShardedBucket:
     view of this rank's range, the tensor the inner optimizer updates in place.
     """
 
-    def __init__(self, params, n: int, index: int):
+    def __init__(self, params, n: int, index: int) -> None:
         self.params = list(params)
         self.layout = FlatLayout([p.shape for p in self.params], n)
         self.index = index   # this rank's dp coordinate: which range it owns
@@ -122,7 +122,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
     """
 
     def __init__(self, params, optimizer_class, dims=None, *,
-                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, process_group=None, **defaults):
+                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, process_group=None, **defaults) -> None:
         _check_optimizer_class(optimizer_class)
         # ZeroRedundancyOptimizer's own options are not the inner optimizer's: take them out
         check_options(type(self).__name__, {k: defaults.pop(k) for k in list(defaults)
@@ -137,7 +137,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self.optim = optimizer_class(self._inner_groups, **defaults)
         _copy_hyperparameters(self.optim.param_groups, self.param_groups)   # the inner defaults too
 
-    def add_param_group(self, param_group):
+    def add_param_group(self, param_group) -> None:
         """Add a group (its own buckets); a collective in effect: every dp rank, same order."""
         super().add_param_group(param_group)
         group = self.param_groups[-1]
@@ -213,7 +213,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
         packed["state"] = self._consolidated["state"]
         return packed
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict) -> None:
         """Take the hyperparameters and this rank's range of every parameter's state from a
         state dict in PyTorch's layout. Call it on every dp rank with the whole dict."""
         load(self, state_dict)

@@ -33,7 +33,7 @@ class GradientShardReducer:
     (gradient accumulation).
     """
 
-    def __init__(self, buckets, dims):
+    def __init__(self, buckets, dims) -> None:
         self.buckets, self.dims = list(buckets), dims
         self._pending: list[tuple[int, comms.Pending]] = []
         self.hooks = BucketHooks([b.params for b in self.buckets], self._reduce_scatter,
@@ -74,11 +74,11 @@ class Zero2Optimizer(ZeroOptimizer):
     `add_param_group` between steps (after `step()`, before the next backward).
     """
 
-    def __init__(self, params, optimizer_class, dims=None, **kwargs):
+    def __init__(self, params, optimizer_class, dims=None, **kwargs) -> None:
         super().__init__(params, optimizer_class, dims, **kwargs)
         self.reducer = GradientShardReducer(self.buckets, self.dims)
 
-    def add_param_group(self, param_group):
+    def add_param_group(self, param_group) -> None:
         super().add_param_group(param_group)
         if hasattr(self, "reducer"):   # added after construction: hook the new buckets too
             self.reducer.remove()
@@ -90,7 +90,7 @@ class Zero2Optimizer(ZeroOptimizer):
     def _after_step(self) -> None:
         pass   # the gradient shards are this rank's gradients: kept until zero_grad
 
-    def zero_grad(self, set_to_none: bool = True):
+    def zero_grad(self, set_to_none: bool = True) -> None:
         super().zero_grad(set_to_none)
         for bucket in self.buckets:
             if set_to_none or bucket.shard.grad is None:

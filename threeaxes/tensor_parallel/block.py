@@ -31,7 +31,7 @@ from threeaxes.toy import MLP, Block, CausalSelfAttention, ToyConfig, ToyTransfo
 class TPCausalSelfAttention(CausalSelfAttention):
     """The toy's attention with q, k, v column-parallel and proj row-parallel."""
 
-    def __init__(self, cfg: ToyConfig, dims: ParallelDims):
+    def __init__(self, cfg: ToyConfig, dims: ParallelDims) -> None:
         nn.Module.__init__(self)  # not the parent's: it would build full-size Linears
         h, kw = cfg.d_model, dict(dims=dims, dtype=cfg.dtype)
         self.dims = dims
@@ -53,7 +53,7 @@ class TPCausalSelfAttention(CausalSelfAttention):
 class TPMLP(MLP):
     """The toy's MLP with fc1 column-parallel and fc2 row-parallel."""
 
-    def __init__(self, cfg: ToyConfig, dims: ParallelDims):
+    def __init__(self, cfg: ToyConfig, dims: ParallelDims) -> None:
         nn.Module.__init__(self)
         kw = dict(dims=dims, dtype=cfg.dtype)
         self.dims = dims
@@ -75,7 +75,7 @@ class TPBlock(Block):
     or use `TPBlock.from_block`.
     """
 
-    def __init__(self, cfg: ToyConfig, dims: ParallelDims | None = None):
+    def __init__(self, cfg: ToyConfig, dims: ParallelDims | None = None) -> None:
         nn.Module.__init__(self)
         dims = resolve(dims)
         check_tp_layout(dims.tp, cfg.n_heads, cfg.d_mlp)

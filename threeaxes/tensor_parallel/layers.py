@@ -50,7 +50,7 @@ class ColumnParallelLinear(nn.Module):
 
     def __init__(self, in_features: int, out_features: int, *, dims=None,
                  bias: bool = True, input_is_copied: bool = False, gather_output: bool = False,
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.dims = dims = resolve(dims)
         tp = self.tp = dims.tp
@@ -70,7 +70,7 @@ class ColumnParallelLinear(nn.Module):
             y = gather_from_tp_region(y, self.dims)  # (..., out_features)
         return y
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features} "
                 f"(local {self.out_features // self.tp}), tp={self.tp}")
 
@@ -85,7 +85,7 @@ class RowParallelLinear(nn.Module):
 
     def __init__(self, in_features: int, out_features: int, *, dims=None,
                  bias: bool = True, input_is_parallel: bool = True,
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.dims = dims = resolve(dims)
         tp = self.tp = dims.tp
@@ -105,7 +105,7 @@ class RowParallelLinear(nn.Module):
         y = reduce_from_tp_region(partial, self.dims)  # (..., out_features), the full sum
         return y + self.bias if self.bias is not None else y
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"in_features={self.in_features} (local {self.in_features // self.tp}), "
                 f"out_features={self.out_features}, tp={self.tp}")
 

@@ -58,13 +58,13 @@ def saved_bytes_by_module(model: torch.nn.Module, names):
         return t
 
     def enter(name):
-        def hook(_module, args):
+        def hook(_module, args) -> None:
             inside.append(name)
             counts[name]["input"] += sum(a.numel() * a.element_size() for a in args
                                          if isinstance(a, torch.Tensor))
         return hook
 
-    def leave(_module, _args, _output):
+    def leave(_module, _args, _output) -> None:
         inside.pop()
 
     handles = []
@@ -79,7 +79,7 @@ def saved_bytes_by_module(model: torch.nn.Module, names):
             h.remove()
 
 
-def _sgd(model, lr):
+def _sgd(model, lr) -> None:
     # what torch.optim.SGD without momentum does; torch.optim's first import costs seconds per rank
     with torch.no_grad():
         for p in model.parameters():

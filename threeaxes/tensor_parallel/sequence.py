@@ -146,7 +146,7 @@ def scatter_to_sequence_region(x, dims=None):
 
 # -- the block -----------------------------------------------------------------------
 
-def _mark(*params):
+def _mark(*params) -> None:
     for p in params:
         p.sequence_parallel = True  # sees this rank's tokens only: its gradient is partial
 
@@ -155,7 +155,7 @@ class SequenceParallelRowLinear(RowParallelLinear):
     """RowParallelLinear whose partial sums are reduce-scattered along the
     sequence instead of all-reduced; the bias is added to the slice, once."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         if self.bias is not None:
             _mark(self.bias)
@@ -168,7 +168,7 @@ class SequenceParallelRowLinear(RowParallelLinear):
 
 
 class SequenceParallelAttention(TPCausalSelfAttention):
-    def __init__(self, cfg: ToyConfig, dims: ParallelDims):
+    def __init__(self, cfg: ToyConfig, dims: ParallelDims) -> None:
         super().__init__(cfg, dims)
         self.proj = SequenceParallelRowLinear(cfg.d_model, cfg.d_model, dims=dims, dtype=cfg.dtype)
 
@@ -179,7 +179,7 @@ class SequenceParallelAttention(TPCausalSelfAttention):
 
 
 class SequenceParallelMLP(TPMLP):
-    def __init__(self, cfg: ToyConfig, dims: ParallelDims):
+    def __init__(self, cfg: ToyConfig, dims: ParallelDims) -> None:
         super().__init__(cfg, dims)
         self.fc2 = SequenceParallelRowLinear(cfg.d_mlp, cfg.d_model, dims=dims, dtype=cfg.dtype)
 
@@ -195,7 +195,7 @@ class SequenceParallelBlock(TPBlock):
     LayerNorms and residual adds run on the local positions only; the block's
     state_dict keys and shard layout are TPBlock's (`from_block` works)."""
 
-    def __init__(self, cfg: ToyConfig, dims: ParallelDims | None = None):
+    def __init__(self, cfg: ToyConfig, dims: ParallelDims | None = None) -> None:
         nn.Module.__init__(self)
         dims = resolve(dims)
         check_tp_layout(dims.tp, cfg.n_heads, cfg.d_mlp)
@@ -215,7 +215,7 @@ class SequenceParallelToy(nn.Module):
     embed = ToyTransformer.embed
     logits = ToyTransformer.logits
 
-    def __init__(self, model: ToyTransformer, dims: ParallelDims):
+    def __init__(self, model: ToyTransformer, dims: ParallelDims) -> None:
         super().__init__()
         cfg = self.cfg = model.cfg
         self.dims = dims

@@ -73,7 +73,7 @@ def torch_tp_step(rank: int, world_size: int, cfg: ToyConfig, batches, *,
     parallelize_module(model, dims.mesh["tp"], torch_tp_plan(cfg.n_layers, sequence_parallel=sequence_parallel))
     out = {"losses": [], "grads": None, "state": None, "ln1_local_input": None}
 
-    def note_shape(_module, args):  # what one rank's LayerNorm really runs on
+    def note_shape(_module, args) -> None:  # what one rank's LayerNorm really runs on
         x = args[0]
         out["ln1_local_input"] = tuple((x.to_local() if hasattr(x, "to_local") else x).shape)
 

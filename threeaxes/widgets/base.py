@@ -31,7 +31,7 @@ class _Explorer:
 
     title = ""
 
-    def __init__(self, controls: dict, rows: list, initial: dict):
+    def __init__(self, controls: dict, rows: list, initial: dict) -> None:
         self.controls = controls
         self.message = widgets.HTML()
         self.output = widgets.Output()
@@ -51,11 +51,11 @@ class _Explorer:
     def _extra_views(self):
         return []
 
-    def _on_change(self, change):
+    def _on_change(self, change) -> None:
         if not self._hold:
             self.update()
 
-    def set(self, **values):
+    def set(self, **values) -> None:
         """Move several controls, then recompute and redraw once."""
         self._hold = True
         try:
@@ -68,7 +68,7 @@ class _Explorer:
     def values(self) -> dict:
         return {name: control.value for name, control in self.controls.items()}
 
-    def update(self):
+    def update(self) -> None:
         try:
             data = self.compute()
         except ValueError as exc:
@@ -85,7 +85,7 @@ class _Explorer:
         with self.output:
             display(FigureDisplay(self.figure))
 
-    def _clear_extra(self):
+    def _clear_extra(self) -> None:
         pass
 
     def _repr_mimebundle_(self, **kwargs):

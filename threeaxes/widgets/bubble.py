@@ -27,7 +27,7 @@ class BubbleExplorer(_Explorer):
 
     title = "Pipeline bubble explorer"
 
-    def __init__(self, **initial):
+    def __init__(self, **initial) -> None:
         c = {
             "pp": widgets.IntSlider(4, min=1, max=16, description="p (stages)", style=_WIDE),
             "micro_batches": widgets.IntSlider(8, min=1, max=64, description="m (micro-batches)",

@@ -39,7 +39,7 @@ class BubbleMovesExplorer(_Explorer):
 
     def __init__(self, model, cluster, global_batch: int, baseline: dict, *,
                  bubble_target: float, seq_len: int | None = None,
-                 interleave: str = "flexible", **initial):
+                 interleave: str = "flexible", **initial) -> None:
         if not 0 < bubble_target < 1:
             raise ValueError(f"bubble_target={bubble_target} must be a fraction in (0, 1)")
         self.model, self.cluster = model, cluster

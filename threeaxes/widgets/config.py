@@ -41,7 +41,7 @@ class ConfigExplorer(_Explorer):
 
     title = "Configuration explorer"
 
-    def __init__(self, **initial):
+    def __init__(self, **initial) -> None:
         c = {
             "model": widgets.Dropdown(options=_MODEL_OPTIONS + _MOE_OPTIONS, value="llama2-70b",
                                       description="model"),
@@ -71,11 +71,11 @@ class ConfigExplorer(_Explorer):
         self._cache = {}
         c["pick"].max = c["rows"].value
 
-        def follow_rows(change):
+        def follow_rows(change) -> None:
             c["pick"].max = change["new"]      # clamps "pick" into range
         c["rows"].observe(follow_rows, names="value")
 
-        def follow_cp(change):
+        def follow_cp(change) -> None:
             c["cp_mode"].disabled = change["new"] == 1     # one rank exchanges nothing
         c["cp"].observe(follow_cp, names="value")
         follow_cp({"new": c["cp"].value})
@@ -84,7 +84,7 @@ class ConfigExplorer(_Explorer):
     def _extra_views(self):
         return [self.table]
 
-    def _clear_extra(self):
+    def _clear_extra(self) -> None:
         self.table.value = ""
 
     def _search(self, key):
@@ -176,7 +176,7 @@ def _beyond_note(r) -> str:
     return "".join(notes)
 
 
-def _add_time_terms(ax, bars):
+def _add_time_terms(ax, bars) -> None:
     """Stack cp's and ep's time after the three-axis terms ``draw_time_breakdown`` drew
     (none when every row has them at zero: the three-axis chart is left as it was)."""
     left = np.array([sum(getattr(t, key) for key, _, _ in TIME_TERMS) for _, t in bars])

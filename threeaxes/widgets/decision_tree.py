@@ -110,7 +110,7 @@ class DecisionTreeExplorer(_Explorer):
 
     title = "The cheatsheet's decision tree, on your numbers"
 
-    def __init__(self, **initial):
+    def __init__(self, **initial) -> None:
         c = {
             "model": widgets.Dropdown(options=[("by size (billions)", "size")] + _MODEL_OPTIONS,
                                       value="size", description="model"),
@@ -133,13 +133,13 @@ class DecisionTreeExplorer(_Explorer):
         self._toggle_size({"new": c["model"].value}, controls=c)
         super().__init__(c, rows, initial)
 
-    def _toggle_size(self, change, controls=None):
+    def _toggle_size(self, change, controls=None) -> None:
         (controls or self.controls)["billions"].disabled = change["new"] != "size"
 
     def _extra_views(self):
         return [self.path]
 
-    def _clear_extra(self):
+    def _clear_extra(self) -> None:
         self.path.value = ""
 
     def compute(self) -> TreeWalk:

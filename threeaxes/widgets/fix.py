@@ -35,7 +35,7 @@ class FixExplorer(_Explorer):
     title = "Fix explorer: make it fit again, at the least slowdown"
 
     def __init__(self, model, cluster, tokens_per_step: int, baseline: dict,
-                 seq_lens=(2048, 4096), **initial):
+                 seq_lens=(2048, 4096), **initial) -> None:
         self.model, self.cluster, self.tokens_per_step = model, cluster, int(tokens_per_step)
         self.baseline = dict(baseline)
         n = cluster.n_gpus

@@ -40,7 +40,7 @@ def _check_cards(cards) -> tuple:
 class FlashcardDeck:
     """Click the card (a button) to flip it; previous, next, shuffle; mark cards as known."""
 
-    def __init__(self, cards=None, seed: int | None = None):
+    def __init__(self, cards=None, seed: int | None = None) -> None:
         self.cards = _check_cards(_default_cards() if cards is None else cards)
         self.order = list(range(len(self.cards)))
         self.position = 0           # index into order
@@ -74,22 +74,22 @@ class FlashcardDeck:
         """Index (into cards) of the card on screen."""
         return self.order[self.position]
 
-    def flip(self):
+    def flip(self) -> None:
         self.showing_answer = not self.showing_answer
         self._render()
 
-    def move(self, step: int):
+    def move(self, step: int) -> None:
         self.position = (self.position + step) % len(self.order)
         self.showing_answer = False
         self._render()
 
-    def shuffle(self):
+    def shuffle(self) -> None:
         self._random.shuffle(self.order)
         self.position = 0
         self.showing_answer = False
         self._render()
 
-    def _on_known(self, change):
+    def _on_known(self, change) -> None:
         if change["new"]:
             self.known.add(self.current)
         else:
@@ -97,7 +97,7 @@ class FlashcardDeck:
         self._render()
 
     # ---- drawing
-    def _render(self):
+    def _render(self) -> None:
         question, answer = self.cards[self.current]
         side, text, bg = (("answer", answer, "#eef6ee") if self.showing_answer
                           else ("question", question, "#f4f4fb"))

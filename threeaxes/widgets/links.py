@@ -34,7 +34,7 @@ class LinkExplorer(_Explorer):
     title = "Node size and links explorer"
 
     def __init__(self, model: str = "175B", n_gpus: int = 256, global_batch: int = 512,
-                 config: dict | None = None, **initial):
+                 config: dict | None = None, **initial) -> None:
         self.model = get_model(model)
         self.n_gpus, self.global_batch = n_gpus, global_batch
         # every setting of plan() other than dp, tp, pp (the controls)

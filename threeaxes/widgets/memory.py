@@ -48,7 +48,7 @@ class MemoryExplorer(_Explorer):
 
     title = "Memory per GPU explorer"
 
-    def __init__(self, **initial):
+    def __init__(self, **initial) -> None:
         c = {
             "model": widgets.Dropdown(options=_MODEL_OPTIONS + _MOE_OPTIONS
                                       + [("custom shape", "custom")],
@@ -90,7 +90,7 @@ class MemoryExplorer(_Explorer):
         self._toggle_custom({"new": c["model"].value}, controls=c)
         super().__init__(c, rows, initial)
 
-    def _toggle_custom(self, change, controls=None):
+    def _toggle_custom(self, change, controls=None) -> None:
         c = controls or self.controls
         for name in ("n_layers", "d_model", "n_heads"):
             c[name].disabled = change["new"] != "custom"
