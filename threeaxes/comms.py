@@ -93,7 +93,7 @@ class Pending:
     def is_completed(self) -> bool:
         return bool(self.work.is_completed())
 
-    def wait(self) -> torch.Tensor | None:
+    def wait(self) -> torch.Tensor:
         """Block until the collective is done; return its tensor."""
         if not self._waited:
             self.work.wait()
@@ -102,6 +102,7 @@ class Pending:
                 self.result = self._finish()
             if trace.recording():
                 trace.emit(trace.Event(end=self._done_at or time.time(), **self._event))
+        assert self.result is not None   # every Pending made here has a result or a finish
         return self.result
 
 

@@ -26,7 +26,10 @@ def split(notebook: dict, anywhere: bool = False) -> tuple[list, list, int]:
     sections (the install cell in neither), and how many optional sections open uncollapsed.
     `anywhere`: take a cell's first heading wherever it stands in the cell, as JupyterLab does
     (a cell that opens with prose and has a heading further down is a heading cell there)."""
-    core, depth, optional_level, uncollapsed = [], [], None, 0
+    core: list[tuple[int, dict]] = []
+    depth: list[tuple[int, dict]] = []
+    optional_level: int | None = None
+    uncollapsed = 0
     for k, cell in enumerate(notebook["cells"]):
         meta = cell.get("metadata", {})
         tags = meta.get("tags", [])
@@ -96,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     import json
     from pathlib import Path
 
-    parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(main.__doc__ or "").splitlines()[0])
     parser.add_argument("notebooks", nargs="+", type=Path)
     for path in parser.parse_args(argv).notebooks:
         nb = json.loads(path.read_text())

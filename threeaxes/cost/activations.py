@@ -49,7 +49,7 @@ class ActivationBytes(NamedTuple):
     total: float           # per_layer * n_layers
 
 
-def _check(name: str, value, minimum: int = 1) -> int:
+def _check(name: str, value: float, minimum: int = 1) -> int:
     if isinstance(value, bool) or int(value) != value or value < minimum:
         raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
     return int(value)
@@ -107,6 +107,7 @@ def activation_bytes(seq_len: int, micro_batch: int, d_model: int, n_heads: int,
         linear, attention = 2.0 * sbh, 0.0
     else:
         if count == "as_built":
+            assert ffn_hidden is not None   # checked above
             linear = llama_layer_bytes(s, b, h, a, n_kv_heads=n_kv_heads, ffn_hidden=ffn_hidden,
                                        tp=t, sequence_parallel=sequence_parallel,
                                        fused_swiglu=True)

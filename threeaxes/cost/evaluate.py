@@ -41,7 +41,7 @@ The step-time model (every assumption is an argument of ``plan``):
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from .activations import ACTIVATION_COUNTS, first_stage_activation_bytes
 from .bubble import bubble_fraction, bubble_overhead
@@ -53,6 +53,9 @@ from .memory import PRECISIONS, MemoryBreakdown
 from .network import all_gather_time, all_reduce_time, group_link, p2p_time
 from .placement import layout_strides
 from .stage_memory import ACTIVATION_SCALE
+
+if TYPE_CHECKING:
+    from .presets import Cluster, Model
 
 __all__ = ["TimeBreakdown", "PlanResult", "PlanContext", "evaluate", "DEFAULT_COMPUTE_EFFICIENCY",
            "SHAPES"]
@@ -118,17 +121,18 @@ class PlanResult(NamedTuple):
 class PlanContext:
     """What stays fixed across configurations: model, cluster, batch, assumptions."""
 
-    def __init__(self, model, cluster, global_batch, seq_len, precision,
-                 compute_efficiency, dp_overlap, usable_memory_fraction,
-                 pp_scatter_gather=False, flash_attention=True, interleave="flexible",
-                 activation_count="korthikanti") -> None:
+    def __init__(self, model: Model, cluster: Cluster, global_batch: int, seq_len: int | None,
+                 precision: str, compute_efficiency: float | str, dp_overlap: float,
+                 usable_memory_fraction: float, pp_scatter_gather: bool = False,
+                 flash_attention: bool = True, interleave: str = "flexible",
+                 activation_count: str = "korthikanti") -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"precision={precision!r}; choose precision in {set(PRECISIONS)}")
         self.shapes = isinstance(compute_efficiency, str)
         if self.shapes and compute_efficiency != SHAPES:
             raise ValueError(f"compute_efficiency={compute_efficiency!r}; give a fraction "
                              f"in (0, 1] or {SHAPES!r}")
-        if not self.shapes and not 0 < compute_efficiency <= 1:
+        if not isinstance(compute_efficiency, str) and not 0 < compute_efficiency <= 1:
             raise ValueError(f"compute_efficiency={compute_efficiency} must be in (0, 1] "
                              f"(or {SHAPES!r} to time each layer from its shapes)")
         self.pp_scatter_gather = bool(pp_scatter_gather)
@@ -143,7 +147,7 @@ class PlanContext:
             raise ValueError(f"activation_count='as_built' counts SwiGLU layers and "
                              f"{model.name}'s MLP is not gated: use 'korthikanti'")
         self.activation_count = activation_count
-        self.shaped = {}               # (tp, mbs, recompute, sp) -> (layer s, head s)
+        self.shaped: dict[tuple, tuple[float, float]] = {}   # (tp, mbs, recompute, sp) -> (layer s, head s)
         if not 0 <= dp_overlap <= 1:
             raise ValueError(f"dp_overlap={dp_overlap} must be in [0, 1]")
         if not 0 < usable_memory_fraction <= 1:
@@ -181,8 +185,8 @@ class PlanContext:
         self.peak = cluster.peak_flops
 
 
-def evaluate(ctx: PlanContext, dp, tp, pp, mbs, zero, recompute, v, sp, cp=1, ep=1, etp=None,
-             cp_mode="ring") -> PlanResult:
+def evaluate(ctx: PlanContext, dp: int, tp: int, pp: int, mbs: int, zero: int, recompute: str, v: int,
+             sp: bool, cp: int = 1, ep: int = 1, etp: int | None = None, cp_mode: str = "ring") -> PlanResult:
     """Memory and step time of one configuration (already checked against the
     rules) under the assumptions ``ctx`` holds. cp and ep's terms are
     ``cp_ep_terms``'s; with cp = ep = 1 they add nothing."""
@@ -215,7 +219,7 @@ def evaluate(ctx: PlanContext, dp, tp, pp, mbs, zero, recompute, v, sp, cp=1, ep
         compute = _shaped_compute(ctx, tp, pp, mbs, m, recompute, sp)
     else:
         compute = (ctx.model_flops + ctx.recompute_flops[recompute]) / (
-            ctx.n_gpus * ctx.peak * ctx.efficiency)
+            ctx.n_gpus * ctx.peak * ctx.efficiency)  # type: ignore[operator]  # a number unless ctx.shapes
     act_bytes = ctx.act_dtype_bytes * mbs * s * h          # one micro-batch's b s h
     layers_here = model.n_layers / pp
     # (stride, size) per group, ranks numbered tp fastest, then cp, dp, pp (Megatron-LM's order)
@@ -281,7 +285,7 @@ def evaluate(ctx: PlanContext, dp, tp, pp, mbs, zero, recompute, v, sp, cp=1, ep
                       cp, ep, None if etp == tp else etp, cp_mode)
 
 
-def _shaped_compute(ctx: PlanContext, tp, pp, mbs, m, recompute, sp) -> float:
+def _shaped_compute(ctx: PlanContext, tp: int, pp: int, mbs: int, m: int, recompute: str, sp: bool) -> float:
     """Busy time of the last pipeline stage, the slowest: its layers and the
     output layer (Megatron-LM puts the head there), for m micro-batches."""
     model, key = ctx.model, (tp, mbs, recompute, sp, ctx.flash_attention)

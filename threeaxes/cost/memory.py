@@ -55,7 +55,8 @@ class MemoryBreakdown(NamedTuple):
     total: float
 
 
-def bytes_per_param(precision: str = "mixed", *, optimizer_bytes: float | None = None):
+def bytes_per_param(precision: str = "mixed", *,
+                    optimizer_bytes: float | None = None) -> tuple[float, float, float]:
     """(params, grads, optimizer) bytes per parameter for a precision.
 
     "mixed" is ZeRO Section 3.1's 2 + 2 + K with K = 12 (Adam);
@@ -70,7 +71,8 @@ def bytes_per_param(precision: str = "mixed", *, optimizer_bytes: float | None =
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r}; choose precision in "
                          f"{set(PRECISIONS)}")
-    p, g, k = PRECISIONS[precision]
+    p, g, k_int = PRECISIONS[precision]
+    k: float = k_int
     if optimizer_bytes is not None:
         if optimizer_bytes < 0:
             raise ValueError(f"optimizer_bytes={optimizer_bytes} must be >= 0")
@@ -78,7 +80,7 @@ def bytes_per_param(precision: str = "mixed", *, optimizer_bytes: float | None =
     return p, g, k
 
 
-def _check_degree(name: str, value) -> int:
+def _check_degree(name: str, value: float) -> int:
     if isinstance(value, bool) or int(value) != value or value < 1:
         raise ValueError(f"{name}={value!r} must be a positive integer")
     return int(value)

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .constraints import Violation, violations
 from .memory import GB
 from .planner import PlanResult, plan, search
+
+if TYPE_CHECKING:
+    from .presets import Cluster, Model
 
 __all__ = ["CONFIG_KEYS", "Verdict", "judge", "best_configuration"]
 
@@ -41,7 +44,8 @@ class Verdict(NamedTuple):
 
 
 @functools.lru_cache(maxsize=64)
-def _best(model, cluster, global_batch, seq_len, assumptions, options) -> PlanResult:
+def _best(model: Model, cluster: Cluster, global_batch: int, seq_len: int | None,
+          assumptions: tuple[tuple[str, Any], ...], options: tuple[tuple[str, Any], ...]) -> PlanResult:
     found = search(model, cluster, global_batch, seq_len, only_fitting=True, top=1,
                    **dict(assumptions), **dict(options))
     if not found:
@@ -50,8 +54,8 @@ def _best(model, cluster, global_batch, seq_len, assumptions, options) -> PlanRe
     return found[0]
 
 
-def best_configuration(model, cluster, global_batch: int, seq_len: int | None = None, *,
-                       search_options: dict | None = None, **assumptions) -> PlanResult:
+def best_configuration(model: Model, cluster: Cluster, global_batch: int, seq_len: int | None = None, *,
+                       search_options: dict | None = None, **assumptions: Any) -> PlanResult:
     """The search's fastest fitting configuration (cached per scenario). `search_options`
     go to `search` only, e.g. {"micro_batch_sizes": (1,)} when the scenario fixes them."""
     options = {k: tuple(v) if isinstance(v, list) else v for k, v in (search_options or {}).items()}
@@ -68,9 +72,9 @@ def _memory_violation(result: PlanResult) -> Violation:
         f"recompute activations, or use smaller micro-batches"))
 
 
-def judge(model, cluster, global_batch: int, seq_len: int | None = None, *, config: dict,
+def judge(model: Model, cluster: Cluster, global_batch: int, seq_len: int | None = None, *, config: dict,
           margin: float = 0.10, partial: float = 0.5, search_options: dict | None = None,
-          **assumptions) -> Verdict:
+          **assumptions: Any) -> Verdict:
     """Score `config` (a dict of `CONFIG_KEYS`) for the scenario (model, cluster, global
     batch, sequence length, and the planner's `assumptions`, passed to plan and search alike;
     `search_options` limit the search only, e.g. to the micro-batch sizes a scenario allows).
@@ -100,6 +104,7 @@ def judge(model, cluster, global_batch: int, seq_len: int | None = None, *, conf
         reasons = "\n".join(f"- {v.message}" for v in broken)
         return Verdict(0.0, False, broken, result, best, math.inf,
                        f"not feasible ({len(broken)} problem{'s' if len(broken) > 1 else ''}):\n{reasons}")
+    assert result is not None   # planned whenever no rule is broken
     slowdown = result.time.total / best.time.total
     near = slowdown <= 1 + margin
     feedback = (f"fits ({result.memory.total / GB:.1f} GB per GPU); predicted step {result.time.total:.2f} s, "

@@ -8,13 +8,15 @@ with this one rule, so their plans are the same.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 __all__ = ["DEFAULT_BUCKET_BYTES", "check_bucket_bytes", "plan_buckets"]
 
 # DDP's default bucket_cap_mb is 25 MiB.
 DEFAULT_BUCKET_BYTES = 25 * 2**20
 
 
-def check_bucket_bytes(bucket_bytes):
+def check_bucket_bytes(bucket_bytes: object) -> None:
     """A ValueError that says what to pass unless `bucket_bytes` is a positive int."""
     if type(bucket_bytes) is not int or bucket_bytes <= 0:
         raise ValueError(
@@ -22,7 +24,7 @@ def check_bucket_bytes(bucket_bytes):
             f"e.g. 25 * 2**20 (DDP's default of 25 MiB)")
 
 
-def plan_buckets(sizes_bytes, bucket_bytes: int) -> list[list[int]]:
+def plan_buckets(sizes_bytes: Iterable[int], bucket_bytes: int) -> list[list[int]]:
     """Group tensors into buckets, in the order given: indices per bucket.
 
     Rule: walk the tensors in order and add each to the open bucket; if adding
@@ -32,7 +34,9 @@ def plan_buckets(sizes_bytes, bucket_bytes: int) -> list[list[int]]:
     without any ranks.
     """
     check_bucket_bytes(bucket_bytes)
-    buckets, current, filled = [], [], 0
+    buckets: list[list[int]] = []
+    current: list[int] = []
+    filled = 0
     for index, size in enumerate(sizes_bytes):
         if current and filled + size > bucket_bytes:
             buckets.append(current)

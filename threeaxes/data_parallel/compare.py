@@ -18,21 +18,24 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Iterable
 
 import torch
+import torch.nn as nn
 
 from threeaxes import comms, trace
 from threeaxes.data_parallel.overlap import DataParallel
 from threeaxes.data_parallel.step import average_gradients_bucketed, shard_batch
 from threeaxes.dims import ParallelDims
-from threeaxes.toy import ToyTransformer, lm_loss
+from threeaxes.toy import ToyConfig, ToyTransformer, lm_loss
 
 __all__ = ["VARIANTS", "naive_vs_overlapped", "step_seconds"]
 
 VARIANTS = ("naive", "overlapped")
 
 
-def _one_step(variant, model, wrapped, opt, inputs, targets, bucket_bytes, dims) -> None:
+def _one_step(variant: str, model: nn.Module, wrapped: nn.Module, opt: torch.optim.Optimizer, inputs: torch.Tensor,
+              targets: torch.Tensor, bucket_bytes: int, dims: ParallelDims) -> None:
     opt.zero_grad()
     loss = lm_loss(wrapped(inputs), targets)
     loss.backward()  # overlapped: the buckets' all-reduces start in here
@@ -41,25 +44,26 @@ def _one_step(variant, model, wrapped, opt, inputs, targets, bucket_bytes, dims)
         average_gradients_bucketed(model, bucket_bytes, dims)
     else:
         # communication: wait for the all-reduces backward started
-        wrapped.finish_gradient_synchronization()
+        wrapped.finish_gradient_synchronization()  # type: ignore[operator]  # a DataParallel in this variant
     with trace.span("optimizer", module="model"):
         opt.step()
 
 
-def naive_vs_overlapped(rank: int, world_size: int, cfg, batch, bucket_bytes: int, *, steps: int = 5,
-                        warmup: int = 2, lr: float = 0.1, seed: int = 0):
+def naive_vs_overlapped(rank: int, world_size: int, cfg: ToyConfig, batch: tuple[torch.Tensor, torch.Tensor],
+                        bucket_bytes: int, *, steps: int = 5, warmup: int = 2, lr: float = 0.1,
+                        seed: int = 0) -> dict[str, dict]:
     """Per variant: {"seconds": [time of each timed step on this rank],
     "trace": the traced last step, "state": the final parameters}."""
     if steps < 1 or warmup < 0:
         raise ValueError(f"steps={steps}, warmup={warmup}; time at least one step (steps >= 1)")
     dims = ParallelDims.init(dp=world_size)
     inputs, targets = shard_batch(*batch, dims)
-    setups = {}
+    setups: dict[str, tuple[ToyTransformer, nn.Module, torch.optim.Optimizer]] = {}
     for variant in VARIANTS:
         model = ToyTransformer(cfg, seed)
         wrapped = DataParallel(model, bucket_bytes, dims) if variant == "overlapped" else model
         setups[variant] = (model, wrapped, torch.optim.SGD(model.parameters(), lr=lr))
-    seconds = {variant: [] for variant in VARIANTS}
+    seconds: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
     for step in range(warmup + steps):
         # the two variants take turns, first one then the other, so a slow spell
         # of the machine does not land on one of them only
@@ -70,7 +74,7 @@ def naive_vs_overlapped(rank: int, world_size: int, cfg, batch, bucket_bytes: in
             _one_step(variant, *setups[variant], inputs, targets, bucket_bytes, dims)
             if step >= warmup:
                 seconds[variant].append(time.perf_counter() - start)
-    out = {}
+    out: dict[str, dict] = {}
     for variant in VARIANTS:
         model = setups[variant][0]
         comms.all_reduce(torch.zeros(1), "dp", dims=dims)  # communication: line up again
@@ -81,7 +85,7 @@ def naive_vs_overlapped(rank: int, world_size: int, cfg, batch, bucket_bytes: in
     return out
 
 
-def step_seconds(results, variant: str) -> float:
+def step_seconds(results: Iterable[dict[str, dict]], variant: str) -> float:
     """The median over steps of the slowest rank's time: one step of the whole
     group lasts as long as its slowest rank."""
     if variant not in VARIANTS:

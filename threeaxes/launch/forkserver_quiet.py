@@ -16,11 +16,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from types import FrameType
 
 
 def in_forkserver_main() -> bool:
     """True while `multiprocessing.forkserver.main` is on the stack (its preload)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
         if code.co_name == "main" and code.co_filename.endswith(os.path.join("multiprocessing", "forkserver.py")):

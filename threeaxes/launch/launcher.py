@@ -35,6 +35,8 @@ import math
 import numbers
 import os
 import pickle
+from collections.abc import Callable
+from typing import Any
 
 import cloudpickle
 import torch
@@ -48,7 +50,8 @@ __all__ = ["launch", "RankError", "LaunchTimeout", "MAX_WORLD_SIZE"]
 MAX_WORLD_SIZE = 64
 
 
-def launch(fn, world_size: int, *args, timeout=60.0, backend=None, **kwargs):
+def launch(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 60.0, backend: str | None = None,
+           **kwargs: Any) -> list[Any]:
     """Call ``fn(rank, world_size, *args, **kwargs)`` on ranks 0..world_size-1.
 
     Each rank runs in its own process with ``torch.distributed``'s default group
@@ -84,7 +87,7 @@ def launch(fn, world_size: int, *args, timeout=60.0, backend=None, **kwargs):
     return LocalLaunch(int(world_size), backend, float(timeout), payload).run()
 
 
-def _let_the_forkserver_finish_unless_light(payload) -> None:
+def _let_the_forkserver_finish_unless_light(payload: bytes) -> None:
     """Spawn, first part. The forkserver forks ranks once it has torch and
     torch.distributed, and imports the rest (torch._dynamo, ...) while idle. A function
     that names only torch and torch.distributed goes at once; any other waits until the
@@ -93,19 +96,20 @@ def _let_the_forkserver_finish_unless_light(payload) -> None:
         prestart.wait_until_warm()
 
 
-def _check_args(fn, world_size: int, timeout, backend):
+def _check_args(fn: object, world_size: Any, timeout: Any, backend: object) -> None:
     if not callable(fn):
         raise TypeError(f"fn must be a function fn(rank, world_size, ...), got {type(fn).__name__}")
     if (
         isinstance(world_size, bool)
         or not isinstance(world_size, numbers.Integral)
-        or not 1 <= world_size <= MAX_WORLD_SIZE
+        or not 1 <= world_size <= MAX_WORLD_SIZE  # type: ignore[operator]  # typeshed's Integral has no <=
     ):
         raise ValueError(
             f"world_size must be a whole number of ranks from 1 to {MAX_WORLD_SIZE}, "
             f"got {world_size!r}; for example launch(fn, 4)"
         )
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not 0 < timeout < math.inf:
+    # typeshed's numbers.Real has no <
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not 0 < timeout < math.inf:  # type: ignore[operator]
         raise ValueError(
             f"timeout must be a positive, finite number of seconds, got {timeout!r}; "
             "for example timeout=120 for slow work"
@@ -117,7 +121,7 @@ def _check_args(fn, world_size: int, timeout, backend):
         )
 
 
-def _pick_backend(backend, ranks_here, gpus):
+def _pick_backend(backend: str | None, ranks_here: int, gpus: int) -> str:
     """NCCL when every rank on this machine gets its own GPU, else gloo; `backend` overrides."""
     if backend is None:
         return "nccl" if gpus >= ranks_here and dist.is_nccl_available() else "gloo"
@@ -132,7 +136,8 @@ def _pick_backend(backend, ranks_here, gpus):
     return backend
 
 
-def _launch_under_torchrun(fn, world_size: int, backend, args, kwargs):
+def _launch_under_torchrun(fn: Callable[..., Any], world_size: int, backend: str | None, args: tuple,
+                           kwargs: dict[str, Any]) -> list[Any]:
     """torchrun already started one process per rank: run fn here, on the real group."""
     env_world_size = int(os.environ["WORLD_SIZE"])
     if world_size != env_world_size:
@@ -152,7 +157,7 @@ def _launch_under_torchrun(fn, world_size: int, backend, args, kwargs):
     rank = dist.get_rank()
     result = fn(rank, world_size, *args, **kwargs)
     # communication: every rank gets every rank's (pickled, CPU-only) result
-    blobs = [None] * world_size
+    blobs: list[Any] = [None] * world_size
     dist.all_gather_object(blobs, worker.dumps_result(result, rank))
     return [pickle.loads(blob) for blob in blobs]
 

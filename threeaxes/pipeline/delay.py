@@ -12,9 +12,13 @@ while the device works, and the CPU stays free for the other ranks, so four
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn as nn
+
+if TYPE_CHECKING:
+    from .stages import StageModule
 
 __all__ = ["DelayedStage"]
 
@@ -35,12 +39,12 @@ class _BackwardStarts(torch.autograd.Function):
     backward and notes the time. Saves no tensor."""
 
     @staticmethod
-    def forward(ctx, y, clock):
+    def forward(ctx: Any, y: torch.Tensor, clock: _Clock) -> torch.Tensor:
         ctx.clock = clock
         return y.view_as(y)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         ctx.clock.backward_start = time.perf_counter()
         return grad, None
 
@@ -50,17 +54,17 @@ class _BackwardEnds(torch.autograd.Function):
     backward has run, and waits until the backward has lasted `backward_s`."""
 
     @staticmethod
-    def forward(ctx, x, clock, backward_s):
+    def forward(ctx: Any, x: torch.Tensor, clock: _Clock, backward_s: float) -> torch.Tensor:
         ctx.clock, ctx.backward_s = clock, backward_s
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         _wait_until(ctx.clock.backward_start + ctx.backward_s)
         return grad, None, None
 
 
-def _check_seconds(name, value):
+def _check_seconds(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 10:
         raise ValueError(f"{name}={value!r}; give a duration in seconds between 0 and 10 "
                          f"(e.g. 0.005 for 5 ms)")
@@ -80,23 +84,23 @@ class DelayedStage(nn.Module):
     exactly the wrapped stage's.
     """
 
-    def __init__(self, stage: nn.Module, forward_s: float, backward_s: float) -> None:
+    def __init__(self, stage: StageModule, forward_s: float, backward_s: float) -> None:
         super().__init__()
         self.stage = stage
         self.forward_s = _check_seconds("forward_s", forward_s)
         self.backward_s = _check_seconds("backward_s", backward_s)
         self.cfg, self.layers = stage.cfg, stage.layers
         self.is_first, self.is_last = stage.is_first, stage.is_last
-        self._clock = None
+        self._clock: _Clock | None = None
         first_block = next(iter(stage.blocks.values()))
         first_block.register_forward_pre_hook(self._mark_backward_end)
 
-    def _mark_backward_end(self, _module, args):
+    def _mark_backward_end(self, _module: nn.Module, args: tuple) -> tuple | None:
         if self._clock is None:      # the wrapped stage called on its own: no delay
             return None
         return (_BackwardEnds.apply(args[0], self._clock, self.backward_s), *args[1:])
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         start, clock = time.perf_counter(), _Clock()
         self._clock = clock          # the first block's pre-hook reads it
         try:

@@ -18,6 +18,9 @@ microbatch) and every send/recv a comms event, in the one trace;
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import torch.distributed as dist
 
@@ -46,7 +49,8 @@ def _tag(stage: int, microbatch: int, kind: str, m: int) -> int:
 
 
 def run_plan(plan: Plan, stages: dict, inputs: torch.Tensor, targets: torch.Tensor,
-             dims: ParallelDims | None = None, *, loss_fn=lm_loss) -> float | None:
+             dims: ParallelDims | None = None, *,
+             loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = lm_loss) -> float | None:
     """Run one training step's forwards and backwards as `plan` orders them.
 
     The pipeline is this rank's pp group in `dims` (the run's current layout
@@ -87,12 +91,15 @@ def run_plan(plan: Plan, stages: dict, inputs: torch.Tensor, targets: torch.Tens
     # (micro_batch, seq, d_model): what crosses between stages, both ways
     shape = (tokens[0].shape[0], tokens[0].shape[1], some.cfg.d_model)
 
-    def peer(stage):
+    def peer(stage: int) -> int:
         return pp_ranks[stage % p]
 
-    sends, saved, local, loss = [], {}, {}, 0.0
+    sends: list[Any] = []
+    saved: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+    local: dict[tuple[int, int, str], torch.Tensor] = {}
+    loss = 0.0
 
-    def hand_over(tensor, to_stage, k, kind) -> None:
+    def hand_over(tensor: torch.Tensor, to_stage: int, k: int, kind: str) -> None:
         if peer(to_stage) == dims.rank:   # the next stage lives on this rank too (interleaved, p=1)
             local[(to_stage, k, kind)] = tensor
         else:
@@ -100,7 +107,7 @@ def run_plan(plan: Plan, stages: dict, inputs: torch.Tensor, targets: torch.Tens
             sends.append(comms.isend(tensor, dst=peer(to_stage), axis="pp", dims=dims,
                                      tag=_tag(to_stage, k, kind, m)))
 
-    def take(stage, from_stage, k, kind):
+    def take(stage: int, from_stage: int, k: int, kind: str) -> torch.Tensor:
         if (stage, k, kind) in local:
             return local.pop((stage, k, kind))
         # communication: receive from the pp rank that holds `from_stage`
@@ -126,7 +133,7 @@ def run_plan(plan: Plan, stages: dict, inputs: torch.Tensor, targets: torch.Tens
             with trace.span("backward", module=f"stage {s}", stage=s, microbatch=k):
                 torch.autograd.backward(y, grad)
             if s != 0:
-                hand_over(x.grad, s - 1, k, "B")
+                hand_over(x.grad, s - 1, k, "B")  # type: ignore[arg-type]  # set by the backward above
     for work in sends:
         work.wait()
     return loss if last in stages else None
@@ -136,7 +143,8 @@ def _check_fifo(plan: Plan) -> None:
     """NCCL ignores tags and matches messages between two ranks in order, so
     every receiver must take its messages in the order its sender sends them
     (true of GPipe, 1F1B and interleaved 1F1B; not of every valid plan)."""
-    sent, received = {}, {}
+    sent: dict[tuple[int, int], list[tuple[int, int, str]]] = {}
+    received: dict[tuple[int, int], list[tuple[int, int, str]]] = {}
     for r in plan:
         for a in plan.actions(r):
             to = a.stage + 1 if a.kind == "F" else a.stage - 1

@@ -29,7 +29,8 @@ every stage costs the same time, which is what the bubble formula assumes.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -41,6 +42,9 @@ from .executor import run_plan, split_microbatches
 from .saved import SavedActivations, one_microbatch_saved_bytes, predicted_peak_bytes
 from .schedules import make_plan
 from .stages import build_stages
+
+if TYPE_CHECKING:
+    from ..dims import ParallelDims
 
 __all__ = ["BUSY_SHARE_TOLERANCE", "bubble_bounds", "BubbleMeasurement", "measured_bubble",
            "hop_latencies",
@@ -84,7 +88,8 @@ class BubbleMeasurement(NamedTuple):
     mean: float             # the mean over ranks: idle time of all ranks / (ranks x step)
 
 
-def measured_bubble(events) -> BubbleMeasurement:
+# `events` below: a Trace, a Simulation, or their events (a list, or rank -> list)
+def measured_bubble(events: Any) -> BubbleMeasurement:
     """The bubble of one measured pipeline step, from its trace.
 
     The step runs from the earliest start to the latest end of any forward or
@@ -108,14 +113,14 @@ def measured_bubble(events) -> BubbleMeasurement:
     start, end = min(e.start for e in spans), max(e.end for e in spans)
     if end <= start:
         raise ValueError("the spans take no time; measure a step whose forwards and backwards last")
-    busy = {}
+    busy: dict[int, float] = {}
     for e in spans:
         busy[e.rank] = busy.get(e.rank, 0) + (e.end - e.start)
     idle = {r: (end - start - b) / (end - start) for r, b in sorted(busy.items())}
     return BubbleMeasurement(start, end, dict(sorted(busy.items())), idle, sum(idle.values()) / len(idle))
 
 
-def hop_latencies(events) -> list[float]:
+def hop_latencies(events: Any) -> list[float]:
     """Seconds from the end of a span on one rank to the start of the span it
     unblocks on a neighbour, for each hop the neighbour sat waiting for.
 
@@ -129,7 +134,8 @@ def hop_latencies(events) -> list[float]:
     spans = sorted((e for e in events if e.kind == trace.COMPUTE and e.op in ("forward", "backward")),
                    key=lambda e: e.start)
     by_key = {(e.stage, e.microbatch, e.op): e for e in spans}
-    previous_end, gaps = {}, []
+    previous_end: dict[int, float] = {}
+    gaps: list[float] = []
     for e in spans:
         source = e.stage - 1 if e.op == "forward" else e.stage + 1
         dep = by_key.get((source, e.microbatch, e.op))
@@ -141,7 +147,7 @@ def hop_latencies(events) -> list[float]:
 
 # -- one launch, several schedules -----------------------------------------------------
 
-def measure_pipeline(rank: int, world_size: int, cfg: ToyConfig, runs, *, batch: int,
+def measure_pipeline(rank: int, world_size: int, cfg: ToyConfig, runs: Iterable[tuple[str, int, int]], *, batch: int,
                      layer_forward_s: float = 0.02, layer_backward_s: float = 0.04,
                      seed: int = 0, repeats: int = 1) -> dict:
     """A `launch` target: one pipeline step per (schedule, m, v) in `runs`, on
@@ -184,7 +190,7 @@ def measure_pipeline(rank: int, world_size: int, cfg: ToyConfig, runs, *, batch:
     return out
 
 
-def _shortest_step(measured: list[dict], dims) -> int:
+def _shortest_step(measured: list[dict], dims: ParallelDims) -> int:
     """The index of the repeat whose step, over all ranks, was shortest: the same on every rank."""
     spans = [[e for e in m["trace"].events if e.kind == trace.COMPUTE] for m in measured]
     bounds = torch.tensor([[-min(e.start for e in s), max(e.end for e in s)] for s in spans],

@@ -13,6 +13,8 @@ gradients by m: the same mean-of-microbatch-means loss as our executor.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 import torch.distributed as dist
 
@@ -24,7 +26,8 @@ from .torch_plans import plan_from_torch_order, torch_schedule_class
 __all__ = ["torch_pipeline_train"]
 
 
-def torch_pipeline_train(rank: int, world_size: int, cfg: ToyConfig, batches, *,
+def torch_pipeline_train(rank: int, world_size: int, cfg: ToyConfig,
+                         batches: Iterable[tuple[torch.Tensor, torch.Tensor]], *,
                          schedule: str = "1f1b", m: int = 1, v: int = 1, lr: float = 1e-2,
                          seed: int = 0, optimizer: str = "sgd") -> dict:
     """Launch on pp ranks, like `threeaxes.train.pipeline_train`; returns
@@ -66,6 +69,6 @@ def torch_pipeline_train(rank: int, world_size: int, cfg: ToyConfig, batches, *,
         opt.step()
     named = [(n, q) for mod in modules for n, q in mod.named_parameters()]
     params = {n: q.detach().cpu().clone() for n, q in named}
-    grads = {n: q.grad.detach().cpu().clone() for n, q in named}
+    grads = {n: q.grad.detach().cpu().clone() for n, q in named}  # type: ignore[union-attr]  # after a step
     plan = plan_from_torch_order(pipe.pipeline_order, cls.__name__) if multi else None
     return {"losses": losses if last else [], "params": params, "grads": grads, "plan": plan}

@@ -25,11 +25,11 @@ from threeaxes.sharding.fsdp import units_of
 __all__ = ["gathered_state", "load_gathered_state"]
 
 
-def _prefixed(prefix, name):
+def _prefixed(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
 
 
-def _whole_parameters(model):
+def _whole_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
     """(name, parameter) of every parameter that is not a unit's flat shard: the frozen ones."""
     shards = {id(u.shard) for u in units_of(model)}
     return [(n, p) for n, p in model.named_parameters(remove_duplicate=False) if id(p) not in shards]
@@ -67,7 +67,7 @@ def load_gathered_state(model: nn.Module, state: dict[str, torch.Tensor]) -> Non
                 continue
             if unit.gathered is not None:
                 raise RuntimeError("load_gathered_state between steps: a unit is gathered now")
-            names = {}
+            names: dict[int, str] = {}
             for _, _, name, k in unit.places:
                 names.setdefault(k, _prefixed(prefix, name))
             missing += [n for n in names.values() if n not in state]

@@ -28,9 +28,18 @@ measured shards would be larger by under dp numbers per bucket or unit.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 import torch
+import torch.nn as nn
 
 from threeaxes.cost.memory import ZERO_REGIMES
+
+if TYPE_CHECKING:
+    from threeaxes.cost.placement import RankParams
+    from threeaxes.dims import ParallelDims
+    from threeaxes.toy import ToyConfig
 
 __all__ = ["REGIMES", "build_regime", "step_regime", "measure_regimes", "predicted_bytes", "predicted_gathered_peak",
            "predicted_wire_bytes"]
@@ -39,7 +48,8 @@ REGIMES = ("dp", "zero1", "zero2", "zero3", "tp", "pp")
 STEP_COUNTER_BYTES = 4   # torch.optim.Adam's `step`: a float32 tensor of one number per tensor
 
 
-def build_regime(regime, cfg, world_size: int, lr: float = 1e-3, prefetch: bool = False):
+def build_regime(regime: str, cfg: ToyConfig, world_size: int, lr: float = 1e-3,
+                 prefetch: bool = False) -> tuple[ParallelDims, nn.Module, torch.optim.Optimizer]:
     """(dims, model, optimizer) of this rank under `regime`: the model is the rank's
     toy, tensor-parallel shard or pipeline stage; ZeRO-3 prefetches if asked."""
     from threeaxes import sharding
@@ -47,6 +57,7 @@ def build_regime(regime, cfg, world_size: int, lr: float = 1e-3, prefetch: bool 
     from threeaxes.tensor_parallel import tensor_parallel_toy
     from threeaxes.toy import ToyTransformer
 
+    model: nn.Module   # the rank's toy, its tensor-parallel shard or its pipeline stage
     if regime == "tp":
         dims = ParallelDims.init(tp=world_size)
         model = tensor_parallel_toy(ToyTransformer(cfg, seed=0), dims)
@@ -70,7 +81,8 @@ def build_regime(regime, cfg, world_size: int, lr: float = 1e-3, prefetch: bool 
     return dims, model, torch.optim.Adam(model.parameters(), lr=lr)
 
 
-def step_regime(regime, dims, model, optimizer, inputs, targets) -> None:
+def step_regime(regime: str, dims: ParallelDims, model: nn.Module, optimizer: torch.optim.Optimizer,
+                inputs: torch.Tensor, targets: torch.Tensor) -> None:
     """One optimizer step on the global batch (inputs, targets) under `regime`."""
     from threeaxes.data_parallel import average_gradients, shard_batch
     from threeaxes.pipeline import make_plan
@@ -91,7 +103,8 @@ def step_regime(regime, dims, model, optimizer, inputs, targets) -> None:
     optimizer.step()
 
 
-def measure_regimes(rank: int, world_size: int, cfg, batch, regimes=REGIMES, lr: float = 1e-3) -> dict:
+def measure_regimes(rank: int, world_size: int, cfg: ToyConfig, batch: tuple[torch.Tensor, torch.Tensor],
+                    regimes: Iterable[str] = REGIMES, lr: float = 1e-3) -> dict:
     """A `launch` target: one step under each regime; per regime this rank's
     {"held": (params, grads, optimizer, total) bytes, "gathered_peak": bytes,
      "wire": bytes this rank sent in the step, "coords": its (dp, tp, pp) coordinates}."""
@@ -116,14 +129,14 @@ def measure_regimes(rank: int, world_size: int, cfg, batch, regimes=REGIMES, lr:
 
 # -- what the cost model says ------------------------------------------------------------
 
-def _rank_params(cfg, *, tp=1, pp=1, stage=0):
+def _rank_params(cfg: ToyConfig, *, tp: int = 1, pp: int = 1, stage: int = 0) -> RankParams:
     from threeaxes.cost.placement import rank_params
 
     return rank_params(cfg.n_layers, cfg.d_model, cfg.vocab_size, cfg.seq_len, tp=tp, pp=pp,
                        stage=stage, ffn_hidden=cfg.d_mlp, tied_embeddings=False, final_norm=True)
 
 
-def _tensors_stepped(cfg, regime, stage, world_size: int) -> int:
+def _tensors_stepped(cfg: ToyConfig, regime: str, stage: int, world_size: int) -> int:
     """How many tensors Adam updates on the rank: each has its own step counter."""
     from threeaxes.data_parallel.buckets import DEFAULT_BUCKET_BYTES, plan_buckets
     from threeaxes.toy import ToyTransformer
@@ -141,7 +154,7 @@ def _tensors_stepped(cfg, regime, stage, world_size: int) -> int:
     return len(list(model.parameters()))                # dp and tp: every tensor (tp shards keep the count)
 
 
-def predicted_bytes(cfg, regime: str, world_size: int, stage: int = 0) -> dict:
+def predicted_bytes(cfg: ToyConfig, regime: str, world_size: int, stage: int = 0) -> dict:
     """{"params", "grads", "optimizer", "total"} bytes for a rank (a pp rank: of `stage`)."""
     from threeaxes.cost.placement import rank_state_bytes
 
@@ -160,7 +173,7 @@ def predicted_bytes(cfg, regime: str, world_size: int, stage: int = 0) -> dict:
             "total": params + grads + optimizer}
 
 
-def predicted_gathered_peak(cfg, prefetch: bool = False) -> float:
+def predicted_gathered_peak(cfg: ToyConfig, prefetch: bool = False) -> float:
     """ZeRO-3's most whole parameters alive at once: the root unit (embeddings, final norm,
     head), gathered while the blocks inside it run, plus one block (two when prefetching)."""
     r = _rank_params(cfg)
@@ -169,7 +182,7 @@ def predicted_gathered_peak(cfg, prefetch: bool = False) -> float:
     return element * (r.embeddings + r.final_norm + r.head + (2 if prefetch else 1) * block)
 
 
-def predicted_wire_bytes(cfg, regime: str, world_size: int) -> float:
+def predicted_wire_bytes(cfg: ToyConfig, regime: str, world_size: int) -> float:
     """Bytes a rank sends per step under a ZeRO regime, by Rajbhandari et al. 2020, Section 7:
     2 Psi for DP and stages 1-2 (reduce-scatter + all-gather), 3 Psi for stage 3, each
     collective of S bytes costing (n - 1) / n S per rank on a ring."""

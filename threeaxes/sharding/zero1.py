@@ -21,14 +21,20 @@ the all-gather after the step writes straight into them. The inner optimizer
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
 import torch
 
 from threeaxes import comms
 from threeaxes.data_parallel.buckets import DEFAULT_BUCKET_BYTES, plan_buckets
 from threeaxes.data_parallel.torch_options import check_options
-from threeaxes.dims import dp_layout
+from threeaxes.dims import ParallelDims, dp_layout
 from threeaxes.sharding.flat import FlatLayout, check_shardable, shard_of
 from threeaxes.sharding.state import consolidate, load
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["ZeroOptimizer", "ShardedBucket"]
 
@@ -40,7 +46,7 @@ class ShardedBucket:
     view of this rank's range, the tensor the inner optimizer updates in place.
     """
 
-    def __init__(self, params, n: int, index: int) -> None:
+    def __init__(self, params: Iterable[torch.Tensor], n: int, index: int) -> None:
         self.params = list(params)
         self.layout = FlatLayout([p.shape for p in self.params], n)
         self.index = index   # this rank's dp coordinate: which range it owns
@@ -71,7 +77,7 @@ ZERO_OPTIONS = {
 }
 
 
-def _check_optimizer_class(optimizer_class):
+def _check_optimizer_class(optimizer_class: object) -> None:
     if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
         raise TypeError(f"optimizer_class={optimizer_class!r} is not a torch.optim.Optimizer "
                         f"subclass; pass the class itself, e.g. torch.optim.Adam, and its "
@@ -121,8 +127,9 @@ class ZeroOptimizer(torch.optim.Optimizer):
       whole parameters per rank).
     """
 
-    def __init__(self, params, optimizer_class, dims=None, *,
-                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, process_group=None, **defaults) -> None:
+    def __init__(self, params: Any, optimizer_class: type[torch.optim.Optimizer], dims: ParallelDims | None = None,
+                 *, bucket_bytes: int = DEFAULT_BUCKET_BYTES, process_group: ProcessGroup | None = None,
+                 **defaults: Any) -> None:
         _check_optimizer_class(optimizer_class)
         # ZeroRedundancyOptimizer's own options are not the inner optimizer's: take them out
         check_options(type(self).__name__, {k: defaults.pop(k) for k in list(defaults)
@@ -132,19 +139,19 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self.buckets: list[ShardedBucket] = []
         self.frozen: list[torch.Tensor] = []
         self._inner_groups: list[dict] = []
-        self._consolidated = None
+        self._consolidated: dict | None = None
         super().__init__(params, defaults)   # calls add_param_group for every group
         self.optim = optimizer_class(self._inner_groups, **defaults)
         _copy_hyperparameters(self.optim.param_groups, self.param_groups)   # the inner defaults too
 
-    def add_param_group(self, param_group) -> None:
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Add a group (its own buckets); a collective in effect: every dp rank, same order."""
         super().add_param_group(param_group)
         group = self.param_groups[-1]
         number = len(self.param_groups) - 1
         trainable = [p for p in group["params"] if p.requires_grad]
         self.frozen += [p for p in group["params"] if not p.requires_grad]
-        buckets = []
+        buckets: list[ShardedBucket] = []
         if trainable:
             check_shardable(trainable, what=f"parameter group {number}")
             # backward makes the last parameters' gradients first: lay buckets out in that order
@@ -171,13 +178,13 @@ class ZeroOptimizer(torch.optim.Optimizer):
             bucket.shard.grad = None
 
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         unfrozen = sum(p.requires_grad for p in self.frozen)
         if unfrozen:
             raise RuntimeError(f"{unfrozen} parameter(s) were frozen (requires_grad=False) when "
                                f"they were given to this optimizer and are trainable now; they are "
                                f"in no shard, so make a new optimizer with them")
-        loss = None
+        loss: float | None = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
@@ -201,7 +208,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
         _copy_hyperparameters(self.param_groups, self.optim.param_groups)
         self._consolidated = consolidate(self, to)
 
-    def state_dict(self):
+    def state_dict(self) -> dict[str, Any]:
         """The state collected by the last `consolidate_state_dict(to=this rank)`, in the
         wrapped optimizer's own layout; the hyperparameters as they are now."""
         if self._consolidated is None:
@@ -213,13 +220,13 @@ class ZeroOptimizer(torch.optim.Optimizer):
         packed["state"] = self._consolidated["state"]
         return packed
 
-    def load_state_dict(self, state_dict) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Take the hyperparameters and this rank's range of every parameter's state from a
         state dict in PyTorch's layout. Call it on every dp rank with the whole dict."""
         load(self, state_dict)
 
 
-def _copy_hyperparameters(source_groups, target_groups) -> None:
+def _copy_hyperparameters(source_groups: Iterable[dict], target_groups: Iterable[dict]) -> None:
     for source, target in zip(source_groups, target_groups):
         target.update(_hyperparameters(source))
 

@@ -14,9 +14,15 @@ all-reduce (Rajbhandari et al. 2020, Section 5.2, P_os+g).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
 from threeaxes import comms
 from threeaxes.data_parallel.overlap import BucketHooks
-from threeaxes.sharding.zero1 import ZeroOptimizer
+from threeaxes.dims import ParallelDims
+from threeaxes.sharding.zero1 import ShardedBucket, ZeroOptimizer
 
 __all__ = ["GradientShardReducer", "Zero2Optimizer"]
 
@@ -33,13 +39,13 @@ class GradientShardReducer:
     (gradient accumulation).
     """
 
-    def __init__(self, buckets, dims) -> None:
+    def __init__(self, buckets: Iterable[ShardedBucket], dims: ParallelDims) -> None:
         self.buckets, self.dims = list(buckets), dims
         self._pending: list[tuple[int, comms.Pending]] = []
         self.hooks = BucketHooks([b.params for b in self.buckets], self._reduce_scatter,
                                  accumulate=True)
 
-    def _reduce_scatter(self, index: int, grads) -> None:
+    def _reduce_scatter(self, index: int, grads: list[torch.Tensor]) -> None:
         bucket = self.buckets[index]
         flat = bucket.layout.flatten(grads)  # (padded_numel,)
         for p in bucket.params:
@@ -74,11 +80,12 @@ class Zero2Optimizer(ZeroOptimizer):
     `add_param_group` between steps (after `step()`, before the next backward).
     """
 
-    def __init__(self, params, optimizer_class, dims=None, **kwargs) -> None:
+    def __init__(self, params: Any, optimizer_class: type[torch.optim.Optimizer], dims: ParallelDims | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(params, optimizer_class, dims, **kwargs)
         self.reducer = GradientShardReducer(self.buckets, self.dims)
 
-    def add_param_group(self, param_group) -> None:
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)
         if hasattr(self, "reducer"):   # added after construction: hook the new buckets too
             self.reducer.remove()
