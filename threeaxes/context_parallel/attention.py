@@ -13,11 +13,14 @@ data-parallel all-reduce) they equal one process's.
 """
 from __future__ import annotations
 
+import torch
 import torch.nn as nn
 
 from threeaxes import comms
 from threeaxes.context_parallel.ring import ring_attention
 from threeaxes.context_parallel.ulysses import ulysses_attention
+from threeaxes.extra_axes import AxisLayout
+from threeaxes.toy import CausalSelfAttention
 
 __all__ = ["METHODS", "ContextParallelAttention", "all_reduce_grads"]
 
@@ -26,14 +29,14 @@ METHODS = {"ring": ring_attention, "all_to_all": ulysses_attention}
 
 
 class ContextParallelAttention(nn.Module):
-    def __init__(self, attn, cp, method: str = "ring", balanced: bool = True) -> None:
+    def __init__(self, attn: CausalSelfAttention, cp: AxisLayout, method: str = "ring", balanced: bool = True) -> None:
         super().__init__()
         if method not in METHODS:
             raise ValueError(f"method={method!r}; choose 'ring' (key/value blocks round the ring) "
                              f"or 'all_to_all' (heads exchanged for sequence, DeepSpeed-Ulysses)")
         self.attn, self.cp, self.method, self.balanced = attn, cp, method, balanced
 
-    def forward(self, x):  # x: (batch, seq/cp, d_model), this rank's tokens
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (batch, seq/cp, d_model), this rank's tokens
         b, s, _ = x.shape
         a = self.attn
         # (batch, heads, seq/cp, head_dim)
@@ -42,7 +45,7 @@ class ContextParallelAttention(nn.Module):
         return a.proj(y.transpose(1, 2).reshape(b, s, -1))   # (batch, seq/cp, d_model)
 
 
-def all_reduce_grads(module, cp) -> None:
+def all_reduce_grads(module: nn.Module, cp: AxisLayout) -> None:
     """Sum every parameter's gradient over the cp ranks, in place."""
     for p in module.parameters():
         if p.grad is not None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 __all__ = ["attention_activation_bytes"]
 
 
-def attention_activation_bytes(batch, seq_len, d_model, n_heads, cp, bytes_per_value=8) -> int:
+def attention_activation_bytes(batch: int, seq_len: int, d_model: int, n_heads: int, cp: int,
+                               bytes_per_value: int = 8) -> int:
     """Bytes of attention activations one rank saves for the backward: q, k, v, the output
     and the log-sum-exp of each query and head, for its seq/cp tokens."""
     for name, value in (("batch", batch), ("seq_len", seq_len), ("d_model", d_model),

@@ -14,6 +14,8 @@ Pure functions of numbers and tensors; no processes.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 __all__ = ["check_split", "sequence_positions", "split_sequence", "gather_sequence", "causal_pairs"]
@@ -54,7 +56,7 @@ def split_sequence(x: torch.Tensor, cp_rank: int, cp: int, dim: int = 1,
     return x.index_select(dim, sequence_positions(cp_rank, cp, x.shape[dim], balanced))
 
 
-def gather_sequence(parts, dim: int = 1, balanced: bool = True) -> torch.Tensor:
+def gather_sequence(parts: Sequence[torch.Tensor], dim: int = 1, balanced: bool = True) -> torch.Tensor:
     """Put every rank's part (in cp rank order) back into the whole sequence along `dim`."""
     cp = len(parts)
     seq_len = sum(p.shape[dim] for p in parts)

@@ -22,7 +22,8 @@ __all__ = ["SCHEDULES", "bubble_fraction", "bubble_overhead"]
 
 
 
-def _validate(pp, micro_batches, schedule, virtual_stages, interleave="group_p"):
+def _validate(pp: int, micro_batches: int, schedule: str, virtual_stages: int,
+              interleave: str = "group_p") -> tuple[int, int, int]:
     for name, value in (("pp", pp), ("micro_batches", micro_batches),
                         ("virtual_stages", virtual_stages)):
         if isinstance(value, bool) or int(value) != value or value < 1:

@@ -35,7 +35,7 @@ def flops_per_token(n_params: float, *, n_layers: int = 0, d_model: int = 0,
     return 6.0 * n_params + 12.0 * n_layers * d_model * seq_len
 
 
-def training_flops(n_params: float, tokens: float, **attention) -> float:
+def training_flops(n_params: float, tokens: float, **attention: int) -> float:
     """FLOPs to train on ``tokens`` tokens: 6 N T (Kaplan et al. 2020, Section
     2.1), plus PaLM Appendix B's attention term when ``n_layers``,
     ``d_model``, ``seq_len`` are given."""

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .network import all_gather_time, all_to_all_time, p2p_time, reduce_scatter_time
+from .network import Link, all_gather_time, all_to_all_time, p2p_time, reduce_scatter_time
 
 __all__ = ["CP_MODES", "ContextBytes", "context_parallel_bytes", "context_parallel_time",
            "context_violations"]
@@ -50,7 +50,7 @@ class ContextBytes(NamedTuple):
     total: float
 
 
-def _positive(name, value) -> int:
+def _positive(name: str, value: float) -> int:
     if isinstance(value, bool) or int(value) != value or value < 1:
         raise ValueError(f"{name}={value!r} must be a positive integer")
     return int(value)
@@ -110,7 +110,7 @@ def context_parallel_bytes(seq_len: int, micro_batch: int, d_model: int, cp: int
     return ContextBytes(forward, backward, forward + backward)
 
 
-def context_parallel_time(seq_len: int, micro_batch: int, d_model: int, cp: int, link, *,
+def context_parallel_time(seq_len: int, micro_batch: int, d_model: int, cp: int, link: Link, *,
                           mode: str = "ring", kv_width: int | None = None,
                           dtype_bytes: float = 2, attention_seconds: float = 0.0) -> float:
     """Seconds of context-parallel communication on the critical path for one layer

@@ -37,13 +37,15 @@ overlap * min(exchange, that window).
 """
 from __future__ import annotations
 
-from .network import all_gather_time, all_reduce_time, reduce_scatter_time
+from collections.abc import Iterable
+
+from .network import Link, all_gather_time, all_reduce_time, reduce_scatter_time
 
 __all__ = ["dp_exchange_time"]
 
 
-def dp_exchange_time(groups, *, zero: int, m: int, grad_bytes: float, weight_bytes: float,
-                     busy: float, backward_share: float, overlap: float) -> float:
+def dp_exchange_time(groups: Iterable[tuple[float, int, Link]], *, zero: int, m: int, grad_bytes: float,
+                     weight_bytes: float, busy: float, backward_share: float, overlap: float) -> float:
     """Seconds of data-parallel exchange left on the critical path of one step.
 
     ``groups``: [(weights per GPU, group size, Link)], one per reduction the step runs

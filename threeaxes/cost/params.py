@@ -51,7 +51,7 @@ class ParamCount(int):
                 f"final_norm={self.final_norm:,})")
 
 
-def _positive_int(name: str, value) -> int:
+def _positive_int(name: str, value: float) -> int:
     if isinstance(value, bool) or int(value) != value or value < 1:
         raise ValueError(f"{name}={value!r} must be a positive integer")
     return int(value)

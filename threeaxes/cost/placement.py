@@ -49,13 +49,13 @@ class RankParams(NamedTuple):
     total: int
 
 
-def _check(name, value, minimum=1):
+def _check(name: str, value: float, minimum: int = 1) -> int:
     if isinstance(value, bool) or int(value) != value or value < minimum:
         raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
     return int(value)
 
 
-def _layer_split(h, f, kv, *, tp, biases, gated_mlp, norm):
+def _layer_split(h: int, f: int, kv: int, *, tp: int, biases: bool, gated_mlp: bool, norm: str) -> tuple[int, int]:
     """(parameters every tp rank holds a 1/tp slice of, parameters it holds whole) of one layer."""
     # column-parallel: Q (h x h), K and V (h x kv each), with their biases; MLP up (and gate)
     split = 2 * h * h + 2 * h * kv + (3 if gated_mlp else 2) * h * f

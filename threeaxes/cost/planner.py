@@ -14,17 +14,23 @@ any m >= p (Megatron Core >= 0.10; ``interleave``).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
 from .activations import RECOMPUTE
 from .constraints import check_config, divisors, interleave_group, valid_tp
 from .context import context_violations
 from .evaluate import DEFAULT_COMPUTE_EFFICIENCY, SHAPES, PlanContext, PlanResult, TimeBreakdown, evaluate
 from .experts import expert_violations
 
+if TYPE_CHECKING:
+    from .presets import Cluster, Model
+
 __all__ = ["TimeBreakdown", "PlanResult", "plan", "search", "DEFAULT_COMPUTE_EFFICIENCY",
            "SHAPES"]
 
 
-def plan(model, cluster, global_batch: int, seq_len: int | None = None, *, dp: int,
+def plan(model: Model, cluster: Cluster, global_batch: int, seq_len: int | None = None, *, dp: int,
          tp: int = 1, pp: int = 1, micro_batch: int | None = None,
          micro_batches: int | None = None, zero_stage: int = 0, recompute: str = "none",
          virtual_stages: int = 1, sequence_parallel: bool = False,
@@ -135,16 +141,18 @@ def plan(model, cluster, global_batch: int, seq_len: int | None = None, *, dp: i
                     None if etp is None else int(etp), cp_mode)
 
 
-def search(model, cluster, global_batch: int, seq_len: int | None = None, *,
-           micro_batch_sizes=None, zero_stages=(0, 1, 2, 3), recomputes=RECOMPUTE,
-           max_virtual_stages: int | None = None, sequence_parallel=(False, True),
+def search(model: Model, cluster: Cluster, global_batch: int, seq_len: int | None = None, *,
+           micro_batch_sizes: Iterable[int] | None = None, zero_stages: Iterable[int] = (0, 1, 2, 3),
+           recomputes: Iterable[str] = RECOMPUTE,
+           max_virtual_stages: int | None = None, sequence_parallel: Iterable[bool] = (False, True),
            only_fitting: bool = False, top: int | None = None,
            allow_tp_across_nodes: bool = False, precision: str = "mixed",
            compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY, dp_overlap: float = 0.0,
            usable_memory_fraction: float = 1.0, pp_scatter_gather: bool = False,
            flash_attention: bool = True, allow_sharded_pp: bool = False,
-           interleave: str = "flexible", cps=(1,), cp_modes=("ring",), eps=(1,),
-           etps=None, activation_count: str = "korthikanti") -> list:
+           interleave: str = "flexible", cps: Iterable[int] = (1,), cp_modes: Iterable[str] = ("ring",),
+           eps: Iterable[int] = (1,), etps: Iterable[int] | None = None,
+           activation_count: str = "korthikanti") -> list[PlanResult]:
     """Evaluate every valid configuration and rank them.
 
     Enumerates tp (dividing the heads and, unless allowed, the node), pp
@@ -192,7 +200,8 @@ def search(model, cluster, global_batch: int, seq_len: int | None = None, *,
     return results[:top] if top is not None else results
 
 
-def _layouts(ctx, tps, cps, cp_modes, eps, etps):
+def _layouts(ctx: PlanContext, tps: Iterable[int], cps: Iterable[int], cp_modes: Iterable[str], eps: Iterable[int],
+             etps: Iterable[int] | None) -> Iterator[tuple[int, int, str, int, int, int, int | None]]:
     """(tp, cp, cp_mode, pp, dp, ep, etp) of every layout the rules allow, in the
     three-axis search's order when cp = ep = 1 (so its ties rank as before)."""
     model, n = ctx.model, ctx.n_gpus

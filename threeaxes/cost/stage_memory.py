@@ -9,9 +9,14 @@ fullest GPU.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .activations import activation_bytes, first_stage_activation_bytes, in_flight_micro_batches
 from .constraints import check_model_split
 from .memory import PRECISIONS, MemoryBreakdown, model_state_bytes
+
+if TYPE_CHECKING:
+    from .presets import Model
 
 __all__ = ["ACTIVATION_SCALE", "stage_memory"]
 
@@ -20,7 +25,7 @@ __all__ = ["ACTIVATION_SCALE", "stage_memory"]
 ACTIVATION_SCALE = {"mixed": 1.0, "fp32": 2.0, "megatron-fp16": 1.0, "megatron-bf16": 1.0}
 
 
-def stage_memory(model, seq_len: int, micro_batch: int, *, dp: int = 1, tp: int = 1,
+def stage_memory(model: Model, seq_len: int, micro_batch: int, *, dp: int = 1, tp: int = 1,
                  pp: int = 1, zero_stage: int = 0, precision: str = "mixed",
                  recompute: str = "none", sequence_parallel: bool = False,
                  micro_batches: int | None = None, schedule: str = "1f1b",

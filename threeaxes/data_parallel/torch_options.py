@@ -12,10 +12,17 @@ argument into its process group, for `threeaxes.dims.dp_layout`.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+    from torch.distributed.device_mesh import DeviceMesh
+
 __all__ = ["DDP_OPTIONS", "check_options", "group_of_mesh"]
 
 
-def _same(value, accepted) -> bool:
+def _same(value: object, accepted: Iterable[object]) -> bool:
     # `is` for None, True and False, so 0 does not pass for False nor 1 for True
     if value is accepted:
         return True
@@ -33,7 +40,7 @@ def check_options(owner: str, given: dict, table: dict) -> None:
             raise ValueError(f"{owner}: {name}={value!r} (PyTorch's) is not taken here: {instead}")
 
 
-def group_of_mesh(mesh, owner: str):
+def group_of_mesh(mesh: DeviceMesh | None, owner: str) -> ProcessGroup | None:
     """The process group of a one-axis DeviceMesh (PyTorch's `device_mesh=` / `mesh=`)."""
     if mesh is None:
         return None

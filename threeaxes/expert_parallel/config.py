@@ -27,7 +27,7 @@ class MoEConfig:
     top_k: int = 1
     capacity_factor: float | None = 1.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if type(self.n_experts) is not int or self.n_experts < 1:
             raise ValueError(f"n_experts={self.n_experts!r}; it must be a positive integer")
         if type(self.top_k) is not int or not 1 <= self.top_k <= self.n_experts:

@@ -75,14 +75,14 @@ class Routing:
         """Token choices that found their expert full."""
         return int((~self.kept).sum())
 
-    def _flat(self):
+    def _flat(self) -> tuple[torch.Tensor, torch.Tensor]:
         # the kept choices' rows in the flattened (E * C, d) buffer, and their tokens
         rows = (self.expert * self.capacity + self.slot)[self.kept]
         tokens = torch.arange(self.tokens).unsqueeze(1).expand_as(self.expert)[self.kept]
         return rows, tokens
 
 
-def choose_experts(logits: torch.Tensor, top_k: int):
+def choose_experts(logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(expert, gate), each (T, k), from router logits (T, E): step 1 above."""
     probs = F.softmax(logits, dim=-1)
     gate, expert = torch.topk(probs, top_k, dim=-1)
@@ -91,7 +91,7 @@ def choose_experts(logits: torch.Tensor, top_k: int):
     return expert, gate
 
 
-def assign_slots(expert: torch.Tensor, n_experts: int):
+def assign_slots(expert: torch.Tensor, n_experts: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(slot, load): each choice's place in its expert's queue (T, k), and each expert's load (E,).
     GShard's order: all first choices, then all second choices; tokens in order within each."""
     choice_major = expert.t().reshape(-1)                       # (k * T,): choice 0 of every token first

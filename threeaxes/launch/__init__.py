@@ -23,7 +23,7 @@ must stay light where it starts nothing (no torch).
 __all__ = ["launch", "RankError", "LaunchTimeout", "MAX_WORLD_SIZE"]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> object:
     if name in __all__:
         from threeaxes.launch import launcher
 
@@ -33,5 +33,5 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))

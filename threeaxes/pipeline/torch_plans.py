@@ -31,6 +31,7 @@ used, pass that schedule's `pipeline_order` to `plan_from_torch_order`.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import SimpleNamespace
 
 from .schedules import Action, Plan
@@ -42,7 +43,7 @@ TORCH_SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B",
                    "zero_bubble": "ScheduleInterleavedZeroBubble"}
 
 
-def torch_schedule_class(schedule: str):
+def torch_schedule_class(schedule: str) -> type:
     """PyTorch's schedule class for one of the course's names (TORCH_SCHEDULES)."""
     from torch.distributed.pipelining import schedules
 
@@ -51,14 +52,14 @@ def torch_schedule_class(schedule: str):
     return getattr(schedules, TORCH_SCHEDULES[schedule])
 
 
-def _kind(computation_type) -> str | None:
+def _kind(computation_type: object) -> str | None:
     """PyTorch's computation type -> the course's action kind (None: not compute)."""
     name = getattr(computation_type, "name", str(computation_type))
     return {"FORWARD": "F", "FULL_BACKWARD": "B", "BACKWARD_INPUT": "I",
             "BACKWARD_WEIGHT": "W"}.get(name)
 
 
-def plan_from_torch_order(pipeline_order, name: str = "PyTorch plan") -> Plan:
+def plan_from_torch_order(pipeline_order: Mapping[int, list], name: str = "PyTorch plan") -> Plan:
     """A `Plan` from a PyTorch schedule's `pipeline_order` (rank -> [action or
     None]): each rank's compute actions, in PyTorch's order."""
     orders = {}

@@ -10,10 +10,15 @@ layouts, built from the cost model. It holds no check: what judges an answer in 
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from threeaxes.cost.presets import Cluster, Model
+
 __all__ = ["scenario"]
 
 
-def scenario(model, cluster, global_batch: int, seq_len: int | None = None, *,
+def scenario(model: Model, cluster: Cluster, global_batch: int, seq_len: int | None = None, *,
              assumptions: dict | None = None, search_options: dict | None = None) -> dict:
     """A sizing scenario, as a dict the notebooks can unpack: the planner's
     `assumptions` (e.g. {"usable_memory_fraction": 0.9}) go to plan and search

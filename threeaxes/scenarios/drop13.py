@@ -15,6 +15,8 @@ references the hidden tests use are on the instructor's side
 from __future__ import annotations
 
 from threeaxes.cost import custom_model, get_cluster, get_model, search
+from threeaxes.cost.planner import PlanResult
+from threeaxes.cost.presets import Cluster, Model
 from threeaxes.scenarios import scenario as sizing_scenario
 
 __all__ = ["SCENARIO", "RIVALS", "best_for_shape", "model_from", "cluster_from"]
@@ -29,7 +31,7 @@ RIVALS = {
 }
 
 
-def best_for_shape(scenario: dict, dp: int, tp: int, pp: int):
+def best_for_shape(scenario: dict, dp: int, tp: int, pp: int) -> PlanResult | None:
     """The fastest fitting configuration with this (dp, tp, pp), or None if none fits."""
     found = [r for r in search(scenario["model"], scenario["cluster"], scenario["global_batch"],
                                scenario["seq_len"], only_fitting=True,
@@ -38,12 +40,12 @@ def best_for_shape(scenario: dict, dp: int, tp: int, pp: int):
     return found[0] if found else None
 
 
-def model_from(spec):
+def model_from(spec: str | dict) -> Model:
     """A preset's name ("30B"), or the keyword arguments of `custom_model` as a dict."""
     return get_model(spec) if isinstance(spec, str) else custom_model(**spec)
 
 
-def cluster_from(spec):
+def cluster_from(spec: tuple[str, int] | list) -> Cluster:
     """[kind, n_gpus], e.g. ["a100-80gb", 32]."""
     kind, n_gpus = spec
     return get_cluster(kind, n_gpus=n_gpus)

@@ -10,6 +10,7 @@ bytes of gathered flat buffers alive at each moment and their peak.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import torch
@@ -27,7 +28,7 @@ class HeldBytes(NamedTuple):
     total: int
 
 
-def _storage_bytes(tensors, seen: set) -> int:
+def _storage_bytes(tensors: Iterable[torch.Tensor | None], seen: set) -> int:
     total = 0
     for t in tensors:
         if t is None:
@@ -41,12 +42,12 @@ def _storage_bytes(tensors, seen: set) -> int:
     return total
 
 
-def _state_tensors(optimizer) -> list[torch.Tensor]:
+def _state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [v for state in optimizer.state.values() for v in state.values()
             if isinstance(v, torch.Tensor)]
 
 
-def held_bytes(model: torch.nn.Module, optimizer=None) -> HeldBytes:
+def held_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> HeldBytes:
     """Bytes this rank holds for `model`'s parameters and gradients and `optimizer`'s state.
 
     Parameters: the model's parameters (under `fully_shard`, its flat shards,
@@ -55,7 +56,7 @@ def held_bytes(model: torch.nn.Module, optimizer=None) -> HeldBytes:
     in the (inner) optimizer's state, Adam's step counters included.
     """
     seen: set = set()
-    params = list(model.parameters())
+    params: list[torch.Tensor] = list(model.parameters())
     gathered = [u.gathered for u in units_of(model) if u.gathered is not None]
     param_bytes = _storage_bytes(params + gathered, seen)
     grads = [p.grad for p in params]

@@ -145,7 +145,9 @@ class ShardedUnit:
                 del sub._parameters[name]
                 setattr(sub, name, None)   # only a view of the gathered buffer, while gathered
             module.register_parameter("flat_shard", self.shard)
-        self.gathered, self._pending, self._saving = None, None, None
+        self.gathered: torch.Tensor | None = None   # the whole parameters, while gathered
+        self._pending: comms.Pending | None = None
+        self._saving = None
         self.root, self.order, self._recording = None, [], False
         for unit in self.nested:
             unit.root = self   # the outermost fully_shard call coordinates the order

@@ -1,7 +1,7 @@
 """Bubble explorer: p, m, v and the schedule -> bubble fraction, overhead, Gantt chart."""
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import ipywidgets as widgets
 from matplotlib.figure import Figure
@@ -27,7 +27,7 @@ class BubbleExplorer(_Explorer):
 
     title = "Pipeline bubble explorer"
 
-    def __init__(self, **initial) -> None:
+    def __init__(self, **initial: Any) -> None:
         c = {
             "pp": widgets.IntSlider(4, min=1, max=16, description="p (stages)", style=_WIDE),
             "micro_batches": widgets.IntSlider(8, min=1, max=64, description="m (micro-batches)",
