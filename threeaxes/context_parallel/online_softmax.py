@@ -22,24 +22,29 @@ from __future__ import annotations
 import math
 
 import torch
+from torch import Tensor
+
+# (running max m, running sum l, unnormalised output o) of the queries seen so far
+State = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 __all__ = ["causal_scores", "start", "add_block", "finish", "block_grads"]
 
 
-def causal_scores(q, k, q_pos, k_pos):
+def causal_scores(q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
     """Scaled scores q k^T / sqrt(d), -inf where the key comes after the query."""
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])   # (batch, heads, s_q, s_k)
     future = k_pos.view(1, -1) > q_pos.view(-1, 1)
     return s.masked_fill(future, float("-inf"))
 
 
-def start(q):
+def start(q: torch.Tensor) -> State:
     """Empty running state (m, l, o) for the queries q."""
     b, h, s, d = q.shape
     return (q.new_full((b, h, s, 1), float("-inf")), q.new_zeros((b, h, s, 1)), torch.zeros_like(q))
 
 
-def add_block(state, q, k, v, q_pos, k_pos):
+def add_block(state: State, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor,
+              k_pos: torch.Tensor) -> State:
     """Fold one key/value block into the running state. The first block a row sees must
     hold at least one key it may attend to (a rank starts with its own block: the diagonal)."""
     m, l, o = state
@@ -50,13 +55,14 @@ def add_block(state, q, k, v, q_pos, k_pos):
     return m_new, l * rescale + p.sum(dim=-1, keepdim=True), o * rescale + p @ v
 
 
-def finish(state):
+def finish(state: State) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse): the normalised output and the log-sum-exp of each query's scores."""
     m, l, o = state
     return o / l, (m + torch.log(l)).squeeze(-1)
 
 
-def block_grads(q, k, v, q_pos, k_pos, lse, d_out, delta):
+def block_grads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
+                lse: torch.Tensor, d_out: torch.Tensor, delta: torch.Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """One block's share of the gradients (Dao et al. 2022, Algorithm 2): (dq, dk, dv),
     given the final lse and delta = rowsum(d_out * out)."""
     p = torch.exp(causal_scores(q, k, q_pos, k_pos) - lse.unsqueeze(-1))   # exact probabilities

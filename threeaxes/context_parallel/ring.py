@@ -23,16 +23,19 @@ Shapes: q, k, v (batch, heads, seq/cp, head_dim), the rank's tokens in the order
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from threeaxes import comms
 from threeaxes.context_parallel import online_softmax
 from threeaxes.context_parallel.split import sequence_positions
+from threeaxes.extra_axes import AxisLayout
 
 __all__ = ["ring_attention"]
 
 
-def _pass_along(block, cp, tag: int):
+def _pass_along(block: torch.Tensor, cp: AxisLayout, tag: int) -> torch.Tensor:
     """Send `block` to the next rank on the ring; return the one the previous rank sent."""
     prev, nxt = cp.ring_neighbours()
     got = torch.empty_like(block)
@@ -47,7 +50,8 @@ def _pass_along(block, cp, tag: int):
 class _RingAttention(torch.autograd.Function):
 
     @staticmethod
-    def forward(ctx, q, k, v, cp, balanced):
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cp: AxisLayout,
+                balanced: bool) -> torch.Tensor:
         me, n = cp.coord("cp"), cp.size("cp")
         seq_len = q.shape[2] * n
         owner_pos = [sequence_positions(r, n, seq_len, balanced) for r in range(n)]
@@ -64,7 +68,7 @@ class _RingAttention(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, d_out):
+    def backward(ctx: Any, d_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None, None]:
         q, k, v, out, lse = ctx.saved_tensors
         cp, owner_pos = ctx.cp, ctx.owner_pos
         me, n = cp.coord("cp"), cp.size("cp")
@@ -92,7 +96,8 @@ class _RingAttention(torch.autograd.Function):
         return dq, d_kv[0], d_kv[1], None, None
 
 
-def ring_attention(q, k, v, cp, balanced: bool = True):
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cp: AxisLayout,
+                   balanced: bool = True) -> torch.Tensor:
     """Causal attention of this rank's queries over the whole sequence, the key/value blocks
     passed round the cp ring (`cp`: a one-axis layout, `threeaxes.extra_axes.axis_layout("cp")`).
     `balanced` says which split the ranks hold (`split.sequence_positions`)."""

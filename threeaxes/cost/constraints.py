@@ -31,12 +31,16 @@ say what to change.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .activations import RECOMPUTE
 from .context import context_violations
 from .experts import expert_violations
+
+if TYPE_CHECKING:
+    from .presets import Cluster, Model
 
 __all__ = ["Violation", "violations", "divisors", "fmt_choices", "valid_tp", "check_model_split",
            "check_config", "INTERLEAVE_RULES", "interleave_group"]
@@ -48,7 +52,7 @@ INTERLEAVE_RULES = {
 }
 
 
-def interleave_group(pp: int, micro_batches: int, rule: str = "flexible"):
+def interleave_group(pp: int, micro_batches: int, rule: str = "flexible") -> int | None:
     """The micro-batch group N an interleaved schedule on ``pp`` stages uses for
     ``micro_batches``, or None when the rule refuses that m.
 
@@ -63,7 +67,7 @@ def interleave_group(pp: int, micro_batches: int, rule: str = "flexible"):
 
 
 @lru_cache(maxsize=4096)
-def _group(p: int, m: int, rule: str):
+def _group(p: int, m: int, rule: str) -> int | None:
     if rule == "group_p":
         return p if m % p == 0 else None
     for n in range(p, m + 1):
@@ -76,16 +80,16 @@ def divisors(n: int) -> list:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def fmt_choices(values) -> str:
+def fmt_choices(values: Iterable[object]) -> str:
     return "{" + ", ".join(str(v) for v in values) + "}"
 
 
-def _positive(name, value):
+def _positive(name: str, value: float) -> None:
     if isinstance(value, bool) or int(value) != value or value < 1:
         raise ValueError(f"{name}={value!r} must be a positive integer")
 
 
-def valid_tp(model, cluster, allow_tp_across_nodes: bool = False) -> list:
+def valid_tp(model: Model, cluster: Cluster, allow_tp_across_nodes: bool = False) -> list:
     """Every tp that divides the GPUs and the heads and, unless allowed, fits a node."""
     out = []
     for t in divisors(cluster.n_gpus):
@@ -104,7 +108,7 @@ class Violation(NamedTuple):
     message: str
 
 
-def _split_violations(model, tp: int, pp: int, zero_stage, tp_choices,
+def _split_violations(model: Model, tp: int, pp: int, zero_stage: int, tp_choices: Iterable[int],
                       allow_sharded_pp: bool = False, suggest_flags: bool = True) -> list:
     found = []
     if model.n_heads % tp:
@@ -130,7 +134,7 @@ def _split_violations(model, tp: int, pp: int, zero_stage, tp_choices,
     return found
 
 
-def _raise_all(found) -> None:
+def _raise_all(found: list[Violation]) -> None:
     """One ValueError that names every violation (the first alone when there is one)."""
     if len(found) == 1:
         raise ValueError(found[0].message)
@@ -139,8 +143,8 @@ def _raise_all(found) -> None:
                          + "\n".join(f"- {v.message}" for v in found))
 
 
-def check_model_split(model, tp: int, pp: int, *, zero_stage: int = 0,
-                      tp_choices=None, allow_sharded_pp: bool = False) -> None:
+def check_model_split(model: Model, tp: int, pp: int, *, zero_stage: int = 0,
+                      tp_choices: Iterable[int] | None = None, allow_sharded_pp: bool = False) -> None:
     """tp divides the heads (and key/value heads), pp the layers; ZeRO-2/3 only
     without pipelining (DeepSpeed's rule) unless ``allow_sharded_pp``.
     ``tp_choices`` is what the error suggests (default: every tp that divides
@@ -152,9 +156,10 @@ def check_model_split(model, tp: int, pp: int, *, zero_stage: int = 0,
     _raise_all(_split_violations(model, tp, pp, zero_stage, tp_choices, allow_sharded_pp))
 
 
-def violations(model, cluster, global_batch: int, *, dp, tp, pp, micro_batch=None,
-               micro_batches=None, zero_stage=0, recompute="none", virtual_stages=1,
-               allow_tp_across_nodes=False, suggest_flags: bool = True,
+def violations(model: Model, cluster: Cluster, global_batch: int, *, dp: int, tp: int, pp: int,
+               micro_batch: int | None = None, micro_batches: int | None = None, zero_stage: int = 0,
+               recompute: str = "none", virtual_stages: int = 1, allow_tp_across_nodes: bool = False,
+               suggest_flags: bool = True,
                allow_sharded_pp: bool = False, interleave: str = "flexible", cp: int = 1,
                ep: int = 1, etp: int | None = None, cp_mode: str = "ring",
                seq_len: int | None = None, flash_attention: bool = True,
@@ -225,6 +230,7 @@ def violations(model, cluster, global_batch: int, *, dp, tp, pp, micro_batch=Non
         if problem:
             found.append(Violation("micro_batch", problem))
         else:
+            assert mbs is not None   # _micro_batch gives a size or a problem
             m = global_batch // dp // mbs
     if v > 1:
         if pp == 1:
@@ -250,7 +256,8 @@ def violations(model, cluster, global_batch: int, *, dp, tp, pp, micro_batch=Non
     return found
 
 
-def _micro_batch(per_replica, global_batch, dp, micro_batch, micro_batches):
+def _micro_batch(per_replica: int, global_batch: int, dp: int, micro_batch: int | None,
+                 micro_batches: int | None) -> tuple[int | None, str | None]:
     """(micro-batch size, None), or (None, what is wrong with the micro-batching)."""
     where = f"the per-replica batch {per_replica} (global_batch={global_batch} / dp={dp})"
     mbs = micro_batch
@@ -271,10 +278,10 @@ def _micro_batch(per_replica, global_batch, dp, micro_batch, micro_batches):
     return int(mbs), None
 
 
-def check_config(model, cluster, global_batch: int, *, dp, tp, pp, micro_batch,
-                 micro_batches, zero_stage, recompute, virtual_stages,
-                 allow_tp_across_nodes, allow_sharded_pp=False, interleave="flexible",
-                 **beyond) -> int:
+def check_config(model: Model, cluster: Cluster, global_batch: int, *, dp: int, tp: int, pp: int,
+                 micro_batch: int | None, micro_batches: int | None, zero_stage: int, recompute: str,
+                 virtual_stages: int, allow_tp_across_nodes: bool, allow_sharded_pp: bool = False,
+                 interleave: str = "flexible", **beyond: Any) -> int:
     """Raise ValueError naming every broken rule (`violations`), saying what to
     change; otherwise return the micro-batch size. ``beyond``: cp, ep, etp,
     cp_mode, seq_len, flash_attention, sequence_parallel (`violations`)."""
@@ -282,4 +289,6 @@ def check_config(model, cluster, global_batch: int, *, dp, tp, pp, micro_batch,
                           micro_batches=micro_batches, zero_stage=zero_stage, recompute=recompute,
                           virtual_stages=virtual_stages, allow_tp_across_nodes=allow_tp_across_nodes,
                           allow_sharded_pp=allow_sharded_pp, interleave=interleave, **beyond))
-    return _micro_batch(global_batch // dp, global_batch, dp, micro_batch, micro_batches)[0]
+    mbs = _micro_batch(global_batch // dp, global_batch, dp, micro_batch, micro_batches)[0]
+    assert mbs is not None   # no violation above, so the micro-batching has a size
+    return mbs

@@ -20,15 +20,22 @@ always gave, so every three-axis result is unchanged.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .context import context_parallel_time
 from .experts import expert_all_to_all_time
 from .memory import ModelStateBytes, model_state_bytes
 from .network import all_to_all_link, group_link
 
+if TYPE_CHECKING:
+    from .evaluate import PlanContext
+    from .presets import Cluster, Model
+
 __all__ = ["state_bytes", "gradient_groups", "cp_comm_time", "ep_comm_time"]
 
 
-def state_bytes(model, *, dp, tp, pp, cp, ep, etp, zero_stage, precision) -> ModelStateBytes:
+def state_bytes(model: Model, *, dp: int, tp: int, pp: int, cp: int, ep: int, etp: int, zero_stage: int,
+                precision: str) -> ModelStateBytes:
     """Parameters, gradients and optimizer states per GPU (ZeRO's accounting,
     Rajbhandari et al. 2020, Section 5 and Figure 1, applied to each part)."""
     experts = model.expert_params
@@ -42,7 +49,8 @@ def state_bytes(model, *, dp, tp, pp, cp, ep, etp, zero_stage, precision) -> Mod
     return ModelStateBytes(*(a + b for a, b in zip(dense, exp)))
 
 
-def gradient_groups(model, cluster, groups, *, tp, pp, ep, etp) -> list:
+def gradient_groups(model: Model, cluster: Cluster, groups: dict[str, tuple[int, int]], *, tp: int, pp: int,
+                    ep: int, etp: int) -> list:
     """[(weights per GPU, group size, Link)] of each data-parallel reduction a step
     runs: the dense weights over dp x cp, the experts' over edp. The caller prices
     the gradients at their bytes and any gathered weights at theirs."""
@@ -58,7 +66,8 @@ def gradient_groups(model, cluster, groups, *, tp, pp, ep, etp) -> list:
     return out
 
 
-def cp_comm_time(ctx, groups, *, tp, cp, mbs, m, layers_here, cp_mode) -> float:
+def cp_comm_time(ctx: PlanContext, groups: dict[str, tuple[int, int]], *, tp: int, cp: int, mbs: int, m: int,
+                 layers_here: float, cp_mode: str) -> float:
     """Seconds of context-parallel exchange on the critical path of one step: every
     layer of this stage, every micro-batch, forward and backward."""
     if cp == 1:
@@ -70,14 +79,15 @@ def cp_comm_time(ctx, groups, *, tp, cp, mbs, m, layers_here, cp_mode) -> float:
     kv = model.d_model * model.kv_heads // model.n_heads
     # this rank's attention, forward and backward: 12 h s FLOPs per token and layer
     # (PaLM App. B) over its b s / cp tokens and h / t of the width
-    attention = 12 * model.d_model * s * mbs * s / (cp * tp) / (ctx.peak * ctx.efficiency)
+    attention = 12 * model.d_model * s * mbs * s / (cp * tp) / (ctx.peak * ctx.efficiency)  # type: ignore[operator]  # a number: cp > 1 refuses "shapes"
     per_layer = context_parallel_time(s, mbs, model.d_model // tp, cp, link, mode=cp_mode,
                                       kv_width=max(1, kv // tp), dtype_bytes=ctx.act_dtype_bytes,
                                       attention_seconds=attention)
     return layers_here * m * per_layer
 
 
-def ep_comm_time(ctx, groups, *, tp, cp, ep, mbs, m, pp, sequence_parallel) -> float:
+def ep_comm_time(ctx: PlanContext, groups: dict[str, tuple[int, int]], *, tp: int, cp: int, ep: int, mbs: int,
+                 m: int, pp: int, sequence_parallel: bool) -> float:
     """Seconds of the MoE layers' all-to-alls in one step on this stage."""
     moe = ctx.model.moe
     if moe is None or ep == 1:

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .network import all_to_all_time
+from .network import Link, all_to_all_time
 
 __all__ = ["MoE", "expert_params", "active_params", "expert_all_to_all_bytes",
            "expert_all_to_all_time", "expert_violations"]
 
 
-def _positive(name, value) -> int:
+def _positive(name: str, value: float) -> int:
     if isinstance(value, bool) or int(value) != value or value < 1:
         raise ValueError(f"{name}={value!r} must be a positive integer")
     return int(value)
@@ -47,7 +47,7 @@ class MoE:
     moe_layers: int | None = None
     shared_experts: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("n_experts", "top_k", "expert_hidden"):
             _positive(name, getattr(self, name))
         if self.top_k > self.n_experts:
@@ -98,7 +98,7 @@ def expert_all_to_all_bytes(tokens: int, d_model: int, top_k: int, ep: int, *,
     return (e - 1) / e * t * k * h * dtype_bytes
 
 
-def expert_all_to_all_time(tokens: int, d_model: int, top_k: int, ep: int, link, *,
+def expert_all_to_all_time(tokens: int, d_model: int, top_k: int, ep: int, link: Link, *,
                            dtype_bytes: float = 2) -> float:
     """Seconds of the four all-to-alls of one MoE layer and one micro-batch (dispatch
     and combine, forward and backward; none overlapped) over ``link``."""
@@ -109,7 +109,7 @@ def expert_all_to_all_time(tokens: int, d_model: int, top_k: int, ep: int, link,
     return 4 * all_to_all_time(buffer, ep, link.bandwidth, link.latency).total
 
 
-def expert_violations(moe, *, ep: int, etp: int, tp: int, cp: int, dp: int) -> list:
+def expert_violations(moe: MoE | None, *, ep: int, etp: int, tp: int, cp: int, dp: int) -> list:
     """What is wrong with splitting the experts ``ep`` ways, as (rule, message) pairs.
 
     - "ep_moe": ep > 1 (or etp != tp) needs a mixture-of-experts model.

@@ -28,7 +28,10 @@ MPI_Alltoall; context parallelism's Ulysses and expert parallelism use it).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from .presets import Cluster
 
 __all__ = ["CommTime", "Link", "COLLECTIVES", "bytes_sent_per_gpu", "all_reduce_time",
            "all_gather_time", "reduce_scatter_time", "p2p_time", "all_to_all_time",
@@ -89,25 +92,25 @@ def collective_time(op: str, size_bytes: float, n: int, bandwidth: float,
     return CommTime(lat, bw, lat + bw)
 
 
-def all_reduce_time(size_bytes, n, bandwidth, latency=0.0) -> CommTime:
+def all_reduce_time(size_bytes: float, n: int, bandwidth: float, latency: float = 0.0) -> CommTime:
     """Ring all-reduce: 2(n-1) alpha + 2(n-1)/n S/B (Thakur et al. 2005;
     Patarasuk and Yuan 2009, Section 3)."""
     return collective_time("all_reduce", size_bytes, n, bandwidth, latency)
 
 
-def all_gather_time(size_bytes, n, bandwidth, latency=0.0) -> CommTime:
+def all_gather_time(size_bytes: float, n: int, bandwidth: float, latency: float = 0.0) -> CommTime:
     """Ring all-gather of a tensor of S bytes in total: (n-1) alpha +
     (n-1)/n S/B (Thakur et al. 2005, Section 2)."""
     return collective_time("all_gather", size_bytes, n, bandwidth, latency)
 
 
-def reduce_scatter_time(size_bytes, n, bandwidth, latency=0.0) -> CommTime:
+def reduce_scatter_time(size_bytes: float, n: int, bandwidth: float, latency: float = 0.0) -> CommTime:
     """Ring reduce-scatter of a tensor of S bytes: (n-1) alpha + (n-1)/n S/B
     (Thakur et al. 2005, Section 2)."""
     return collective_time("reduce_scatter", size_bytes, n, bandwidth, latency)
 
 
-def all_to_all_time(size_bytes, n, bandwidth, latency=0.0) -> CommTime:
+def all_to_all_time(size_bytes: float, n: int, bandwidth: float, latency: float = 0.0) -> CommTime:
     """All-to-all of the S bytes one GPU holds, 1/n of it for each peer: (n-1)
     alpha + (n-1)/n S/B (Thakur et al. 2005's pairwise exchange for long messages).
     Expert parallelism's dispatch and combine (Lepikhin et al. 2021) and
@@ -115,7 +118,7 @@ def all_to_all_time(size_bytes, n, bandwidth, latency=0.0) -> CommTime:
     return collective_time("all_to_all", size_bytes, n, bandwidth, latency)
 
 
-def p2p_time(size_bytes, bandwidth, latency=0.0) -> CommTime:
+def p2p_time(size_bytes: float, bandwidth: float, latency: float = 0.0) -> CommTime:
     """One send between two GPUs: alpha + S/B (Hockney's model, as used by
     Thakur et al. 2005, Section 2)."""
     return collective_time("p2p", size_bytes, 2, bandwidth, latency)
@@ -176,7 +179,7 @@ class Link(NamedTuple):
     inside_node: bool
 
 
-def group_link(cluster, stride: int, size: int) -> Link:
+def group_link(cluster: Cluster, stride: int, size: int) -> Link:
     """The link a group's collective runs at: NVLink inside a node; across
     nodes, the NICs the group drives at once (``nics_per_group``) times one
     NIC's rate, never more than NVLink (the ring's slowest hop decides)."""
@@ -189,7 +192,7 @@ def group_link(cluster, stride: int, size: int) -> Link:
     return Link(bandwidth, cluster.inter_node_latency, False)
 
 
-def all_to_all_link(cluster, stride: int, size: int) -> Link:
+def all_to_all_link(cluster: Cluster, stride: int, size: int) -> Link:
     """The link an all-to-all over a group runs at, as the one bandwidth B with which
     ``all_to_all_time``'s (n-1)/n S / B gives its time.
 

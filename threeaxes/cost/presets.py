@@ -165,7 +165,7 @@ class Model:
     n_kv_heads: int | None = None     # grouped-query attention (None: = n_heads)
     ffn_hidden: int | None = None
     source: str = field(default="", compare=False)
-    moe: object = None                # experts.MoE for a mixture-of-experts model (None: dense)
+    moe: MoE | None = None            # experts.MoE for a mixture-of-experts model (None: dense)
     gated_mlp: bool = False           # SwiGLU-style MLP (LLaMA): three h x f matrices
     # the first pipeline slot holds the embedding in place of a layer (Llama 3's
     # pipeline, Dubey et al. 2024, Section 3.3.2): no layer activations there

@@ -24,12 +24,15 @@ on the "dp" axis, so the trace sees it.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
+import torch.nn as nn
 
 from threeaxes import comms, trace
 from threeaxes.data_parallel.buckets import DEFAULT_BUCKET_BYTES, check_bucket_bytes, plan_buckets
 from threeaxes.dims import ParallelDims, dp_layout
-from threeaxes.toy import ToyTransformer, lm_loss, make_optimizer
+from threeaxes.toy import ToyConfig, ToyTransformer, lm_loss, make_optimizer
 
 __all__ = ["shard_batch", "average_gradients", "gradient_buckets", "average_gradients_bucketed",
            "train_data_parallel"]
@@ -37,7 +40,8 @@ __all__ = ["shard_batch", "average_gradients", "gradient_buckets", "average_grad
 
 # -- the batch ----------------------------------------------------------------------
 
-def shard_batch(inputs, targets, dims=None):
+def shard_batch(inputs: torch.Tensor, targets: torch.Tensor,
+                dims: ParallelDims | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """This rank's contiguous slice of a global batch (dim 0 is the batch), by its
     dp coordinate in `dims` (None: the current layout, else every rank as dp).
 
@@ -62,7 +66,7 @@ def shard_batch(inputs, targets, dims=None):
 
 # -- averaging gradients --------------------------------------------------------------
 
-def _grads(model):
+def _grads(model: nn.Module) -> list[torch.Tensor]:
     """The gradient of every trainable parameter, in registration order.
 
     A parameter that got no gradient this step gets zeros, so that every rank
@@ -77,7 +81,7 @@ def _grads(model):
     return grads
 
 
-def average_gradients(model, dims=None) -> None:
+def average_gradients(model: nn.Module, dims: ParallelDims | None = None) -> None:
     """Replace each parameter's gradient by its mean over the dp ranks.
 
     One all-reduce per parameter tensor, in registration order, then a
@@ -94,7 +98,7 @@ def average_gradients(model, dims=None) -> None:
         grad.div_(dims.dp)
 
 
-def gradient_buckets(model, bucket_bytes: int) -> list[list[torch.Tensor]]:
+def gradient_buckets(model: nn.Module, bucket_bytes: int) -> list[list[torch.Tensor]]:
     """The gradients of `model` grouped as `average_gradients_bucketed` sends them.
 
     The order is the reverse of registration (head first, embeddings last),
@@ -111,7 +115,8 @@ def gradient_buckets(model, bucket_bytes: int) -> list[list[torch.Tensor]]:
     return [[grads[i] for i in bucket] for bucket in plan]
 
 
-def average_gradients_bucketed(model, bucket_bytes: int = DEFAULT_BUCKET_BYTES, dims=None) -> None:
+def average_gradients_bucketed(model: nn.Module, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                               dims: ParallelDims | None = None) -> None:
     """Like `average_gradients`, but one all-reduce per bucket of gradients.
 
     For each bucket (see `gradient_buckets`): copy its gradients into one flat
@@ -132,9 +137,10 @@ def average_gradients_bucketed(model, bucket_bytes: int = DEFAULT_BUCKET_BYTES, 
 
 # -- a whole training run ---------------------------------------------------------------
 
-def train_data_parallel(rank: int, world_size: int, cfg, batches, *, variant: str = "per_param",
+def train_data_parallel(rank: int, world_size: int, cfg: ToyConfig,
+                        batches: Iterable[tuple[torch.Tensor, torch.Tensor]], *, variant: str = "per_param",
                         bucket_bytes: int = DEFAULT_BUCKET_BYTES, lr: float = 1e-2,
-                        optimizer: str = "sgd", seed: int = 0):
+                        optimizer: str = "sgd", seed: int = 0) -> dict:
     """Train a fresh `ToyTransformer(cfg, seed)` with pure data parallelism
     (dp = world_size); a `launch` target.
 

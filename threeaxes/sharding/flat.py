@@ -12,13 +12,14 @@ the middle of a tensor; an elementwise optimizer (SGD, Adam) does not care.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 
 import torch
 
 __all__ = ["FlatLayout", "check_shardable", "shard_of"]
 
 
-def check_shardable(tensors, what: str = "parameter group") -> None:
+def check_shardable(tensors: Sequence[torch.Tensor], what: str = "parameter group") -> None:
     """Raise a ValueError (TypeError for a non-tensor) that says what to change unless
     `tensors` can live in one trained flat buffer: at least one, all trainable, all
     floating point, one dtype, one device."""
@@ -54,7 +55,7 @@ class FlatLayout:
         layout.shard_range(1)                       # (3, 6): rank 1's numbers
     """
 
-    def __init__(self, shapes, n: int) -> None:
+    def __init__(self, shapes: Iterable[torch.Size | tuple[int, ...]], n: int) -> None:
         if type(n) is not int or n < 1:
             raise ValueError(f"n={n!r}; the number of shards must be a positive integer")
         self.shapes = [torch.Size(s) for s in shapes]
@@ -71,7 +72,7 @@ class FlatLayout:
             raise ValueError(f"shard {index} does not exist; choose 0..{self.n - 1}")
         return index * self.shard_numel, (index + 1) * self.shard_numel
 
-    def flatten(self, tensors) -> torch.Tensor:
+    def flatten(self, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         """A new padded flat buffer holding `tensors` (detached) end to end, zeros after."""
         tensors = list(tensors)
         if [t.shape for t in tensors] != self.shapes:
@@ -95,7 +96,7 @@ class FlatLayout:
                 f"padded_numel={self.padded_numel}, n={self.n})")
 
 
-def shard_of(layout: FlatLayout, tensors, index: int) -> torch.Tensor:
+def shard_of(layout: FlatLayout, tensors: Sequence[torch.Tensor | None], index: int) -> torch.Tensor:
     """Shard `index` of the flat buffer `layout.flatten(tensors)` would make, built
     without making the whole buffer: only the pieces of the tensors that fall inside
     it are copied (the padding stays zero). A tensor given as None counts as zeros."""

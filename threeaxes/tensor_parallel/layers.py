@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from threeaxes.dims import resolve
+from threeaxes.dims import ParallelDims, resolve
 from threeaxes.tensor_parallel.maps import (
     copy_to_tp_region,
     gather_from_tp_region,
@@ -32,7 +32,7 @@ from threeaxes.tensor_parallel.maps import (
 from threeaxes.tensor_parallel.shard import _braces, _divisors
 
 
-def _check_split(features: int, what: str, tp: int):
+def _check_split(features: int, what: str, tp: int) -> None:
     if features % tp:
         raise ValueError(f"tp={tp} does not divide {what}={features}; "
                          f"choose tp in {_braces(_divisors(features))}")
@@ -48,7 +48,7 @@ class ColumnParallelLinear(nn.Module):
     output slices into the full width.
     """
 
-    def __init__(self, in_features: int, out_features: int, *, dims=None,
+    def __init__(self, in_features: int, out_features: int, *, dims: ParallelDims | None = None,
                  bias: bool = True, input_is_copied: bool = False, gather_output: bool = False,
                  dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
@@ -60,7 +60,7 @@ class ColumnParallelLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(out_features // tp, in_features, dtype=dtype))
         self.bias = nn.Parameter(torch.zeros(out_features // tp, dtype=dtype)) if bias else None
 
-    def forward(self, x):  # x: (..., in_features), the same on every tp rank
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., in_features), the same on every tp rank
         if not self.input_is_copied:
             # communication (backward only): all-reduce x's gradient over the tp ranks
             x = copy_to_tp_region(x, self.dims)
@@ -83,7 +83,7 @@ class RowParallelLinear(nn.Module):
     otherwise the full x is cut here with `scatter_to_tp_region`.
     """
 
-    def __init__(self, in_features: int, out_features: int, *, dims=None,
+    def __init__(self, in_features: int, out_features: int, *, dims: ParallelDims | None = None,
                  bias: bool = True, input_is_parallel: bool = True,
                  dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
@@ -96,7 +96,7 @@ class RowParallelLinear(nn.Module):
         # the bias is replicated: every rank adds the same one after the sum
         self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype)) if bias else None
 
-    def forward(self, x):  # x: (..., in_features / tp) if input_is_parallel
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., in_features / tp) if input_is_parallel
         if not self.input_is_parallel:
             # communication (backward only): all-gather the input gradient's slices
             x = scatter_to_tp_region(x, self.dims)

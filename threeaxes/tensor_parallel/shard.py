@@ -24,6 +24,7 @@ vocabulary is not worth it.)
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 import torch
 
@@ -48,7 +49,7 @@ def _divisors(n: int) -> set[int]:
     return {d for d in range(1, n + 1) if n % d == 0}
 
 
-def _braces(values) -> str:
+def _braces(values: Iterable[int]) -> str:
     """{1, 2, 4}, sorted, the way the error messages show a set of choices."""
     return "{" + ", ".join(str(v) for v in sorted(values)) + "}"
 
@@ -86,13 +87,13 @@ def layout_of(name: str) -> int | None:
 
 # -- split and join -----------------------------------------------------------------
 
-def _shard(full_state, tp_rank, tp, n_heads):
+def _shard(full_state: dict[str, torch.Tensor], tp_rank: int, tp: int, n_heads: int) -> dict[str, torch.Tensor]:
     d_mlp = None
     for name, t in full_state.items():
         if name.endswith("mlp.fc1.weight"):
             d_mlp = t.shape[0]
     check_tp_layout(tp, n_heads, d_mlp, tp_rank)
-    out = {}
+    out: dict[str, torch.Tensor] = {}
     for name, t in full_state.items():
         dim = layout_of(name)
         if dim is None:
@@ -102,7 +103,7 @@ def _shard(full_state, tp_rank, tp, n_heads):
     return out
 
 
-def _gather(shards):
+def _gather(shards: Iterable[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     shards = list(shards)
     if not shards:
         raise ValueError("gather needs the shards of every tp rank, in tp-rank order; got none")
@@ -145,7 +146,7 @@ def shard_block_state(full_state: dict, tp_rank: int, tp: int, *, n_heads: int) 
     return _shard(full_state, tp_rank, tp, n_heads)
 
 
-def gather_block_state(shards) -> dict:
+def gather_block_state(shards: Iterable[dict[str, torch.Tensor]]) -> dict:
     """The full block state from every tp rank's shard, listed in tp-rank order."""
     return _gather(shards)
 
@@ -156,7 +157,7 @@ def shard_model_state(full_state: dict, tp_rank: int, tp: int, *, n_heads: int) 
     return _shard(full_state, tp_rank, tp, n_heads)
 
 
-def gather_model_state(shards) -> dict:
+def gather_model_state(shards: Iterable[dict[str, torch.Tensor]]) -> dict:
     """The full ToyTransformer state from every tp rank's shard, in tp-rank order.
 
     Replicated tensors must be identical on every rank; a difference raises,
