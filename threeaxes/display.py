@@ -9,13 +9,20 @@ them, and the widgets use it too.
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from threeaxes.cost.memory import GB
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from threeaxes.cost.planner import PlanResult
 
 __all__ = ["show", "FigureDisplay", "plan_table_html"]
 
 
-def plan_table_html(rows, chosen=None) -> str:
+def plan_table_html(rows: Iterable[PlanResult], chosen: PlanResult | None = None) -> str:
     """An HTML table of ranked PlanResults, the chosen one highlighted.
 
     The SP column says "yes" or "no" for every plan with tp > 1, and "n/a" where
@@ -23,7 +30,7 @@ def plan_table_html(rows, chosen=None) -> str:
     there is nothing to split (the planner never turns it on there).
     """
 
-    def sequence_parallel(r):
+    def sequence_parallel(r: PlanResult) -> str:
         if r.tp == 1:
             return "n/a"
         return "yes" if r.sequence_parallel else "no"
@@ -46,10 +53,10 @@ def plan_table_html(rows, chosen=None) -> str:
 class FigureDisplay:
     """Shows a Figure as PNG in a notebook, rasterising only when displayed."""
 
-    def __init__(self, figure, dpi: int = 90) -> None:
+    def __init__(self, figure: Figure, dpi: int = 90) -> None:
         self.figure, self.dpi = figure, dpi
 
-    def _repr_png_(self):
+    def _repr_png_(self) -> bytes:
         buffer = io.BytesIO()
         self.figure.savefig(buffer, format="png", dpi=self.dpi)
         return buffer.getvalue()
@@ -58,7 +65,7 @@ class FigureDisplay:
         return f"<figure: {self.figure.axes[0].get_title() if self.figure.axes else ''}>"
 
 
-def show(figure) -> None:
+def show(figure: Figure) -> None:
     """Display a matplotlib Figure (one from `threeaxes.plots`) in a notebook cell."""
     from IPython.display import display
     display(FigureDisplay(figure))

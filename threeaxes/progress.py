@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from threeaxes.course import DROPS, MINUTES, course_map_markdown
 from threeaxes.sections import core_code_answers
@@ -46,7 +48,7 @@ def read(work: Path | None = None) -> dict:
         return {}
 
 
-def record(drop: str, answer: str, *, passed, work: Path | None = None) -> None:
+def record(drop: str, answer: str, *, passed: bool | str, work: Path | None = None) -> None:
     """Note the latest result of a visible check (`passed`: True, False, or ANSWERED for a
     check of the form alone); a record that cannot be written is skipped
     (progress is a convenience: it never stands in the way of a check)."""
@@ -73,7 +75,7 @@ def drop_status(number: int, folder: str, work: Path, done: dict) -> dict:
         answers = []
     tried = done.get(f"drop{number:02d}", {})
 
-    def results(answer):     # the latest result of each check tried on it (each part it was judged in)
+    def results(answer: str) -> list:     # the latest result of each check tried on it (each part it was judged in)
         return [ok for key, ok in tried.items() if key == answer or key.startswith(answer + "[")]
     passed = [a for a in answers if results(a) and all(ok is True for ok in results(a))]
     answered = [a for a in answers if a not in passed and results(a)
@@ -138,7 +140,8 @@ class Checked(list):
         pass
 
 
-def recorded(check=None, *, form_only=None):
+def recorded(check: Callable[..., Any] | None = None, *,
+             form_only: bool | Callable[[str, str], bool] | None = None) -> Callable[..., Any]:
     """A visible check that also notes its result: `check(drop, answer, ...)` as before,
     its pass or failure recorded under the answer (and the part it judged, if any). A pass
     of a check that sees only the answer's form (`form_only` True, or a function of
@@ -151,7 +154,7 @@ def recorded(check=None, *, form_only=None):
         return functools.partial(recorded, form_only=form_only)
 
     @functools.wraps(check)
-    def run(drop, answer, *args, **kwargs):
+    def run(drop: str, answer: str, *args: Any, **kwargs: Any) -> Any:
         key = answer if kwargs.get("part") is None else f"{answer}[{kwargs['part']}]"
         try:
             result = check(drop, answer, *args, **kwargs)

@@ -15,16 +15,20 @@ Shapes: q, k, v (batch, heads, seq/cp, head_dim), the rank's tokens in the order
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+from torch import Tensor
 
 from threeaxes import comms
 from threeaxes.context_parallel import online_softmax
 from threeaxes.context_parallel.split import sequence_positions
+from threeaxes.extra_axes import AxisLayout
 
 __all__ = ["ulysses_attention", "sequence_to_heads", "heads_to_sequence"]
 
 
-def _seq_to_heads(x, cp):
+def _seq_to_heads(x: Tensor, cp: AxisLayout) -> Tensor:
     n = cp.size("cp")
     parts = x.unflatten(-3, (n, x.shape[-3] // n)).movedim(-4, 0)   # (cp, ..., heads/cp, seq/cp, d)
     # communication: head group j goes to rank j; from each rank come its tokens of my heads
@@ -32,7 +36,7 @@ def _seq_to_heads(x, cp):
     return got.movedim(0, -3).flatten(-3, -2)                        # (..., heads/cp, seq, d)
 
 
-def _heads_to_seq(y, cp):
+def _heads_to_seq(y: Tensor, cp: AxisLayout) -> Tensor:
     n = cp.size("cp")
     parts = y.unflatten(-2, (n, y.shape[-2] // n)).movedim(-3, 0)   # (cp, ..., heads/cp, seq/cp, d)
     # communication: rank j's tokens go back to rank j; from each rank come its heads of my tokens
@@ -42,33 +46,33 @@ def _heads_to_seq(y, cp):
 
 class _SequenceToHeads(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, cp):
+    def forward(ctx: Any, x: Tensor, cp: AxisLayout) -> Tensor:
         ctx.cp = cp
         return _seq_to_heads(x, cp)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         return _heads_to_seq(grad, ctx.cp), None   # communication: the inverse exchange
 
 
 class _HeadsToSequence(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, y, cp):
+    def forward(ctx: Any, y: Tensor, cp: AxisLayout) -> Tensor:
         ctx.cp = cp
         return _heads_to_seq(y, cp)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         return _seq_to_heads(grad, ctx.cp), None   # communication: the inverse exchange
 
 
-def sequence_to_heads(x, cp):
+def sequence_to_heads(x: Tensor, cp: AxisLayout) -> Tensor:
     """(..., heads, seq/cp, d) on each rank -> (..., heads/cp, seq, d), the sequence in the order
     of the ranks' parts (rank 0's tokens, then rank 1's, ...). Differentiable."""
     return _SequenceToHeads.apply(x, cp)
 
 
-def heads_to_sequence(y, cp):
+def heads_to_sequence(y: Tensor, cp: AxisLayout) -> Tensor:
     """The inverse of `sequence_to_heads`. Differentiable."""
     return _HeadsToSequence.apply(y, cp)
 
@@ -78,20 +82,20 @@ class _CausalAttention(torch.autograd.Function):
     same tensors a ring rank saves), so the two ways' memory compares like for like."""
 
     @staticmethod
-    def forward(ctx, q, k, v, pos):
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, pos: Tensor) -> Tensor:
         out, lse = online_softmax.finish(online_softmax.add_block(online_softmax.start(q), q, k, v, pos, pos))
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.pos = pos
         return out
 
     @staticmethod
-    def backward(ctx, d_out):
+    def backward(ctx: Any, d_out: Tensor) -> tuple[Tensor, Tensor, Tensor, None]:
         q, k, v, out, lse = ctx.saved_tensors
         delta = (d_out * out).sum(dim=-1)
         return (*online_softmax.block_grads(q, k, v, ctx.pos, ctx.pos, lse, d_out, delta), None)
 
 
-def ulysses_attention(q, k, v, cp, balanced: bool = True):
+def ulysses_attention(q: Tensor, k: Tensor, v: Tensor, cp: AxisLayout, balanced: bool = True) -> Tensor:
     """Causal attention of this rank's tokens, heads exchanged for sequence and back
     (`cp`: a one-axis layout, `threeaxes.extra_axes.axis_layout("cp")`)."""
     n, heads = cp.size("cp"), q.shape[1]

@@ -26,11 +26,18 @@ it draws one measured on real ranks.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from ..trace import COMPUTE, Event
+
+if TYPE_CHECKING:
+    from .schedules import Action, Plan
+
+# a duration: a number of seconds, or an exact Fraction of unit costs
+Cost = float | Fraction
 
 __all__ = ["Simulation", "simulate", "peak_in_flight", "dependencies", "provides", "format_timeline"]
 
@@ -46,12 +53,12 @@ class Simulation:
     idle_fraction: float  # idle time over (ranks * makespan); a Fraction for exact costs
 
     @property
-    def bubble_overhead(self):
+    def bubble_overhead(self) -> float:
         """Idle time over busy time: the ratio Megatron's (p-1)/(v m) counts."""
         return self.idle_fraction / (1 - self.idle_fraction)
 
 
-def dependencies(action, n_stages: int) -> list[tuple[int, int, str]]:
+def dependencies(action: Action, n_stages: int) -> list[tuple[int, int, str]]:
     """The (stage, microbatch, kind) keys that must finish before `action` starts.
 
     (s, k, "I") stands for "stage s has the gradient of its input for
@@ -67,7 +74,7 @@ def dependencies(action, n_stages: int) -> list[tuple[int, int, str]]:
     return deps
 
 
-def provides(action) -> list[tuple[int, int, str]]:
+def provides(action: Action) -> list[tuple[int, int, str]]:
     """The keys other actions may wait on that `action` makes available: its
     own, and for a B also (s, k, "I"), since a full backward computes the
     input gradient too."""
@@ -75,11 +82,11 @@ def provides(action) -> list[tuple[int, int, str]]:
     return [key, (action.stage, action.microbatch, "I")] if action.kind == "B" else [key]
 
 
-def _key(action) -> tuple[int, int, str]:
+def _key(action: Action) -> tuple[int, int, str]:
     return (action.stage, action.microbatch, action.kind)
 
 
-def timings(orders: Mapping[int, Sequence], cost) -> dict:
+def timings(orders: Mapping[int, Sequence], cost: Callable[[Action], Cost]) -> dict:
     """Earliest start and end of every action, each rank keeping its order.
 
     `orders` maps rank -> actions (None entries are skipped: an idle slot is
@@ -119,7 +126,8 @@ def timings(orders: Mapping[int, Sequence], cost) -> dict:
             if key[2] != "I" or (key[0], key[1], "B") not in done}
 
 
-def simulate(plan, forward_cost=1, backward_cost=2, weight_cost=None) -> Simulation:
+def simulate(plan: Plan, forward_cost: Cost = 1, backward_cost: Cost = 2,
+             weight_cost: Cost | None = None) -> Simulation:
     """Run `plan` in simulated time: each action starts as soon as its rank is
     free and its dependencies are done. Costs given as ints or Fractions give
     an exact Fraction `idle_fraction`.
@@ -140,11 +148,11 @@ def simulate(plan, forward_cost=1, backward_cost=2, weight_cost=None) -> Simulat
     if w is None:                                    # half a backward; exact costs stay exact
         exact_b = isinstance(backward_cost, (int, Fraction))
         w = Fraction(backward_cost) / 2 if exact_b else backward_cost / 2
-        if exact_b and w.denominator == 1:
+        if isinstance(w, Fraction) and w.denominator == 1:   # exact_b
             w = int(w)
     costs = {"F": forward_cost, "B": backward_cost, "I": backward_cost - w, "W": w}
 
-    def cost(a):
+    def cost(a: Action) -> Cost:
         return costs[a.kind]
 
     done = timings({r: plan[r] for r in plan}, cost)
@@ -160,7 +168,7 @@ def simulate(plan, forward_cost=1, backward_cost=2, weight_cost=None) -> Simulat
     return Simulation(events, makespan, busy, idle)
 
 
-def peak_in_flight(plan, stage: int) -> int:
+def peak_in_flight(plan: Plan, stage: int) -> int:
     """Most microbatches whose activations `stage` holds at once: a forward
     stores them, the matching backward frees them (with a split backward, the
     W: the weight gradient still needs the stage's saved inputs)."""

@@ -21,29 +21,33 @@ cuts its own range out of every parameter's state (`shard_of`).
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from threeaxes import comms
 from threeaxes.sharding.flat import shard_of
 
+if TYPE_CHECKING:   # zero1 imports this module
+    from threeaxes.sharding.zero1 import ShardedBucket, ZeroOptimizer
+
 __all__ = ["consolidate", "load"]
 
 
-def _all_params(opt):
+def _all_params(opt: ZeroOptimizer) -> list[torch.Tensor]:
     return list(itertools.chain.from_iterable(g["params"] for g in opt.param_groups))
 
 
-def _is_range_state(value, shard) -> bool:
+def _is_range_state(value: object, shard: torch.Tensor) -> bool:
     """Inner state that holds one number per element of the shard (not a scalar)."""
     return isinstance(value, torch.Tensor) and value.dim() == 1 and value.shape == shard.shape
 
 
-def _copy(value):
+def _copy(value: Any) -> Any:
     return value.detach().to("cpu", copy=True) if isinstance(value, torch.Tensor) else value
 
 
-def consolidate(opt, to: int) -> dict | None:
+def consolidate(opt: ZeroOptimizer, to: int) -> dict | None:
     """PyTorch's state dict of the whole optimizer on the rank whose dp coordinate is `to`
     (None elsewhere). A collective: every dp rank calls it."""
     dims, inner = opt.dims, opt.optim.state
@@ -80,19 +84,19 @@ def consolidate(opt, to: int) -> dict | None:
     return packed
 
 
-def _is_elementwise(key, value, param) -> bool:
+def _is_elementwise(key: str, value: object, param: torch.Tensor) -> bool:
     # a 0-dim parameter's elementwise state is 0-dim too, like Adam's step: tell them by name
     return (isinstance(value, torch.Tensor) and value.shape == param.shape
             and (param.dim() > 0 or key != "step"))
 
 
-def _same(a, b) -> bool:
+def _same(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
     return a == b
 
 
-def _bucket_state(bucket, saved: list, index: int) -> dict:
+def _bucket_state(bucket: ShardedBucket, saved: list, index: int) -> dict:
     """The inner state of this rank's range of `bucket`, from its parameters' saved states."""
     at = next(i for i, s in enumerate(saved) if s)   # the first parameter with saved state
     state = {}
@@ -117,7 +121,7 @@ def _bucket_state(bucket, saved: list, index: int) -> dict:
     return state
 
 
-def load(opt, state_dict: dict) -> None:
+def load(opt: ZeroOptimizer, state_dict: dict) -> None:
     """Set the hyperparameters and this rank's range of the state from PyTorch's layout.
     No communication: call it on every rank with the same (whole) state dict."""
     # the outer optimizer checks the groups' sizes and takes their hyperparameters

@@ -24,18 +24,21 @@ a plain process: pass `dims=ParallelDims().at(0)`.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+from torch import Tensor
 
 from threeaxes import comms
-from threeaxes.dims import resolve
+from threeaxes.dims import ParallelDims, resolve
 
 
-def _tp(dims):
+def _tp(dims: ParallelDims | None) -> ParallelDims:
     """The layout whose tp group the maps use: `dims`, or the run's current layout."""
     return resolve(dims)
 
 
-def _all_reduce(x, dims):
+def _all_reduce(x: Tensor, dims: ParallelDims) -> Tensor:
     if dims.tp == 1:
         return x
     # copy first: the collective works in place and x may be needed elsewhere
@@ -44,14 +47,14 @@ def _all_reduce(x, dims):
     return comms.all_reduce(x, "tp", dims=dims)
 
 
-def _all_gather_last_dim(x, dims):
+def _all_gather_last_dim(x: Tensor, dims: ParallelDims) -> Tensor:
     if dims.tp == 1:
         return x
     # communication: every tp rank's slice, concatenated along the last dim in rank order
     return comms.all_gather(x, "tp", dims=dims, dim=-1)
 
 
-def _own_slice_last_dim(x, dims):
+def _own_slice_last_dim(x: Tensor, dims: ParallelDims) -> Tensor:
     n = dims.tp
     if n == 1:
         return x
@@ -64,52 +67,52 @@ def _own_slice_last_dim(x, dims):
 
 class _CopyToTPRegion(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, dims):
+    def forward(ctx: Any, x: Tensor, dims: ParallelDims) -> Tensor:
         ctx.dims = dims
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         # communication: all-reduce the input's gradient (each rank holds one part of it)
         return _all_reduce(grad, ctx.dims), None
 
 
 class _ReduceFromTPRegion(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, dims):
+    def forward(ctx: Any, x: Tensor, dims: ParallelDims) -> Tensor:
         # communication: all-reduce the partial outputs into the full sum
         return _all_reduce(x, dims)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         return grad, None
 
 
 class _GatherFromTPRegion(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, dims):
+    def forward(ctx: Any, x: Tensor, dims: ParallelDims) -> Tensor:
         ctx.dims = dims
         # communication: all-gather every rank's slice of the last dim
         return _all_gather_last_dim(x, dims)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         return _own_slice_last_dim(grad, ctx.dims), None
 
 
 class _ScatterToTPRegion(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, dims):
+    def forward(ctx: Any, x: Tensor, dims: ParallelDims) -> Tensor:
         ctx.dims = dims
         return _own_slice_last_dim(x, dims)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         # communication: all-gather the gradient slices back to the full width
         return _all_gather_last_dim(grad, ctx.dims), None
 
 
-def copy_to_tp_region(x, dims=None):
+def copy_to_tp_region(x: Tensor, dims: ParallelDims | None = None) -> Tensor:
     """Forward: x unchanged. Backward: all-reduce x's gradient over the tp group of `dims`
     (the current layout when None).
 
@@ -117,20 +120,20 @@ def copy_to_tp_region(x, dims=None):
     return _CopyToTPRegion.apply(x, _tp(dims))
 
 
-def reduce_from_tp_region(x, dims=None):
+def reduce_from_tp_region(x: Tensor, dims: ParallelDims | None = None) -> Tensor:
     """Forward: all-reduce (sum) the tp ranks' partial results. Backward: identity.
 
     Put it where the partial outputs of a row-parallel layer leave the region."""
     return _ReduceFromTPRegion.apply(x, _tp(dims))
 
 
-def gather_from_tp_region(x, dims=None):
+def gather_from_tp_region(x: Tensor, dims: ParallelDims | None = None) -> Tensor:
     """Forward: all-gather the last dim (each rank's column slice -> the full
     width). Backward: keep this rank's slice of the gradient."""
     return _GatherFromTPRegion.apply(x, _tp(dims))
 
 
-def scatter_to_tp_region(x, dims=None):
+def scatter_to_tp_region(x: Tensor, dims: ParallelDims | None = None) -> Tensor:
     """Forward: keep this rank's slice of the last dim. Backward: all-gather
     the gradient slices back to the full width."""
     return _ScatterToTPRegion.apply(x, _tp(dims))
