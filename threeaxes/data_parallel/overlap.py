@@ -39,6 +39,8 @@ The hooks and the launch order are `BucketHooks`, which ZeRO-2
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn as nn
@@ -46,7 +48,11 @@ import torch.nn as nn
 from threeaxes import comms
 from threeaxes.data_parallel.buckets import check_bucket_bytes, plan_buckets
 from threeaxes.data_parallel.torch_options import DDP_OPTIONS, check_options, group_of_mesh
-from threeaxes.dims import dp_layout
+from threeaxes.dims import ParallelDims, dp_layout
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+    from torch.distributed.device_mesh import DeviceMesh
 
 __all__ = ["BucketHooks", "DataParallel"]
 
@@ -76,7 +82,8 @@ class BucketHooks:
     every bucket again.
     """
 
-    def __init__(self, buckets, launch, *, accumulate: bool = False,
+    def __init__(self, buckets: Iterable[Iterable[torch.Tensor]], launch: Callable[[int, list[torch.Tensor]], None], *,
+                 accumulate: bool = False,
                  second_backward: str = "a second backward started before the first was finished") -> None:
         self.buckets, self.launch = [list(b) for b in buckets], launch
         self.accumulate, self.second_backward = accumulate, second_backward
@@ -87,12 +94,12 @@ class BucketHooks:
                          for bucket in self.buckets for p in bucket]
 
     def _start_pass(self) -> None:
-        self._ready = set()                      # parameters whose gradient this backward produced
+        self._ready: set[torch.Tensor] = set()   # parameters whose gradient this backward produced
         self._filled = [0] * len(self.buckets)   # how many of each bucket's gradients are in
         self._next = 0                           # the first bucket not launched yet
         self._in_backward = False
 
-    def _on_gradient_ready(self, param):
+    def _on_gradient_ready(self, param: torch.Tensor) -> None:
         """Hook: `param.grad` is final for this backward. Launch every full bucket whose turn has come."""
         if not self._in_backward:
             if self.backwards and not self.accumulate:
@@ -153,9 +160,10 @@ class DataParallel(nn.Module):
       every forward (DDP's `broadcast_buffers`).
     """
 
-    def __init__(self, module: nn.Module, bucket_bytes: int | None = None, dims=None, *,
-                 launch_bucket=None, process_group=None, device_mesh=None, bucket_cap_mb=None,
-                 **ddp_options) -> None:
+    def __init__(self, module: nn.Module, bucket_bytes: int | None = None, dims: ParallelDims | None = None, *,
+                 launch_bucket: Callable[[list[torch.Tensor], ParallelDims], tuple[torch.Tensor, Any]] | None = None,
+                 process_group: ProcessGroup | None = None, device_mesh: DeviceMesh | None = None,
+                 bucket_cap_mb: float | None = None, **ddp_options: Any) -> None:
         """`launch_bucket`, like DDP's `register_comm_hook`, replaces how a full
         bucket is reduced: `launch_bucket(grads, dims) -> (flat, pending)` gets the
         bucket's gradients (in bucket order) and must start the reduction without
@@ -195,7 +203,8 @@ class DataParallel(nn.Module):
         self.bucket_names = [[names[p] for p in bucket] for bucket in self._buckets]
         self.bucket_sizes_bytes = [sum(p.numel() * p.element_size() for p in bucket)
                                    for bucket in self._buckets]
-        self._pending = []   # (bucket index, flat buffer, comms.Pending or None, divisor) in flight
+        # (bucket index, flat buffer, comms.Pending or None, divisor) in flight
+        self._pending: list[tuple[int, torch.Tensor, Any, int]] = []
         self._hooks = BucketHooks(self._buckets, self._launch, second_backward=_SECOND_BACKWARD)
 
     # -- building ---------------------------------------------------------------------
@@ -212,10 +221,10 @@ class DataParallel(nn.Module):
 
     # -- during backward --------------------------------------------------------------
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.module(*args, **kwargs)
 
-    def _launch(self, index, grads) -> None:
+    def _launch(self, index: int, grads: list[torch.Tensor]) -> None:
         """BucketHooks' launch: copy bucket `index`'s gradients into one flat buffer
         and start its all-reduce (or the student's `launch_bucket`)."""
         if self._launch_bucket is not None:
@@ -232,7 +241,7 @@ class DataParallel(nn.Module):
 
     # -- after backward -----------------------------------------------------------------
 
-    def finish_gradient_synchronization(self):
+    def finish_gradient_synchronization(self) -> None:
         """Wait for every bucket's all-reduce, divide by dp and write each bucket's
         slices back into the parameters' `.grad`. Call after `loss.backward()`,
         before `optimizer.step()`, on every rank."""
@@ -258,7 +267,7 @@ class DataParallel(nn.Module):
         return f"dp={self.dims.dp}, buckets={len(self._buckets)} ({size})"
 
 
-def _checked(result, bucket):
+def _checked(result: object, bucket: Sequence[torch.Tensor]) -> tuple[torch.Tensor, Any]:
     """`launch_bucket`'s (flat, pending), or a TypeError that says what it must return."""
     numel = sum(p.numel() for p in bucket)
     if type(result) is not tuple or len(result) != 2:

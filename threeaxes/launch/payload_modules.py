@@ -30,10 +30,10 @@ TORCH_LEAN = frozenset({
 })
 
 
-def modules_named(payload):
+def modules_named(payload: bytes) -> set[str]:
     """Modules (already imported here) that the pickle ``payload`` names, with the
     submodules reached by attribute from them (``torch`` + ``optim`` -> ``torch.optim``)."""
-    words = set()
+    words: set[str] = set()
     for opcode, arg, _ in pickletools.genops(payload):
         if isinstance(arg, str):
             words.update(arg.split(" ") if opcode.name == "GLOBAL" else (arg,))
@@ -46,7 +46,7 @@ def modules_named(payload):
     return named
 
 
-def is_light(payload) -> bool:
+def is_light(payload: bytes) -> bool:
     """True if ranks for this payload need nothing the early forkserver lacks."""
     try:
         named = modules_named(payload)
@@ -55,7 +55,7 @@ def is_light(payload) -> bool:
     return not any(_heavy(name) for name in named)
 
 
-def _heavy(name) -> bool:
+def _heavy(name: str) -> bool:
     top = name.partition(".")[0]
     if top == "torch":
         return name not in TORCH_LEAN

@@ -21,7 +21,7 @@ take, so the idle slots are exactly the waits the order forces.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -45,7 +45,7 @@ class Action:
     microbatch: int
     kind: str
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"Action kind={self.kind!r}; use 'F' (forward) or 'B' (backward), "
                              f"or 'I' and 'W' (a backward split into its input and weight "
@@ -89,8 +89,8 @@ class Plan(Mapping):
         self.v = self.n_stages // self.p
         self._check(found)
 
-    def _check(self, found):
-        where = {}
+    def _check(self, found: list[Action]) -> None:
+        where: dict[tuple[int, int, str], int] = {}   # action -> its slot
         for r, row in self._slots.items():
             for t, a in enumerate(row):
                 if a is None:
@@ -114,7 +114,7 @@ class Plan(Mapping):
                         raise ValueError(f"{Action(s, k, kind)} is missing; every stage runs F "
                                          f"and B (or I and W) once for each of the {self.m} "
                                          f"microbatches")
-        ready = {}       # what an action waits for -> (slot, the action that provides it)
+        ready: dict[tuple[int, int, str], tuple[int, Action]] = {}  # what an action waits for -> (slot, provider)
         for (s, k, kind), t in where.items():
             for key in provides(Action(s, k, kind)):
                 ready[key] = (t, Action(s, k, kind))
@@ -132,7 +132,7 @@ class Plan(Mapping):
         take (one slot per action), leaving None where a rank must wait."""
         done = timings(orders, lambda a: 1)
         length = max((end for _, _, end in done.values()), default=0)
-        slots = {r: [None] * length for r in orders}
+        slots: dict[int, list[Action | None]] = {r: [None] * length for r in orders}
         for (stage, mb, kind), (r, start, _) in done.items():
             slots[r][start] = Action(stage, mb, kind)
         return cls(slots, name)
@@ -141,7 +141,7 @@ class Plan(Mapping):
     def __getitem__(self, rank: int) -> list:
         return list(self._slots[rank])
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[int]:
         return iter(self._slots)
 
     def __len__(self) -> int:
@@ -184,7 +184,7 @@ class Plan(Mapping):
         return f"<Plan {self.name} p={self.p} m={self.m} v={self.v}>"
 
 
-def check_layout(p, m) -> None:
+def check_layout(p: int, m: int) -> None:
     """Errors that say what to change for an impossible (p, m)."""
     if type(p) is not int or p < 1:
         raise ValueError(f"pp={p!r}; the number of pipeline stages must be an int >= 1")
@@ -271,7 +271,7 @@ def interleaved_1f1b(p: int, m: int, v: int, *, relaxed: bool = False) -> Plan:
 
     orders = {}
     for r in range(p):
-        def act(i, kind):
+        def act(i: int, kind: str) -> Action:
             chunk, mb = unit(i, kind == "F")
             return Action(chunk * p + r, mb, kind)
         if relaxed:
@@ -293,7 +293,7 @@ def interleaved_1f1b(p: int, m: int, v: int, *, relaxed: bool = False) -> Plan:
 
 # The one name -> schedule table of the package. "interleaved" also takes v
 # (chunks per rank); make_plan passes it.
-SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved_1f1b}
+SCHEDULES: dict[str, Callable[..., Plan]] = {"gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved_1f1b}
 
 
 def make_plan(schedule: str, p: int, m: int, v: int = 1, *, relaxed: bool = False) -> Plan:

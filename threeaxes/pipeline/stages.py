@@ -12,6 +12,7 @@ import copy
 from collections.abc import Sequence
 
 import torch.nn as nn
+from torch import Tensor
 
 from ..toy import ToyConfig, ToyTransformer
 
@@ -88,10 +89,10 @@ class StageModule(nn.Module):
             self.ln_f = copy.deepcopy(model.ln_f)
             self.head = copy.deepcopy(model.head)
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         if self.is_first:  # x: (batch, seq) token ids -> (batch, seq, d_model)
             # the full model's own embed(), run on this stage's copies of the tables
-            x = ToyTransformer.embed(self, x)
+            x = ToyTransformer.embed(self, x)  # type: ignore[arg-type]  # it reads only tok_embed, pos_embed
         for block in self.blocks.values():
             x = block(x)
         if self.is_last:   # (batch, seq, d_model) -> (batch, seq, vocab)
@@ -102,7 +103,7 @@ class StageModule(nn.Module):
         return f"stage {self.stage_index}/{self.n_stages}, layers {self.layers}"
 
 
-def build_stages(cfg: ToyConfig, pp: int, *, seed: int = 0, stage_layers=None,
+def build_stages(cfg: ToyConfig, pp: int, *, seed: int = 0, stage_layers: Sequence[Sequence[int]] | None = None,
                  ranks: Sequence[int] | None = None) -> dict[int, StageModule]:
     """Stage modules {stage: module} for the given stages (default: all pp),
     cut from one full ToyTransformer(cfg, seed). `stage_layers` overrides
@@ -116,7 +117,8 @@ def build_stages(cfg: ToyConfig, pp: int, *, seed: int = 0, stage_layers=None,
     return {s: StageModule(model, layers[s], s, pp) for s in wanted}
 
 
-def build_stage(cfg: ToyConfig, stage: int, pp: int, *, seed: int = 0, stage_layers=None) -> StageModule:
+def build_stage(cfg: ToyConfig, stage: int, pp: int, *, seed: int = 0,
+                stage_layers: Sequence[Sequence[int]] | None = None) -> StageModule:
     """The one stage that pipeline rank `stage` holds."""
     if not 0 <= stage < pp:
         raise ValueError(f"stage={stage} is outside 0..{pp - 1}")
