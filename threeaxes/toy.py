@@ -77,10 +77,11 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         h = cfg.d_model
         self.head_dim = cfg.head_dim
-        self.q = nn.Linear(h, h, dtype=cfg.dtype)
-        self.k = nn.Linear(h, h, dtype=cfg.dtype)
-        self.v = nn.Linear(h, h, dtype=cfg.dtype)
-        self.proj = nn.Linear(h, h, dtype=cfg.dtype)
+        # nn.Module: tensor parallelism puts its column- and row-parallel layers here
+        self.q: nn.Module = nn.Linear(h, h, dtype=cfg.dtype)
+        self.k: nn.Module = nn.Linear(h, h, dtype=cfg.dtype)
+        self.v: nn.Module = nn.Linear(h, h, dtype=cfg.dtype)
+        self.proj: nn.Module = nn.Linear(h, h, dtype=cfg.dtype)
 
     def forward(self, x: Tensor) -> Tensor:  # x: (batch, seq, d_model)
         b, s, _ = x.shape
@@ -95,8 +96,9 @@ class CausalSelfAttention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, cfg: ToyConfig) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(cfg.d_model, cfg.d_mlp, dtype=cfg.dtype)
-        self.fc2 = nn.Linear(cfg.d_mlp, cfg.d_model, dtype=cfg.dtype)
+        # nn.Module: tensor parallelism puts its column- and row-parallel layers here
+        self.fc1: nn.Module = nn.Linear(cfg.d_model, cfg.d_mlp, dtype=cfg.dtype)
+        self.fc2: nn.Module = nn.Linear(cfg.d_mlp, cfg.d_model, dtype=cfg.dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc2(F.gelu(self.fc1(x)))

@@ -20,6 +20,8 @@ machine"): `launch` hands it the real rank and world size there.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -29,7 +31,7 @@ from threeaxes.data_parallel import average_gradients, shard_batch
 from threeaxes.dims import ParallelDims
 from threeaxes.pipeline.executor import run_plan
 from threeaxes.pipeline.schedules import Plan, make_plan
-from threeaxes.pipeline.stages import build_stages
+from threeaxes.pipeline.stages import StageModule, build_stages
 from threeaxes.tensor_parallel import TPBlock, gather_model_state
 from threeaxes.toy import ToyConfig, make_optimizer
 
@@ -37,7 +39,7 @@ __all__ = ["build_stages_3d", "train_step", "train_3d", "pipeline_train", "full_
 
 
 def build_stages_3d(cfg: ToyConfig, plan: Plan, dims: ParallelDims, *, seed: int = 0,
-                    stage_layers=None) -> dict[int, nn.Module]:
+                    stage_layers: Sequence[Sequence[int]] | None = None) -> dict[int, StageModule]:
     """The stages this rank holds ({stage: module}), cut from ToyTransformer(cfg, seed),
     every block replaced by this rank's tensor-parallel shard of it."""
     mine = [s for s in range(plan.n_stages) if s % dims.pp == dims.coord("pp")]
@@ -52,7 +54,8 @@ def build_stages_3d(cfg: ToyConfig, plan: Plan, dims: ParallelDims, *, seed: int
     return stages
 
 
-def train_step(plan: Plan, stages: dict, optimizer, inputs, targets, dims: ParallelDims):
+def train_step(plan: Plan, stages: dict, optimizer: torch.optim.Optimizer, inputs: torch.Tensor,
+               targets: torch.Tensor, dims: ParallelDims) -> float | None:
     """One optimizer step on the global batch (inputs, targets); returns the mean loss
     on ranks that hold the last stage, None elsewhere."""
     # Data: this dp coordinate's slice of the global batch
@@ -67,9 +70,9 @@ def train_step(plan: Plan, stages: dict, optimizer, inputs, targets, dims: Paral
     return loss
 
 
-def train_3d(rank: int, world_size: int, cfg: ToyConfig, batches, *, dp: int = 1, tp: int = 1,
-             pp: int = 1, schedule="1f1b", m: int = 1, v: int = 1, lr: float = 1e-2,
-             seed: int = 0, optimizer: str = "sgd", stage_layers=None) -> dict:
+def train_3d(rank: int, world_size: int, cfg: ToyConfig, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], *,
+             dp: int = 1, tp: int = 1, pp: int = 1, schedule: str = "1f1b", m: int = 1, v: int = 1, lr: float = 1e-2,
+             seed: int = 0, optimizer: str = "sgd", stage_layers: Sequence[Sequence[int]] | None = None) -> dict:
     """Train ToyTransformer(cfg, seed) on dp x tp x pp ranks; a `launch` target.
 
         launch(train_3d, 8, cfg, batches, dp=2, tp=2, pp=2, m=2)
@@ -95,9 +98,9 @@ def train_3d(rank: int, world_size: int, cfg: ToyConfig, batches, *, dp: int = 1
     return {"coords": dims.coords(rank), "losses": losses, "params": params, "trace": recorded}
 
 
-def pipeline_train(rank: int, world_size: int, cfg: ToyConfig, batches, *, schedule="1f1b",
-                   m: int = 1, v: int = 1, lr: float = 1e-2, seed: int = 0,
-                   optimizer: str = "sgd", stage_layers=None) -> dict:
+def pipeline_train(rank: int, world_size: int, cfg: ToyConfig, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], *,
+                   schedule: str = "1f1b", m: int = 1, v: int = 1, lr: float = 1e-2, seed: int = 0,
+                   optimizer: str = "sgd", stage_layers: Sequence[Sequence[int]] | None = None) -> dict:
     """Pure pipeline parallelism: `train_3d` with pp = world_size (dp = tp = 1)."""
     return train_3d(rank, world_size, cfg, batches, pp=world_size, schedule=schedule, m=m, v=v,
                     lr=lr, seed=seed, optimizer=optimizer, stage_layers=stage_layers)

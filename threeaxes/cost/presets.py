@@ -31,6 +31,7 @@ for small messages. They only matter for small messages; change them freely.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .experts import MoE, active_params, expert_params
 from .memory import GB
@@ -63,7 +64,7 @@ class Cluster:
     sources: tuple = field(default=(), compare=False)
     nics_per_node: int | None = None  # None: one NIC per GPU (DGX A100 and H100)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("n_nodes", "gpus_per_node"):
             value = getattr(self, name)
             if isinstance(value, bool) or int(value) != value or value < 1:
@@ -98,9 +99,9 @@ class Cluster:
                 f"({self.n_gpus} GPUs, {nics})")
 
 
-def a100_cluster(n_nodes: int = 1, **overrides) -> Cluster:
+def a100_cluster(n_nodes: int = 1, **overrides: Any) -> Cluster:
     """DGX A100-style nodes: 8 A100 80GB SXM on NVSwitch, HDR InfiniBand."""
-    base = dict(
+    base: dict[str, Any] = dict(
         name="A100 80GB", gpu="A100-SXM4-80GB", n_nodes=n_nodes, gpus_per_node=8,
         hbm_bytes=80 * GB,             # A100 datasheet: 80 GB HBM2e
         peak_flops=312e12,             # A100 datasheet: BF16 tensor core, dense
@@ -113,9 +114,9 @@ def a100_cluster(n_nodes: int = 1, **overrides) -> Cluster:
     return Cluster(**base)
 
 
-def h100_cluster(n_nodes: int = 1, **overrides) -> Cluster:
+def h100_cluster(n_nodes: int = 1, **overrides: Any) -> Cluster:
     """DGX H100-style nodes: 8 H100 80GB SXM on NVSwitch, NDR InfiniBand."""
-    base = dict(
+    base: dict[str, Any] = dict(
         name="H100 80GB", gpu="H100-SXM5-80GB", n_nodes=n_nodes, gpus_per_node=8,
         hbm_bytes=80 * GB,             # H100 datasheet: 80 GB HBM3
         peak_flops=989e12,             # H100 datasheet: BF16 1,979 TFLOPS with sparsity / 2
@@ -132,7 +133,7 @@ CLUSTERS = {"a100-80gb": a100_cluster, "h100-80gb": h100_cluster}
 
 
 def get_cluster(name: str, *, n_gpus: int | None = None, n_nodes: int | None = None,
-                **overrides) -> Cluster:
+                **overrides: Any) -> Cluster:
     """A preset cluster by name ("a100-80gb", "h100-80gb") sized by GPUs or nodes."""
     key = name.lower()
     if key not in CLUSTERS:
@@ -171,7 +172,7 @@ class Model:
     # pipeline, Dubey et al. 2024, Section 3.3.2): no layer activations there
     embedding_slot: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("n_layers", "d_model", "n_heads", "vocab_size", "seq_len"):
             value = getattr(self, name)
             if isinstance(value, bool) or int(value) != value or value < 1:
@@ -209,7 +210,7 @@ class Model:
 def custom_model(name: str, n_layers: int, d_model: int, n_heads: int, *,
                  vocab_size: int = 51200, seq_len: int = 2048,
                  learned_positions: bool = True, n_kv_heads: int | None = None,
-                 moe=None, **param_options) -> Model:
+                 moe: MoE | None = None, **param_options: Any) -> Model:
     """A model from its shape; parameters counted by ``transformer_params``
     (GPT-style by default: Megatron-LM eq. 2 with V = 51,200, Narayanan et al.
     2021's vocabulary). ``param_options`` go to ``transformer_params``.
@@ -240,7 +241,8 @@ def custom_model(name: str, n_layers: int, d_model: int, n_heads: int, *,
                  source="custom", moe=moe, gated_mlp=bool(param_options.get("gated_mlp")))
 
 
-def _llama(name, n_layers, d_model, n_heads, ffn_hidden, seq_len, source, n_kv_heads=None):
+def _llama(name: str, n_layers: int, d_model: int, n_heads: int, ffn_hidden: int, seq_len: int, source: str,
+           n_kv_heads: int | None = None) -> Model:
     # LLaMA: SwiGLU MLP, RMSNorm, no biases, untied output layer, rotary positions
     model = custom_model(name, n_layers, d_model, n_heads, vocab_size=32000,
                          seq_len=seq_len, learned_positions=False, n_kv_heads=n_kv_heads,

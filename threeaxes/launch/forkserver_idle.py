@@ -28,6 +28,7 @@ import importlib
 import os
 import selectors
 import time
+from typing import Any
 
 from threeaxes.launch import prestart
 
@@ -36,22 +37,23 @@ IDLE_AFTER_S = 0.1  # after a request: this long without another, and it imports
 
 # (module, seconds its import took, or the exception's repr), in the server only;
 # inherited by every rank forked after, so a test can ask a rank what was imported.
-imported = []
+imported: list[tuple[str, float | str]] = []
 _server_pid = None  # set when installed, in the server
 
 
 class _ImportWhileIdleSelector(_ORIGINAL_SELECTOR):
     """The forkserver's selector: idle time goes to the next deferred import."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        selectors.DefaultSelector = _ORIGINAL_SELECTOR  # this one instance is the server's
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # this one instance is the server's (patching the stdlib's class: mypy calls it a type)
+        selectors.DefaultSelector = _ORIGINAL_SELECTOR  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         # Only in the server itself: a process forked from it keeps a plain selector.
         self._in_server = os.getpid() == _server_pid
         self._todo = list(prestart.DEFERRED) if self._in_server else []
         self._quiet = 0.0  # how long to wait for a request before the next import
 
-    def select(self, timeout=None):
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         # Right after a request, wait a moment for the next: the ranks of one launch ask
         # one after another, a few ms apart, and none should wait behind an import.
         quiet = self._quiet
@@ -68,7 +70,7 @@ class _ImportWhileIdleSelector(_ORIGINAL_SELECTOR):
         return super().select(timeout)
 
 
-def _import_one(name) -> None:
+def _import_one(name: str) -> None:
     start = time.perf_counter()
     try:
         importlib.import_module(name)
@@ -83,7 +85,9 @@ def _mark_warm() -> None:
     the server's socket (in the caller's temporary folder, removed when it exits)."""
     import multiprocessing.forkserver
 
-    marker = prestart.warm_marker(multiprocessing.forkserver._forkserver._forkserver_address)
+    # a private attribute of the stdlib's forkserver, which typeshed does not list
+    address = multiprocessing.forkserver._forkserver._forkserver_address  # type: ignore[attr-defined]
+    marker = prestart.warm_marker(address)
     if marker is not None:
         try:
             open(marker, "w").close()
@@ -98,7 +102,7 @@ def install() -> None:
     global _server_pid
     if prestart._inside_forkserver() and multiprocessing.parent_process() is None:
         _server_pid = os.getpid()
-        selectors.DefaultSelector = _ImportWhileIdleSelector
+        selectors.DefaultSelector = _ImportWhileIdleSelector  # type: ignore[misc]  # the stdlib's, patched
 
 
 install()

@@ -16,8 +16,11 @@ The references the hidden tests use are on the instructor's side
 """
 from __future__ import annotations
 
+from typing import Any
+
 from threeaxes.cost import a100_cluster, get_model
 from threeaxes.cost.network import group_strides
+from threeaxes.cost.presets import Cluster
 from threeaxes.scenarios import scenario as sizing_scenario
 
 __all__ = ["MODEL", "OLD_CLUSTER", "NEW_CLUSTER", "OLD_BATCH", "NEW_BATCH", "OLD_CONFIG",
@@ -29,7 +32,7 @@ OLD_CLUSTER = a100_cluster(16)                     # 16 DGX A100 nodes, 8 GPUs e
 NEW_CLUSTER = a100_cluster(64, gpus_per_node=4, nics_per_node=1)
 OLD_BATCH, NEW_BATCH = 256, 512                    # sequences per step: doubled with dp
 # the layout that ran well on the old cluster (tp = 8: one whole node)
-OLD_CONFIG = dict(dp=2, tp=8, pp=8, micro_batch=1, zero_stage=1, recompute="none",
+OLD_CONFIG: dict[str, Any] = dict(dp=2, tp=8, pp=8, micro_batch=1, zero_stage=1, recompute="none",
                   sequence_parallel=True)
 ASSUMPTIONS: dict = {}                             # the planner's defaults, for both clusters
 OLD_SCENARIO = sizing_scenario(MODEL, OLD_CLUSTER, OLD_BATCH, assumptions=ASSUMPTIONS)
@@ -40,7 +43,7 @@ DROP_RANGE = (0.30, 0.50)
 AXES_BY_STRIDE = tuple(group_strides(1, 1, 1))   # the axes, tp fastest: "tp", "dp", "pp"
 
 
-def old_config_on(cluster) -> dict:
+def old_config_on(cluster: Cluster) -> dict:
     """The old layout on another cluster: same tp and pp, dp fills the GPUs."""
     tp, pp = OLD_CONFIG["tp"], OLD_CONFIG["pp"]
     return {**OLD_CONFIG, "dp": cluster.n_gpus // (tp * pp)}

@@ -18,8 +18,10 @@ block's and the attention reads its local head count from q's output width.
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch.nn as nn
+from torch import Tensor
 
 from threeaxes.dims import ParallelDims, resolve
 from threeaxes.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
@@ -33,7 +35,8 @@ class TPCausalSelfAttention(CausalSelfAttention):
 
     def __init__(self, cfg: ToyConfig, dims: ParallelDims) -> None:
         nn.Module.__init__(self)  # not the parent's: it would build full-size Linears
-        h, kw = cfg.d_model, dict(dims=dims, dtype=cfg.dtype)
+        h = cfg.d_model
+        kw: dict[str, Any] = dict(dims=dims, dtype=cfg.dtype)
         self.dims = dims
         self.head_dim = cfg.head_dim
         # q, k, v share one input, so it is copied into the tp region once, in forward
@@ -42,7 +45,7 @@ class TPCausalSelfAttention(CausalSelfAttention):
         self.v = ColumnParallelLinear(h, h, input_is_copied=True, **kw)
         self.proj = RowParallelLinear(h, h, **kw)  # ends with the forward all-reduce
 
-    def forward(self, x):  # x: (batch, seq, d_model), the same on every tp rank
+    def forward(self, x: Tensor) -> Tensor:  # x: (batch, seq, d_model), the same on every tp rank
         # communication (backward only): all-reduce x's gradient over the tp ranks
         x = copy_to_tp_region(x, self.dims)
         # the toy's own code: q(x) is (batch, seq, n_heads/tp * head_dim), so it
@@ -55,12 +58,12 @@ class TPMLP(MLP):
 
     def __init__(self, cfg: ToyConfig, dims: ParallelDims) -> None:
         nn.Module.__init__(self)
-        kw = dict(dims=dims, dtype=cfg.dtype)
+        kw: dict[str, Any] = dict(dims=dims, dtype=cfg.dtype)
         self.dims = dims
         self.fc1 = ColumnParallelLinear(cfg.d_model, cfg.d_mlp, input_is_copied=True, **kw)
         self.fc2 = RowParallelLinear(cfg.d_mlp, cfg.d_model, **kw)  # ends with the forward all-reduce
 
-    def forward(self, x):  # x: (batch, seq, d_model)
+    def forward(self, x: Tensor) -> Tensor:  # x: (batch, seq, d_model)
         # communication (backward only): all-reduce x's gradient over the tp ranks
         x = copy_to_tp_region(x, self.dims)
         # gelu acts feature by feature, so it can run on each rank's d_mlp/tp slice
@@ -86,7 +89,7 @@ class TPBlock(Block):
         self.mlp = TPMLP(cfg, dims)
 
     @classmethod
-    def from_block(cls, block: Block, cfg: ToyConfig, dims: ParallelDims | None = None) -> TPBlock:
+    def from_block(cls, block: nn.Module, cfg: ToyConfig, dims: ParallelDims | None = None) -> TPBlock:
         """This rank's shard of a full toy block (weights copied, not shared): the
         shard of tp coordinate `dims.coord("tp")`."""
         tp_block = cls(cfg, dims)
