@@ -16,6 +16,8 @@ which are the batch rows each of n ranks holds.
 """
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -31,7 +33,7 @@ class Experts(nn.Module):
     """`n` feed-forward experts, d_model -> d_mlp -> d_model with GELU, run as batched matmuls
     on an (n, tokens, d_model) input: expert i sees row i only."""
 
-    def __init__(self, n: int, d_model: int, d_mlp: int, dtype=torch.float32) -> None:
+    def __init__(self, n: int, d_model: int, d_mlp: int, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.w_in = nn.Parameter(torch.empty(n, d_model, d_mlp, dtype=dtype))
         self.in_bias = nn.Parameter(torch.zeros(n, 1, d_mlp, dtype=dtype))
@@ -42,7 +44,7 @@ class Experts(nn.Module):
     def count(self) -> int:
         return self.w_in.shape[0]
 
-    def forward(self, x):  # (n, tokens, d_model) -> (n, tokens, d_model)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (n, tokens, d_model) -> (n, tokens, d_model)
         hidden = F.gelu(torch.baddbmm(self.in_bias, x, self.w_in))   # (n, tokens, d_mlp)
         return torch.baddbmm(self.out_bias, hidden, self.w_out)
 
@@ -69,12 +71,13 @@ class MoELayer(nn.Module):
 
     def __init__(self, cfg: ToyConfig, moe: MoEConfig) -> None:
         super().__init__()
-        self.moe, self.groups = moe, 1
+        self.moe = moe
+        self.groups = 1
         self.router = nn.Linear(cfg.d_model, moe.n_experts, dtype=cfg.dtype)
         self.experts = Experts(moe.n_experts, cfg.d_model, cfg.d_mlp, cfg.dtype)
         self.routings: list[Routing] = []
 
-    def forward(self, x):  # (batch, seq, d_model)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (batch, seq, d_model)
         b, s, d = x.shape
         if (b * s) % self.groups:
             raise ValueError(f"{b * s} tokens do not split into groups={self.groups}; give a batch "
@@ -112,12 +115,12 @@ class MoEToy(ToyTransformer):
         return self
 
 
-def moe_layers(model: nn.Module) -> list[nn.Module]:
+def moe_layers(model: ToyTransformer) -> list[MoELayer]:
     """Each block's MoE layer, first block first."""
-    return [block.mlp for block in model.blocks]
+    return [cast(MoELayer, block.mlp) for block in model.blocks]
 
 
-def skew_router_(model: nn.Module, expert: int = 0, strength: float = 1.0) -> nn.Module:
+def skew_router_(model: ToyTransformer, expert: int = 0, strength: float = 1.0) -> ToyTransformer:
     """Tilt every router toward `expert`: add `strength` to its logit for every token (in place).
     A router that learned to prefer one expert looks like this; the load goes with it."""
     with torch.no_grad():

@@ -28,7 +28,8 @@ import torch.nn as nn
 from threeaxes import comms
 from threeaxes.expert_parallel.exchange import all_to_all_ep
 from threeaxes.expert_parallel.experts import MoELayer, MoEToy, group_capacity, moe_layers
-from threeaxes.expert_parallel.routing import assign_slots, combine, dispatch, route
+from threeaxes.expert_parallel.routing import Routing, assign_slots, combine, dispatch, route
+from threeaxes.extra_axes import AxisLayout
 
 __all__ = ["ExpertParallelMoE", "expert_parallel_toy", "local_experts", "sum_replicated_grads",
            "shard_batch_ep"]
@@ -43,15 +44,15 @@ def local_experts(n_experts: int, ep_size: int, ep_rank: int) -> range:
 class ExpertParallelMoE(nn.Module):
     """One `MoELayer` over the ep ranks: the router copied, the experts split (`local_experts`)."""
 
-    def __init__(self, layer: MoELayer, ep) -> None:
+    def __init__(self, layer: MoELayer, ep: AxisLayout) -> None:
         super().__init__()
         self.moe, self.ep = layer.moe.check_ep(ep.size("ep")), ep
         self.router = copy.deepcopy(layer.router)
         mine = local_experts(self.moe.n_experts, ep.size("ep"), ep.coord("ep"))
         self.experts = layer.experts.rows(mine.start, mine.stop)
-        self.routing = None   # this rank's Routing after a forward
+        self.routing: Routing | None = None   # this rank's Routing after a forward
 
-    def forward(self, x):  # (batch here, seq, d_model)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (batch here, seq, d_model)
         b, s, d = x.shape
         n, E, k = self.ep.size("ep"), self.moe.n_experts, self.moe.top_k
         tokens = x.reshape(-1, d)                                  # (T, d), this rank's tokens
@@ -62,8 +63,8 @@ class ExpertParallelMoE(nn.Module):
             # communication: agree on the busiest expert's load over the ep ranks (chunks of one size)
             comms.all_reduce(busiest, "ep", dims=self.ep, op=torch.distributed.ReduceOp.MAX)
         capacity = group_capacity(self.moe, tokens.shape[0], int(busiest))
-        self.routing = route(logits, k, capacity)
-        slots = dispatch(tokens, self.routing)                     # (E, C, d), experts in order
+        self.routing = routing = route(logits, k, capacity)
+        slots = dispatch(tokens, routing)                     # (E, C, d), experts in order
         # communication: dispatch; rank j gets every rank's slots for its E/ep experts
         arrived = all_to_all_ep(slots, self.ep)                    # (n * E/ep, C, d), by source rank
         local = self.experts.count
@@ -72,10 +73,10 @@ class ExpertParallelMoE(nn.Module):
         out = out.view(local, n, capacity, d).transpose(0, 1).reshape(n * local, capacity, d)
         # communication: combine; each rank's slots come home, experts in order again
         back = all_to_all_ep(out, self.ep)                         # (E, C, d)
-        return combine(back, self.routing).view(b, s, d)
+        return combine(back, routing).view(b, s, d)
 
 
-def expert_parallel_toy(model: MoEToy, ep) -> MoEToy:
+def expert_parallel_toy(model: MoEToy, ep: AxisLayout) -> MoEToy:
     """A copy of `model` whose MoE layers are expert-parallel over `ep` (made on every rank,
     from the same model: the same seed gives every rank the same weights)."""
     model.moe.check_ep(ep.size("ep"))
@@ -85,7 +86,7 @@ def expert_parallel_toy(model: MoEToy, ep) -> MoEToy:
     return parallel
 
 
-def shard_batch_ep(tensor: torch.Tensor, ep) -> torch.Tensor:
+def shard_batch_ep(tensor: torch.Tensor, ep: AxisLayout) -> torch.Tensor:
     """This ep rank's rows of a batch (the same rows as the reference's groups)."""
     n, r = ep.size("ep"), ep.coord("ep")
     if tensor.shape[0] % n:
@@ -94,7 +95,7 @@ def shard_batch_ep(tensor: torch.Tensor, ep) -> torch.Tensor:
     return tensor.chunk(n, dim=0)[r]
 
 
-def sum_replicated_grads(model: nn.Module, ep) -> None:
+def sum_replicated_grads(model: nn.Module, ep: AxisLayout) -> None:
     """Sum, over the ep ranks, the gradients of every weight that is not an expert's."""
     for name, p in model.named_parameters():
         if ".experts." not in name and p.grad is not None:

@@ -36,6 +36,12 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Mapping
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from multiprocessing.context import BaseContext
 
 ENV_VAR = "THREEAXES_PRESTART"
 _OFF, _ON, _AUTO = ("0", "no", "false", "off"), ("1", "yes", "true", "on"), ("", "auto")
@@ -76,7 +82,7 @@ _thread = None
 _lock = threading.Lock()
 
 
-def forkserver_context():
+def forkserver_context() -> BaseContext:
     """The process-wide forkserver context launch uses (spawn where there is no
     forkserver: slower, still works). multiprocessing keeps one server per process,
     running between launches, and stops it when this process exits."""
@@ -89,7 +95,7 @@ def forkserver_context():
     return ctx
 
 
-def skip_reason(environ=None):
+def skip_reason(environ: Mapping[str, str] | None = None) -> str | None:
     """None if this process should prestart the forkserver, else why not (a sentence)."""
     environ = os.environ if environ is None else environ
     setting = environ.get(ENV_VAR, "auto").strip().lower()
@@ -126,7 +132,7 @@ def _inside_forkserver() -> bool:
     forkserver = sys.modules.get("multiprocessing.forkserver")
     if forkserver is None:
         return False
-    frame = sys._getframe()
+    frame: FrameType | None = sys._getframe()
     while frame is not None:
         if frame.f_code.co_filename == forkserver.__file__ and frame.f_code.co_name == "main":
             return True
@@ -147,7 +153,7 @@ def on_import() -> None:
         decision = f"failed to decide: {exc!r}"
 
 
-def start():
+def start() -> threading.Thread:
     """Start the forkserver on a daemon thread (once per process); returns that thread."""
     global _thread
     with _lock:
@@ -168,7 +174,7 @@ def _ensure_running() -> None:
         error = exc
 
 
-def warm_marker(address):
+def warm_marker(address: object) -> str | None:
     """The file the forkserver at ``address`` creates once DEFERRED is imported, or None
     where its socket is not a file (an abstract socket): then nobody waits for it."""
     if isinstance(address, str) and address and not address.startswith("\0"):
@@ -176,7 +182,7 @@ def warm_marker(address):
     return None
 
 
-def wait_until_warm(timeout=WARM_WAIT_S) -> bool:
+def wait_until_warm(timeout: float = WARM_WAIT_S) -> bool:
     """Start the forkserver if need be, then wait until it has imported DEFERRED too.
     Returns True if it is warm. Waits at most ``timeout`` s, and for a server that once
     let that pass without saying so (its loop may not be the one forkserver_idle
@@ -187,7 +193,7 @@ def wait_until_warm(timeout=WARM_WAIT_S) -> bool:
     if forkserver_context().get_start_method() != "forkserver":
         return False
     multiprocessing.forkserver.ensure_running()  # as the first Process.start() would
-    server = multiprocessing.forkserver._forkserver
+    server: Any = multiprocessing.forkserver._forkserver   # its _forkserver_* are private: typeshed has none
     marker = warm_marker(server._forkserver_address)
     if marker is None or server._forkserver_pid == _silent_server:
         return False
@@ -201,7 +207,7 @@ def wait_until_warm(timeout=WARM_WAIT_S) -> bool:
     return True
 
 
-def wait(timeout=None) -> bool:
+def wait(timeout: float | None = None) -> bool:
     """Block until the background start has handed the server its work (tests, benchmarks).
     The server itself may still be importing PRELOAD then; launch waits for that."""
     if _thread is not None:
