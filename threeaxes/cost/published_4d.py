@@ -54,7 +54,7 @@ per token, where 6 N_active + 6 l w s gives 1.52e11 and 6 N_active + 12 l w s
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .experts import MoE
 from .planner import search
@@ -107,8 +107,8 @@ ATTENTION_WIDTH = {"Llama 3 405B": 16384, "Qwen3-235B-A22B": 8192}
 
 class Published4D(NamedTuple):
     name: str
-    model: object              # what the planner plans (Llama 3: the 128 slots)
-    flops_model: object        # what the FLOPs are counted on (Llama 3: the 126 layers)
+    model: Model               # what the planner plans (Llama 3: the 128 slots)
+    flops_model: Model         # what the FLOPs are counted on (Llama 3: the 126 layers)
     n_gpus: int
     seq_len: int
     batch: int                 # sequences per step
@@ -167,7 +167,7 @@ def qwen3_235b_pipeline() -> Model:
                    embedding_slot=True)
 
 
-def _modelzoo_row(label, tp, ep, pp, dp, recompute, tflops):
+def _modelzoo_row(label: str, tp: int, ep: int, pp: int, dp: int, recompute: str, tflops: float) -> Published4D:
     era = dict(MEGATRON_MOE_ERA, micro_batch_sizes=(1,), recomputes=(recompute,), zero_stages=(1,),
                eps=(ep,), etps=(1,))
     return Published4D(f"Qwen3-235B-A22B, 256 GPUs, {label}", qwen3_235b_pipeline(), qwen3_235b(),
@@ -202,7 +202,7 @@ def model_tflops(run: Published4D, seconds: float) -> float:
 Prediction4D = Prediction
 
 
-def predict_4d(run: Published4D, **assumptions) -> Prediction4D:
+def predict_4d(run: Published4D, **assumptions: Any) -> Prediction4D:
     """Search everything ``run.era`` allows on H100 nodes; return the fastest
     fitting configuration with the published (dp, tp, pp, cp, ep, etp) beside the
     best overall."""
@@ -215,4 +215,5 @@ def predict_4d(run: Published4D, **assumptions) -> Prediction4D:
     if not same:
         raise ValueError(f"the planner finds no valid configuration with the published layout "
                          f"of {run.name}")
-    return Prediction4D(run, same[0], results[0], model_tflops(run, same[0].time.total))
+    # the dense runs' record, holding a Published4D where they hold a PublishedRun
+    return Prediction4D(run, same[0], results[0], model_tflops(run, same[0].time.total))  # type: ignore[arg-type]

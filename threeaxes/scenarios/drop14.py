@@ -13,6 +13,7 @@ use are on the instructor's side (`autograder/references/drop14.py`).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from threeaxes.cost import get_cluster, get_model
 from threeaxes.scenarios import scenario as sizing_scenario
@@ -30,7 +31,7 @@ RIVALS = {
 }
 
 # name -> what changes: the cluster's fields, the global batch, the context
-JOB_CHANGES = {
+JOB_CHANGES: dict[str, dict[str, Any]] = {
     "as given": {},
     "H100 nodes": {"gpu": "h100-80gb"},
     "4x faster network between nodes": {"inter_node_scale": 4},
