@@ -26,13 +26,13 @@ best.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .constraints import divisors, valid_tp
 from .memory import GB, model_state_bytes
-from .planner import plan
-from .presets import custom_model
-from .verdict import judge
+from .planner import PlanResult, plan
+from .presets import Cluster, Model, custom_model
+from .verdict import Verdict, judge
 
 __all__ = ["SCHEMES", "Decision", "TreeWalk", "model_of_size", "simplest_fit", "walk_tree"]
 
@@ -59,14 +59,14 @@ class Decision(NamedTuple):
 
 
 class TreeWalk(NamedTuple):
-    model: object
-    cluster: object
+    model: Model
+    cluster: Cluster
     global_batch: int
     decisions: list      # [Decision] in the order asked
     scheme: str | None   # a key of SCHEMES; None when nothing fits
     config: dict | None  # the configuration the tree ends at (plan's keyword arguments)
-    result: object       # plan(...) of that configuration (None when nothing fits)
-    verdict: object      # judge(...) against the search's best (None when nothing fits)
+    result: PlanResult | None  # plan(...) of that configuration (None when nothing fits)
+    verdict: Verdict | None    # judge(...) against the search's best (None when nothing fits)
     message: str         # what to change when nothing fits, else ""
 
     @property
@@ -76,7 +76,7 @@ class TreeWalk(NamedTuple):
         return " -> ".join(steps + [self.scheme or "nothing fits"])
 
 
-def model_of_size(billions: float, *, vocab_size: int = 51200, seq_len: int = 2048):
+def model_of_size(billions: float, *, vocab_size: int = 51200, seq_len: int = 2048) -> Model:
     """A GPT-style shape with about `billions` x 1e9 parameters: the width of the
     nearest size in log scale among GPT-3's (Brown et al. 2020, Table 2.1; 5140
     rounded to whole heads) and GPT-NeoX-20B's, heads of 128, and as many layers (a multiple of 8 from 8 up)
@@ -94,7 +94,7 @@ def model_of_size(billions: float, *, vocab_size: int = 51200, seq_len: int = 20
                         vocab_size=vocab_size, seq_len=seq_len)
 
 
-def _zero_stages(scheme: str, pp: int):
+def _zero_stages(scheme: str, pp: int) -> tuple[int, ...]:
     if scheme in ("dp", "fsdp"):
         return {"dp": (0,), "fsdp": (3,)}[scheme]     # plain replicas; every state sharded
     # the TP branch may shard over dp as well ("or FSDP"); 3D keeps ZeRO-1, the only stage
@@ -103,20 +103,22 @@ def _zero_stages(scheme: str, pp: int):
     return (0, 1) if pp > 1 or scheme == "3d" else (0, 1, 2, 3)
 
 
-def simplest_fit(model, cluster, global_batch: int, *, dp: int, tp: int, pp: int, scheme: str,
-                 seq_len: int | None = None):
+def simplest_fit(model: Model, cluster: Cluster, global_batch: int, *, dp: int, tp: int, pp: int, scheme: str,
+                 seq_len: int | None = None) -> tuple[dict | None, PlanResult]:
     """The first (config, PlanResult) that fits, plainest first: micro-batch 1, no ZeRO
     beyond what the scheme implies, recomputation none, then selective, then full,
     then the next ZeRO stage. (None, lightest PlanResult) when none fits."""
-    lightest = None
+    lightest: PlanResult | None = None
     for zero in _zero_stages(scheme, pp):
         for recompute in ("none", "selective", "full"):
-            config = dict(dp=dp, tp=tp, pp=pp, micro_batch=1, zero_stage=zero, recompute=recompute)
+            config: dict[str, Any] = dict(dp=dp, tp=tp, pp=pp, micro_batch=1, zero_stage=zero,
+                                          recompute=recompute)
             result = plan(model, cluster, global_batch, seq_len, **config)
             if result.fits:
                 return config, result
             if lightest is None or result.memory.total < lightest.memory.total:
                 lightest = result
+    assert lightest is not None   # every scheme has a ZeRO stage to try
     return None, lightest
 
 
@@ -124,22 +126,23 @@ def _gb(x: float) -> str:
     return f"{x / GB:,.1f} GB"
 
 
-def walk_tree(model, cluster, global_batch: int, seq_len: int | None = None, *,
+def walk_tree(model: Model, cluster: Cluster, global_batch: int, seq_len: int | None = None, *,
               split_layers: bool = True) -> TreeWalk:
     """Walk the cheatsheet's tree for `model` on `cluster`; `split_layers=False` is a
     team that will not use tensor or pipeline parallelism (ZeRO/FSDP instead)."""
     n, per_node, hbm = cluster.n_gpus, cluster.gpus_per_node, cluster.hbm_bytes
     states = model_state_bytes(model.n_params).total       # 16N: 2 + 2 + 12 bytes each
-    decisions = []
+    decisions: list[Decision] = []
 
-    def end(scheme, config, result):
+    def end(scheme: str, config: dict, result: PlanResult) -> TreeWalk:
         """The walk ending at `config`, judged against the search's best."""
         verdict = judge(model, cluster, global_batch, seq_len, config=config)
         return TreeWalk(model, cluster, global_batch, decisions, scheme, config, result, verdict,
                         "")
 
     # 1. one GPU, by the 16N rule, then the cost model's memory with activations
-    config, result = (None, None)
+    config: dict | None = None
+    result: PlanResult | None = None
     if states <= hbm:
         config, result = simplest_fit(model, cluster, global_batch, dp=n, tp=1, pp=1,
                                       scheme="dp", seq_len=seq_len)
@@ -147,12 +150,13 @@ def walk_tree(model, cluster, global_batch: int, seq_len: int | None = None, *,
     numbers = (f"16N = 16 x {model.n_params / 1e9:.2f}B = {_gb(states)} of model states "
                f"{'<=' if states <= hbm else '>'} {_gb(hbm)} per GPU")
     if states <= hbm:
+        assert result is not None   # planned above
         numbers += (f"; with activations {_gb(result.memory.total)} at {result.label}"
                     + ("" if fits_one else " does not fit even with full recomputation"))
     decisions.append(Decision("one GPU: do the model states fit one GPU?", fits_one, numbers,
                               "data parallelism alone" if fits_one else "split the model"))
-    if fits_one:
-        return end("dp", config, result)
+    if fits_one:   # config and result are set
+        return end("dp", config, result)  # type: ignore[arg-type]
 
     # 2. will the team split layers? if not, shard the states over every GPU
     decisions.append(Decision(
