@@ -101,7 +101,7 @@ def main(argv=None) -> int:
         start = time.perf_counter()
         graded = grade_submissions(course.root, todo, args.jobs, f"--Execute.timeout={args.timeout}")
         took = time.perf_counter() - start
-        for (assignment, student), why in sorted(graded.failed.items()):   # each its cause's first line
+        for _, why in sorted(graded.failed.items()):   # each its cause's first line
             print(f"not graded: {why.splitlines()[0]}")
         seconds = graded.seconds
         print(f"graded in {took:.0f} s: {60 * len(todo) / took:.1f} submissions per minute with "
