@@ -8,12 +8,13 @@ optional drops beyond the three axes and their self-check (q8).
 from __future__ import annotations
 
 import html
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from IPython.display import HTML
 
 from .cost import GB, bubble_fraction, get_cluster, judge, model_state_bytes
-from .cost.decide import SCHEMES, model_of_size, walk_tree
+from .cost.decide import SCHEMES, TreeWalk, model_of_size, walk_tree
+from .cost.presets import Cluster, Model
 from .practice_beyond import BEYOND_DROPS, LONG_CASE, TRADES, long_case_plans, q8_answer
 
 __all__ = ["Scenario", "SCENARIOS", "CARDS", "SELF_CHECKS", "check", "pick", "scenario_walk",
@@ -34,11 +35,11 @@ class Scenario(NamedTuple):
     why: str               # the model answer in a sentence
 
     @property
-    def model(self):
+    def model(self) -> Model:
         return model_of_size(self.billions)
 
     @property
-    def cluster(self):
+    def cluster(self) -> Cluster:
         return get_cluster(GPU, n_gpus=self.n_gpus)
 
 
@@ -65,19 +66,19 @@ SCENARIOS = {s.key: s for s in (
 )}
 
 
-def scenario_walk(key: str):
+def scenario_walk(key: str) -> TreeWalk:
     """The decision tree walked for scenario `key` (see `threeaxes.cost.decide`)."""
     s = _scenario(key)
     return walk_tree(s.model, s.cluster, GLOBAL_BATCH, split_layers=s.split_layers)
 
 
-def _scenario(key):
+def _scenario(key: str) -> Scenario:
     if key not in SCENARIOS:
         raise ValueError(f"scenario {key!r} unknown; choose one of {sorted(SCENARIOS)}")
     return SCENARIOS[key]
 
 
-def pick(key: str, scheme, config) -> str:
+def pick(key: str, scheme: str | None, config: dict | None) -> str:
     """Judge a student's scheme and configuration for scenario `key`: does it fit, how does
     it compare with the planner's best, which bottleneck the scheme attacks. Prints and
     returns the feedback; says what to fill in while the answer is still None."""
@@ -211,7 +212,7 @@ def _slips() -> dict:
     }
 
 
-def _slip(name: str, answer, rel: float) -> str | None:
+def _slip(name: str, answer: Any, rel: float) -> str | None:
     """The hint for a catalogued wrong answer, or None."""
     for value, hint in _slips().get(name, []):
         if answer == value if isinstance(value, str) else abs(answer - value) <= rel * abs(value):
@@ -219,7 +220,7 @@ def _slip(name: str, answer, rel: float) -> str | None:
     return None
 
 
-def check(name: str, answer, *, rel: float = 0.02) -> bool:
+def check(name: str, answer: Any, *, rel: float = 0.02) -> bool:
     """Check a self-check answer; prints a pass line or the slip. None: not answered yet."""
     answers = _answers()
     if name not in answers:
@@ -281,7 +282,7 @@ _MODEL_ANSWERS = {
 }
 
 
-def reveal(name: str):
+def reveal(name: str) -> HTML:
     """The model answer and the computed number, folded under "Show the answer"."""
     answers = _answers()
     if name not in answers:
@@ -293,12 +294,13 @@ def reveal(name: str):
                 "</p></details>")
 
 
-def reveal_scenario(key: str):
+def reveal_scenario(key: str) -> HTML:
     """Scenario `key`'s model answer beside the decision tree's walk and the planner's
     verdict, folded under "Show the answer"."""
     s, walk = _scenario(key), scenario_walk(key)
     steps = "".join(f"<li>{html.escape(d.question)} <b>{'yes' if d.answer else 'no'}</b>: "
                     f"{html.escape(d.numbers)}</li>" for d in walk.decisions)
+    assert walk.result is not None and walk.verdict is not None   # every practice scenario fits
     return HTML(f"<details><summary>Show the answer for {key}</summary>"
                 f"<p><b>{html.escape(SCHEMES[s.seed_scheme])}</b>: {html.escape(s.why)} "
                 f"Bottleneck: {html.escape(s.bottleneck)}.</p><p>The tree on "

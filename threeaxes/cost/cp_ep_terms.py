@@ -20,7 +20,7 @@ always gave, so every three-axis result is unchanged.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .context import context_parallel_time
 from .experts import expert_all_to_all_time
@@ -28,8 +28,10 @@ from .memory import ModelStateBytes, model_state_bytes
 from .network import all_to_all_link, group_link
 
 if TYPE_CHECKING:
-    from .evaluate import PlanContext
     from .presets import Cluster, Model
+
+# evaluate's PlanContext: evaluate imports this module, so its name cannot come here
+_PlanContext = Any
 
 __all__ = ["state_bytes", "gradient_groups", "cp_comm_time", "ep_comm_time"]
 
@@ -66,7 +68,7 @@ def gradient_groups(model: Model, cluster: Cluster, groups: dict[str, tuple[int,
     return out
 
 
-def cp_comm_time(ctx: PlanContext, groups: dict[str, tuple[int, int]], *, tp: int, cp: int, mbs: int, m: int,
+def cp_comm_time(ctx: _PlanContext, groups: dict[str, tuple[int, int]], *, tp: int, cp: int, mbs: int, m: int,
                  layers_here: float, cp_mode: str) -> float:
     """Seconds of context-parallel exchange on the critical path of one step: every
     layer of this stage, every micro-batch, forward and backward."""
@@ -79,14 +81,14 @@ def cp_comm_time(ctx: PlanContext, groups: dict[str, tuple[int, int]], *, tp: in
     kv = model.d_model * model.kv_heads // model.n_heads
     # this rank's attention, forward and backward: 12 h s FLOPs per token and layer
     # (PaLM App. B) over its b s / cp tokens and h / t of the width
-    attention = 12 * model.d_model * s * mbs * s / (cp * tp) / (ctx.peak * ctx.efficiency)  # type: ignore[operator]  # a number: cp > 1 refuses "shapes"
+    attention = 12 * model.d_model * s * mbs * s / (cp * tp) / (ctx.peak * ctx.efficiency)
     per_layer = context_parallel_time(s, mbs, model.d_model // tp, cp, link, mode=cp_mode,
                                       kv_width=max(1, kv // tp), dtype_bytes=ctx.act_dtype_bytes,
                                       attention_seconds=attention)
     return layers_here * m * per_layer
 
 
-def ep_comm_time(ctx: PlanContext, groups: dict[str, tuple[int, int]], *, tp: int, cp: int, ep: int, mbs: int,
+def ep_comm_time(ctx: _PlanContext, groups: dict[str, tuple[int, int]], *, tp: int, cp: int, ep: int, mbs: int,
                  m: int, pp: int, sequence_parallel: bool) -> float:
     """Seconds of the MoE layers' all-to-alls in one step on this stage."""
     moe = ctx.model.moe

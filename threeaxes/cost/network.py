@@ -28,10 +28,10 @@ MPI_Alltoall; context parallelism's Ulysses and expert parallelism use it).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import Any, NamedTuple
 
-if TYPE_CHECKING:
-    from .presets import Cluster
+# presets' Cluster: presets imports this module (through experts), so its name cannot come here
+_Cluster = Any
 
 __all__ = ["CommTime", "Link", "COLLECTIVES", "bytes_sent_per_gpu", "all_reduce_time",
            "all_gather_time", "reduce_scatter_time", "p2p_time", "all_to_all_time",
@@ -179,7 +179,7 @@ class Link(NamedTuple):
     inside_node: bool
 
 
-def group_link(cluster: Cluster, stride: int, size: int) -> Link:
+def group_link(cluster: _Cluster, stride: int, size: int) -> Link:
     """The link a group's collective runs at: NVLink inside a node; across
     nodes, the NICs the group drives at once (``nics_per_group``) times one
     NIC's rate, never more than NVLink (the ring's slowest hop decides)."""
@@ -192,7 +192,7 @@ def group_link(cluster: Cluster, stride: int, size: int) -> Link:
     return Link(bandwidth, cluster.inter_node_latency, False)
 
 
-def all_to_all_link(cluster: Cluster, stride: int, size: int) -> Link:
+def all_to_all_link(cluster: _Cluster, stride: int, size: int) -> Link:
     """The link an all-to-all over a group runs at, as the one bandwidth B with which
     ``all_to_all_time``'s (n-1)/n S / B gives its time.
 

@@ -29,12 +29,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ..trace import COMPUTE, Event
 
-if TYPE_CHECKING:
-    from .schedules import Action, Plan
+# schedules' Action and Plan: schedules imports this module, so their names cannot come here
+_Action = Any
+_Plan = Any
 
 # a duration: a number of seconds, or an exact Fraction of unit costs
 Cost = float | Fraction
@@ -58,7 +59,7 @@ class Simulation:
         return self.idle_fraction / (1 - self.idle_fraction)
 
 
-def dependencies(action: Action, n_stages: int) -> list[tuple[int, int, str]]:
+def dependencies(action: _Action, n_stages: int) -> list[tuple[int, int, str]]:
     """The (stage, microbatch, kind) keys that must finish before `action` starts.
 
     (s, k, "I") stands for "stage s has the gradient of its input for
@@ -74,7 +75,7 @@ def dependencies(action: Action, n_stages: int) -> list[tuple[int, int, str]]:
     return deps
 
 
-def provides(action: Action) -> list[tuple[int, int, str]]:
+def provides(action: _Action) -> list[tuple[int, int, str]]:
     """The keys other actions may wait on that `action` makes available: its
     own, and for a B also (s, k, "I"), since a full backward computes the
     input gradient too."""
@@ -82,11 +83,11 @@ def provides(action: Action) -> list[tuple[int, int, str]]:
     return [key, (action.stage, action.microbatch, "I")] if action.kind == "B" else [key]
 
 
-def _key(action: Action) -> tuple[int, int, str]:
+def _key(action: _Action) -> tuple[int, int, str]:
     return (action.stage, action.microbatch, action.kind)
 
 
-def timings(orders: Mapping[int, Sequence], cost: Callable[[Action], Cost]) -> dict:
+def timings(orders: Mapping[int, Sequence], cost: Callable[[_Action], Cost]) -> dict:
     """Earliest start and end of every action, each rank keeping its order.
 
     `orders` maps rank -> actions (None entries are skipped: an idle slot is
@@ -126,7 +127,7 @@ def timings(orders: Mapping[int, Sequence], cost: Callable[[Action], Cost]) -> d
             if key[2] != "I" or (key[0], key[1], "B") not in done}
 
 
-def simulate(plan: Plan, forward_cost: Cost = 1, backward_cost: Cost = 2,
+def simulate(plan: _Plan, forward_cost: Cost = 1, backward_cost: Cost = 2,
              weight_cost: Cost | None = None) -> Simulation:
     """Run `plan` in simulated time: each action starts as soon as its rank is
     free and its dependencies are done. Costs given as ints or Fractions give
@@ -152,7 +153,7 @@ def simulate(plan: Plan, forward_cost: Cost = 1, backward_cost: Cost = 2,
             w = int(w)
     costs = {"F": forward_cost, "B": backward_cost, "I": backward_cost - w, "W": w}
 
-    def cost(a: Action) -> Cost:
+    def cost(a: _Action) -> Cost:
         return costs[a.kind]
 
     done = timings({r: plan[r] for r in plan}, cost)
@@ -168,7 +169,7 @@ def simulate(plan: Plan, forward_cost: Cost = 1, backward_cost: Cost = 2,
     return Simulation(events, makespan, busy, idle)
 
 
-def peak_in_flight(plan: Plan, stage: int) -> int:
+def peak_in_flight(plan: _Plan, stage: int) -> int:
     """Most microbatches whose activations `stage` holds at once: a forward
     stores them, the matching backward frees them (with a split backward, the
     W: the weight gradient still needs the stage's saved inputs)."""

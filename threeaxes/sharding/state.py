@@ -21,20 +21,21 @@ cuts its own range out of every parameter's state (`shard_of`).
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from threeaxes import comms
 from threeaxes.sharding.flat import shard_of
 
-if TYPE_CHECKING:   # zero1 imports this module
-    from threeaxes.sharding.zero1 import ShardedBucket, ZeroOptimizer
+# zero1's ZeroOptimizer and ShardedBucket: zero1 imports this module, so their names cannot come here
+_ZeroOptimizer = Any
+_ShardedBucket = Any
 
 __all__ = ["consolidate", "load"]
 
 
-def _all_params(opt: ZeroOptimizer) -> list[torch.Tensor]:
+def _all_params(opt: _ZeroOptimizer) -> list[torch.Tensor]:
     return list(itertools.chain.from_iterable(g["params"] for g in opt.param_groups))
 
 
@@ -47,7 +48,7 @@ def _copy(value: Any) -> Any:
     return value.detach().to("cpu", copy=True) if isinstance(value, torch.Tensor) else value
 
 
-def consolidate(opt: ZeroOptimizer, to: int) -> dict | None:
+def consolidate(opt: _ZeroOptimizer, to: int) -> dict | None:
     """PyTorch's state dict of the whole optimizer on the rank whose dp coordinate is `to`
     (None elsewhere). A collective: every dp rank calls it."""
     dims, inner = opt.dims, opt.optim.state
@@ -96,7 +97,7 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _bucket_state(bucket: ShardedBucket, saved: list, index: int) -> dict:
+def _bucket_state(bucket: _ShardedBucket, saved: list, index: int) -> dict:
     """The inner state of this rank's range of `bucket`, from its parameters' saved states."""
     at = next(i for i, s in enumerate(saved) if s)   # the first parameter with saved state
     state = {}
@@ -121,7 +122,7 @@ def _bucket_state(bucket: ShardedBucket, saved: list, index: int) -> dict:
     return state
 
 
-def load(opt: ZeroOptimizer, state_dict: dict) -> None:
+def load(opt: _ZeroOptimizer, state_dict: dict) -> None:
     """Set the hyperparameters and this rank's range of the state from PyTorch's layout.
     No communication: call it on every rank with the same (whole) state dict."""
     # the outer optimizer checks the groups' sizes and takes their hyperparameters

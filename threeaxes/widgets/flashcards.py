@@ -8,12 +8,18 @@
 from __future__ import annotations
 
 import html
+import os
 import random
 import textwrap
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 from matplotlib.backends.backend_pdf import PdfPages
 from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from matplotlib.lines import Line2D
 
 __all__ = ["FlashcardDeck", "print_flashcards", "card_figure"]
 
@@ -21,12 +27,12 @@ _CARD_STYLE = ("border:1px solid #888;border-radius:8px;padding:18px;min-height:
                "font-size:15px;background:{bg}")
 
 
-def _default_cards():
+def _default_cards() -> tuple[tuple[str, str], ...]:
     from ..practice import CARDS
     return CARDS
 
 
-def _check_cards(cards) -> tuple:
+def _check_cards(cards: Iterable[tuple[str, str]]) -> tuple:
     cards = tuple(cards)
     if not cards:
         raise ValueError("a deck needs at least one (question, answer) card")
@@ -40,7 +46,7 @@ def _check_cards(cards) -> tuple:
 class FlashcardDeck:
     """Click the card (a button) to flip it; previous, next, shuffle; mark cards as known."""
 
-    def __init__(self, cards=None, seed: int | None = None) -> None:
+    def __init__(self, cards: Iterable[tuple[str, str]] | None = None, seed: int | None = None) -> None:
         self.cards = _check_cards(_default_cards() if cards is None else cards)
         self.order = list(range(len(self.cards)))
         self.position = 0           # index into order
@@ -89,7 +95,7 @@ class FlashcardDeck:
         self.showing_answer = False
         self._render()
 
-    def _on_known(self, change) -> None:
+    def _on_known(self, change: dict) -> None:
         if change["new"]:
             self.known.add(self.current)
         else:
@@ -110,7 +116,7 @@ class FlashcardDeck:
         self.counter.value = (f"card {self.position + 1} of {len(self.cards)}; "
                               f"known: <b>{len(self.known)}</b> of {len(self.cards)}")
 
-    def _repr_mimebundle_(self, **kwargs):
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
 
 
@@ -128,13 +134,13 @@ def card_figure(question: str, answer: str, number: int, total: int) -> Figure:
     return fig
 
 
-def _fold_line(fig):
+def _fold_line(fig: Figure) -> Line2D:
     from matplotlib.lines import Line2D
     return Line2D([0.05, 0.95], [0.5, 0.5], transform=fig.transFigure, linestyle="--",
                   color="#999")
 
 
-def print_flashcards(path, cards=None) -> int:
+def print_flashcards(path: str | os.PathLike, cards: Iterable[tuple[str, str]] | None = None) -> int:
     """Write the cards to a PDF at `path`, one card per page; returns the page count."""
     cards = _check_cards(_default_cards() if cards is None else cards)
     with PdfPages(path) as pdf:
