@@ -556,7 +556,7 @@ def grade_all(course_root: Path, jobs: int = 2, force: bool = False, progress=sy
         forget(course_root, assignment, student)
     problems = [graded.failed[k] for k in sorted(graded.failed)]
     said = _said_step(progress, f"then the feedback pages of {len(names)} drop(s) for the whole class")
-    problems += write_feedback(course_root, names)
+    problems += write_feedback(course_root, names, jobs)
     said = _said_step(progress, "then grades.csv", said)
     exported = nbgrader(course_root, "export", "--to=grades.csv", check=False)
     if exported.returncode:
@@ -587,19 +587,22 @@ def forget(course_root: Path, assignment: str, student: str) -> None:
 FEEDBACK_FAILED = re.compile(r"There was an error processing assignment: (?P<path>.*)$", re.M)
 
 
-def write_feedback(course_root: Path, names: list[str]) -> list[str]:
-    """nbgrader generate_feedback for each assignment, every autograded student at once.
-    nbgrader goes on past a page it cannot write and fails at the end: each student whose
-    page failed is named (`feedback_failures`), the others' pages stand. Returns one
-    message per page not written."""
-    problems = []
-    for name in names:
+def write_feedback(course_root: Path, names: list[str], jobs: int = 1) -> list[str]:
+    """nbgrader generate_feedback for each assignment, every autograded student at once,
+    `jobs` assignments at a time (each its own nbgrader process; the gradebook's db_url
+    waits for its lock). nbgrader goes on past a page it cannot write and fails at the end:
+    each student whose page failed is named (`feedback_failures`), the others' pages stand.
+    Returns one message per page not written."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(name: str) -> list[str]:
         if not any((Path(course_root) / "autograded").glob(f"*/{name}/*.ipynb")):
-            continue   # none of it graded (each named already); nbgrader would fail on no notebooks
+            return []   # none of it graded (each named already); nbgrader would fail on no notebooks
         done = nbgrader(course_root, "generate_feedback", name, "--force", check=False)
-        if done.returncode:
-            problems += feedback_failures(course_root, name, done.stderr + done.stdout)
-    return problems
+        return feedback_failures(course_root, name, done.stderr + done.stdout) if done.returncode else []
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return [problem for problems in pool.map(one, names) for problem in problems]
 
 
 def feedback_failures(course_root: Path, name: str, said: str) -> list[str]:

@@ -121,10 +121,11 @@ def main(argv=None) -> int:
         print(phases.table([graded.phases.get(item, {}) for item in todo], took, args.jobs))
         if not args.no_feedback:   # the rest of `make grade`, once for the class
             began = time.perf_counter()
-            write_feedback(course.root, chosen)
+            write_feedback(course.root, chosen, args.jobs)
             fed = time.perf_counter()
             nbgrader(course.root, "export", "--to=grades.csv", check=False)
-            print(f"then feedback pages {fed - began:.0f} s ({len(chosen)} nbgrader generate_feedback), "
+            print(f"then feedback pages {fed - began:.0f} s ({len(chosen)} nbgrader generate_feedback, "
+                  f"{args.jobs} at once), "
                   f"grades.csv {time.perf_counter() - fed:.0f} s")
         if args.report:
             out = report.write(report.graded(course.root), args.report)
