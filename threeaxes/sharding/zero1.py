@@ -177,6 +177,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
         for bucket in self.buckets:
             bucket.shard.grad = None
 
+    # Optimizer.step is two overloads (a closure returning a float, or none); one signature here
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         unfrozen = sum(p.requires_grad for p in self.frozen)
