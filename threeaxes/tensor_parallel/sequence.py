@@ -32,10 +32,12 @@ Every collective goes through `threeaxes.comms` on the "tp" axis.
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch import Tensor
 
 from threeaxes import comms
 from threeaxes.dims import ParallelDims, resolve
@@ -58,29 +60,29 @@ def check_sequence_split(seq_len: int, tp: int) -> None:
 
 # -- the maps ------------------------------------------------------------------------
 
-def _gather_seq(x, dims):
+def _gather_seq(x: Tensor, dims: ParallelDims) -> Tensor:
     # communication: every tp rank's sequence slice, concatenated in rank order
     return comms.all_gather(x.contiguous(), "tp", dims=dims, dim=SEQ_DIM)
 
 
-def _reduce_scatter_seq(x, dims):
+def _reduce_scatter_seq(x: Tensor, dims: ParallelDims) -> Tensor:
     # communication: sum over the tp ranks, keep this rank's slice of the sequence
     return comms.reduce_scatter(x.contiguous(), "tp", dims=dims, dim=SEQ_DIM)
 
 
-def _own_seq_slice(x, dims):
+def _own_seq_slice(x: Tensor, dims: ParallelDims) -> Tensor:
     check_sequence_split(x.shape[SEQ_DIM], dims.tp)
     return x.chunk(dims.tp, dim=SEQ_DIM)[dims.coord("tp")].contiguous()
 
 
 class _GatherFromSequenceRegion(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, dims, grad):
+    def forward(ctx: Any, x: Tensor, dims: ParallelDims, grad: str) -> Tensor:
         ctx.dims, ctx.grad = dims, grad
         return _gather_seq(x, dims)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None, None]:
         if ctx.grad == "reduce_scatter":
             # communication: each rank holds a partial gradient of the whole sequence
             return _reduce_scatter_seq(g, ctx.dims), None, None
@@ -89,29 +91,29 @@ class _GatherFromSequenceRegion(torch.autograd.Function):
 
 class _ReduceScatterToSequenceRegion(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, dims):
+    def forward(ctx: Any, x: Tensor, dims: ParallelDims) -> Tensor:
         ctx.dims = dims
         return _reduce_scatter_seq(x, dims)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None]:
         # communication: every rank's partial sums need the gradient of the whole sequence
         return _gather_seq(g, ctx.dims), None
 
 
 class _ScatterToSequenceRegion(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, dims):
+    def forward(ctx: Any, x: Tensor, dims: ParallelDims) -> Tensor:
         ctx.dims = dims
         return _own_seq_slice(x, dims)
 
     @staticmethod
-    def backward(ctx, g):
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None]:
         # communication: the replicated input's gradient is every rank's slice, put together
         return _gather_seq(g, ctx.dims), None
 
 
-def gather_from_sequence_region(x, dims=None, *, grad: str = "reduce_scatter"):
+def gather_from_sequence_region(x: Tensor, dims: ParallelDims | None = None, *, grad: str = "reduce_scatter") -> Tensor:
     """Forward: all-gather the sequence slices, (b, s/t, h) -> (b, s, h).
 
     Backward, `grad="reduce_scatter"` (the paper's g): the layers after it are
@@ -126,7 +128,7 @@ def gather_from_sequence_region(x, dims=None, *, grad: str = "reduce_scatter"):
     return x if dims.tp == 1 else _GatherFromSequenceRegion.apply(x, dims, grad)
 
 
-def reduce_scatter_to_sequence_region(x, dims=None):
+def reduce_scatter_to_sequence_region(x: Tensor, dims: ParallelDims | None = None) -> Tensor:
     """Forward: sum the tp ranks' partial outputs and keep this rank's sequence
     slice, (b, s, h) -> (b, s/t, h). Backward: all-gather the gradient (g-bar)."""
     dims = resolve(dims)
@@ -136,7 +138,7 @@ def reduce_scatter_to_sequence_region(x, dims=None):
     return _ReduceScatterToSequenceRegion.apply(x, dims)
 
 
-def scatter_to_sequence_region(x, dims=None):
+def scatter_to_sequence_region(x: Tensor, dims: ParallelDims | None = None) -> Tensor:
     """Forward: keep this rank's slice of a replicated (b, s, h). Backward:
     all-gather the gradient slices, so the replicated layers before it get the
     whole gradient on every rank."""
@@ -146,21 +148,22 @@ def scatter_to_sequence_region(x, dims=None):
 
 # -- the block -----------------------------------------------------------------------
 
-def _mark(*params) -> None:
+def _mark(*params: nn.Parameter) -> None:
     for p in params:
-        p.sequence_parallel = True  # sees this rank's tokens only: its gradient is partial
+        # sees this rank's tokens only: its gradient is partial (a mark of ours on PyTorch's Parameter)
+        p.sequence_parallel = True  # type: ignore[attr-defined]
 
 
 class SequenceParallelRowLinear(RowParallelLinear):
     """RowParallelLinear whose partial sums are reduce-scattered along the
     sequence instead of all-reduced; the bias is added to the slice, once."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.bias is not None:
             _mark(self.bias)
 
-    def forward(self, x):  # x: (b, s, in_features / tp)
+    def forward(self, x: Tensor) -> Tensor:  # x: (b, s, in_features / tp)
         partial = F.linear(x, self.weight)  # (b, s, out_features), this rank's partial sum
         # communication: reduce-scatter the partial sums (backward: all-gather the gradient)
         y = reduce_scatter_to_sequence_region(partial, self.dims)  # (b, s/t, out_features)
@@ -172,7 +175,7 @@ class SequenceParallelAttention(TPCausalSelfAttention):
         super().__init__(cfg, dims)
         self.proj = SequenceParallelRowLinear(cfg.d_model, cfg.d_model, dims=dims, dtype=cfg.dtype)
 
-    def forward(self, x):  # x: (b, s/t, h), this rank's positions
+    def forward(self, x: Tensor) -> Tensor:  # x: (b, s/t, h), this rank's positions
         # communication: all-gather the sequence (backward: reduce-scatter the gradient)
         x = gather_from_sequence_region(x, self.dims)  # (b, s, h): attention needs every position
         return CausalSelfAttention.forward(self, x)  # ends in proj's reduce-scatter: (b, s/t, h)
@@ -183,7 +186,7 @@ class SequenceParallelMLP(TPMLP):
         super().__init__(cfg, dims)
         self.fc2 = SequenceParallelRowLinear(cfg.d_mlp, cfg.d_model, dims=dims, dtype=cfg.dtype)
 
-    def forward(self, x):  # x: (b, s/t, h)
+    def forward(self, x: Tensor) -> Tensor:  # x: (b, s/t, h)
         # communication: all-gather the sequence (backward: reduce-scatter the gradient)
         x = gather_from_sequence_region(x, self.dims)
         return MLP.forward(self, x)  # ends in fc2's reduce-scatter: (b, s/t, h)
@@ -225,14 +228,15 @@ class SequenceParallelToy(nn.Module):
         self.ln_f = copy.deepcopy(model.ln_f)
         self.head = copy.deepcopy(model.head)
 
-    def forward(self, tokens):  # tokens: (b, s)
+    def forward(self, tokens: Tensor) -> Tensor:  # tokens: (b, s)
         # no communication forward; backward all-gathers the embeddings' gradient
-        x = scatter_to_sequence_region(self.embed(tokens), self.dims)  # (b, s/t, h)
+        # embed and logits are the toy's own methods, which read only the tables and layers copied here
+        x = scatter_to_sequence_region(self.embed(tokens), self.dims)  # type: ignore[misc]  # (b, s/t, h)
         for block in self.blocks:
             x = block(x)
         # communication: all-gather the sequence for the replicated ln_f and head
         x = gather_from_sequence_region(x, self.dims, grad="slice")  # (b, s, h)
-        return self.logits(x)
+        return self.logits(x)  # type: ignore[misc]
 
 
 def sequence_parallel_toy(model: ToyTransformer, dims: ParallelDims | None = None) -> SequenceParallelToy:
