@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import weakref
 from collections import Counter
+from collections.abc import Iterable
+from typing import Literal
 
 import torch
 import torch.nn as nn
 
 from ..toy import lm_loss, make_batch
 from .schedules import Plan
+from .stages import StageModule
 
 __all__ = ["SavedActivations", "one_microbatch_saved_bytes", "predicted_peak_bytes"]
 
@@ -24,7 +27,7 @@ class _Saved:
     is on; when autograd lets go of it (its backward ran), the bytes are released."""
     __slots__ = ("tensor", "__weakref__")
 
-    def __init__(self, tensor) -> None:
+    def __init__(self, tensor: torch.Tensor) -> None:
         self.tensor = tensor
 
 
@@ -47,15 +50,15 @@ class SavedActivations:
     autograd releases it, normally when the backward that needed it has run.
     """
 
-    def __init__(self, exclude=()) -> None:
+    def __init__(self, exclude: nn.Module | Iterable[nn.Module] = ()) -> None:
         modules = [exclude] if isinstance(exclude, nn.Module) else list(exclude)
         self._weights = {t.untyped_storage().data_ptr() for mod in modules
                          for t in (*mod.parameters(), *mod.buffers())}
         self._live: Counter = Counter()       # (storage address, first byte, end byte) -> count
         self.current = self.peak = 0
-        self._hooks = None
+        self._hooks: torch.autograd.graph.saved_tensors_hooks | None = None
 
-    def _extent(self, t: torch.Tensor):
+    def _extent(self, t: torch.Tensor) -> tuple | None:
         if t.numel() == 0 or t.layout != torch.strided:
             return None
         address = t.untyped_storage().data_ptr()
@@ -67,7 +70,8 @@ class SavedActivations:
 
     def _count(self) -> int:
         """Bytes covered by the live saved tensors, overlaps counted once."""
-        total, by_storage = 0, {}
+        total = 0
+        by_storage: dict[int, list[tuple[int, int]]] = {}
         for address, lo, hi in self._live:
             by_storage.setdefault(address, []).append((lo, hi))
         for spans in by_storage.values():
@@ -78,13 +82,13 @@ class SavedActivations:
                     end = hi
         return total
 
-    def _release(self, key) -> None:
+    def _release(self, key: tuple) -> None:
         self._live[key] -= 1
         if not self._live[key]:
             del self._live[key]
             self.current = self._count()
 
-    def _pack(self, t):
+    def _pack(self, t: torch.Tensor) -> torch.Tensor | _Saved:
         key = self._extent(t)
         if key is None:
             return t
@@ -96,23 +100,23 @@ class SavedActivations:
         return handle
 
     @staticmethod
-    def _unpack(handle):
+    def _unpack(handle: torch.Tensor | _Saved) -> torch.Tensor:
         return handle.tensor if isinstance(handle, _Saved) else handle
 
     def reset_peak(self) -> None:
         self.peak = self.current
 
-    def __enter__(self):
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-        self._hooks.__enter__()
+    def __enter__(self) -> SavedActivations:
+        hooks = self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        hooks.__enter__()
         return self
 
-    def __exit__(self, *exc) -> bool:
-        self._hooks.__exit__(*exc)
+    def __exit__(self, *exc: object) -> Literal[False]:
+        self._hooks.__exit__(*exc)  # type: ignore[union-attr]  # set by __enter__
         return False
 
 
-def one_microbatch_saved_bytes(stage: nn.Module, micro_batch: int, *, seed: int = 0) -> int:
+def one_microbatch_saved_bytes(stage: StageModule, micro_batch: int, *, seed: int = 0) -> int:
     """Bytes `stage` saves for backward for one microbatch of `micro_batch`
     sequences, measured in this process: the forward (and, on the last stage,
     the loss) exactly as `run_plan` runs it, counted by `SavedActivations`."""
