@@ -41,15 +41,15 @@ $(STAMP): $(LAB_STAMP) requirements-dev.txt
 	$(BIN)/python -m pip install -q -r requirements-dev.txt -c constraints.txt
 	touch $(STAMP)
 
-# Students work in work/ (git-ignored); see autograder/workspace.py.
+# Students work in work/ (git-ignored); see autograder/apps/workspace.py.
 lab: $(LAB_STAMP)
-	$(BIN)/python -m autograder.workspace lab
+	$(BIN)/python -m autograder.apps.workspace lab
 
 lab-instructor: $(STAMP)
-	$(BIN)/python -m autograder.workspace lab --instructor
+	$(BIN)/python -m autograder.apps.workspace lab --instructor
 
 reset: $(LAB_STAMP)
-	$(BIN)/python -m autograder.workspace reset $(DROP)
+	$(BIN)/python -m autograder.apps.workspace reset $(DROP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -73,22 +73,22 @@ test-browser: $(STAMP)
 	THREEAXES_BROWSER_TEST=required $(BIN)/python -m pytest -p no:cacheprovider -s tests/browser
 
 release: $(STAMP)
-	$(BIN)/python -m autograder.release
+	$(BIN)/python -m autograder.apps.release
 
 grade: $(STAMP)
-	$(BIN)/python -m autograder.grade --jobs $(JOBS)
+	$(BIN)/python -m autograder.apps.grade --jobs $(JOBS)
 
 grade-demo: $(STAMP)
-	$(BIN)/python -m autograder.grade --demo --jobs $(JOBS)
+	$(BIN)/python -m autograder.apps.grade --demo --jobs $(JOBS)
 
 # after make grade: the class's mistakes per drop and exercise (report/index.html, CSV, PNG)
 report: $(STAMP)
-	$(BIN)/python -m autograder.report
+	$(BIN)/python -m autograder.apps.report
 
 # for instructors who grade for credit: publish this, not the repository
 DEST ?= ../three-axes-student
 student-repo:
-	$(PYTHON) -m autograder.student_repo $(DEST)
+	$(PYTHON) -m autograder.apps.student_repo $(DEST)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/launch.py
@@ -100,9 +100,9 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/tensor_parallel_comm.py
 	$(BIN)/python benchmarks/pipeline_bubble.py
 
-# A JupyterHub for one class on this machine (autograder/hub/, hub/): real Unix accounts as
+# A JupyterHub for one class on this machine (autograder/apps/hub/, hub/): real Unix accounts as
 # root, the demo login otherwise. jupyterhub and configurable-http-proxy, pinned in hub/, are
 # installed here on first use into a cache (never into .venv, never by make lab or make test).
 .PHONY: hub
 hub: $(STAMP)
-	$(BIN)/python -m autograder.hub start $(HUB_ARGS)
+	$(BIN)/python -m autograder.apps.hub start $(HUB_ARGS)

@@ -1,7 +1,7 @@
 """nbgrader settings for the course: source/ -> release/ -> submitted/ -> autograded/ -> feedback/.
 
 Run nbgrader from the repository root (the Makefile does), or use
-`python -m autograder.release` / `python -m autograder.grade`.
+`python -m autograder.apps.release` / `python -m autograder.apps.grade`.
 """
 import importlib.util
 from pathlib import Path
@@ -30,12 +30,12 @@ c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedE
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
 # Test cells are judged in the grader, never in the student's kernel, which runs
-# sandboxed (autograder/execute.py): JudgedExecute stands where nbgrader's Execute was.
+# sandboxed (autograder/plugins/execute.py): JudgedExecute stands where nbgrader's Execute was.
 # SanitizeStudentMarkup: the autograded notebook, which the formgrader shows the
-# instructor, holds the student's HTML made inert and no JavaScript (autograder/feedback.py).
+# instructor, holds the student's HTML made inert and no JavaScript (autograder/plugins/feedback.py).
 c.Autograde.autograde_preprocessors = [
-    "autograder.execute.JudgedExecute",
-    "autograder.feedback.SanitizeStudentMarkup",
+    "autograder.plugins.execute.JudgedExecute",
+    "autograder.plugins.feedback.SanitizeStudentMarkup",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
@@ -56,11 +56,11 @@ c.Execute.interrupt_on_timeout = True
 # GetGradesSayingWhatWaits and the course's page: a written answer not graded yet says
 # "waiting for your instructor" instead of 0 points, and messages wrap (autograder/templates/).
 c.GenerateFeedback.preprocessors = [
-    "autograder.feedback.GetGradesSayingWhatWaits",
+    "autograder.plugins.feedback.GetGradesSayingWhatWaits",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
-    "autograder.feedback.ClearHiddenTestsQuietly",
-    "autograder.feedback.StripTestTracebacks",
-    "autograder.feedback.SanitizeStudentMarkup",
+    "autograder.plugins.feedback.ClearHiddenTestsQuietly",
+    "autograder.plugins.feedback.StripTestTracebacks",
+    "autograder.plugins.feedback.SanitizeStudentMarkup",
 ]
 _course_grading = importlib.util.find_spec("autograder")   # the course's grading package, wherever it is
 if _course_grading is not None:
@@ -70,5 +70,5 @@ if _course_grading is not None:
         str(Path(nbgrader.__file__).resolve().parent / "server_extensions" / "formgrader" / "templates"),
     ]
     # nbgrader collect, too, never follows a link a student wrote into inbound/ and takes the
-    # notebook alone (autograder/safe_collect.py)
-    c.ExchangeFactory.collect = "autograder.safe_collect.SafeCollect"
+    # notebook alone (autograder/plugins/safe_collect.py)
+    c.ExchangeFactory.collect = "autograder.plugins.safe_collect.SafeCollect"

@@ -1,5 +1,4 @@
-"""Instructor side of the course: regenerate release/ (`release.py`), grade
-what students handed in (`grade.py`), keep hidden tests out of feedback
-(`feedback.py`), and give each student a working copy outside git's tracked
-files (`workspace.py`, what `make lab` and `make reset` run). Sample
-submissions for a dry run live in `samples/`."""
+"""The grader and the course's instructor side, in layers (CONTRIBUTING.md has the map):
+the course's data here (course, spec, cases, references/), the sandboxed kernel (runtime/),
+judging on it (judging/), what nbgrader_config.py names (plugins/), and the commands (apps/:
+release, grade, exchange, report, hub, and workspace, what a student's `make lab` runs)."""

@@ -63,7 +63,7 @@ def _value(vis: dict, answer, args: list):
 
 
 def exercise_cases(drop: str, nb, exercise: spec.Exercise) -> dict:
-    if isinstance(exercise, dict):   # an entry as grading.json writes it (tests/test_visible_cases.py)
+    if isinstance(exercise, dict):   # an entry as grading.json writes it (tests/checks/test_visible_cases.py)
         exercise = spec.exercise_from(exercise, f"source/{drop}/grading.json")
     vis = exercise.visible.as_dict()
     vis.setdefault("form", "raw" if vis.get("ranks") else "number")

@@ -4,7 +4,7 @@
     python -m autograder.drop_minutes --cells    # also the minutes of every cell of the core
 
 The project's copy of the course's reading-time model (`../shared/tools/drop_minutes.py`), so
-that the suite needs nothing outside the repository (`tests/test_drop_minutes.py`). One model
+that the suite needs nothing outside the repository (`tests/autograder/test_drop_minutes.py`). One model
 for every drop, a floor (students read technical text more slowly):
   - prose: 200 words a minute (markdown cells; the install cell is left out)
   - a code cell a student runs: 15 s to run it and look at its output, plus 2 s a line of code

@@ -15,7 +15,7 @@ type, a name that no reader could use), and a fault fails with
                 `forbid`: dotted names of threeaxes functions withheld from the answer;
                 `mistakes`: the catalogue, [{name, says, code, rule?, when?, part?}];
                 `visible`: the visible check's cases (autograder/cases.py);
-                `visible_config`: a configuration exercise's (autograder/config_cases.py)
+                `visible_config`: a configuration exercise's (autograder/apps/config_cases.py)
 
 CONTRIBUTING.md ("The grading data") says what each is for.
 """

@@ -1,6 +1,6 @@
 """The kernel's copy of the package: each function an exercise forbids ("forbid" in a drop's
 grading.json, read by `autograder.spec`) loses its body, which asks the grader instead
-(`autograder.oracle`). Its arguments and result cross as data (threeaxes.grading.wire.data; a
+(`autograder.judging.oracle`). Its arguments and result cross as data (threeaxes.grading.wire.data; a
 pipeline Plan is one of its records), so no forbidden body is anywhere in the kernel.
 """
 from __future__ import annotations

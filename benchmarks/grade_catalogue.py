@@ -10,7 +10,7 @@ tests/grading_harness.py), and student `solved_source` the solutions. All of it 
 mistake's points against the solution's, and whether the feedback names it; exits
 1 if a mistake scores as much as the solution or the solution loses a point.
 
-The suite grades the same students (tests/test_grading.py, among the rest of its
+The suite grades the same students (tests/drops/test_grading.py, among the rest of its
 class); this grades the catalogue alone and prints its rate.
 """
 import argparse
@@ -25,8 +25,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from grading_harness import FULL, Course, catalogue_students, drops  # noqa: E402
 
-from autograder import report  # noqa: E402
-from autograder.grade import autograde, submissions  # noqa: E402
+from autograder.apps import report  # noqa: E402
+from autograder.apps.grade import autograde, submissions  # noqa: E402
 
 
 def main(argv=None) -> int:

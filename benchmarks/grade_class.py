@@ -7,7 +7,7 @@ Each student's submission of each drop is built from the drop's solutions and it
 catalogue of mistakes (grading.json): most students solve most exercises, some make
 one catalogued mistake or another (a different one per student), a few leave the drop
 blank, one in twenty has an answer that loops forever (it costs a cell's timeout) and
-one in twenty one that crashes its kernel. Graded with `autograder.grade.autograde`
+one in twenty one that crashes its kernel. Graded with `autograder.apps.grade.autograde`
 (sandboxed kernels, test cells judged in the grader, `--jobs` at once); printed:
 submissions per minute, the total, and the ratio to the notebooks' own run time
 (each solved drop run once by nbclient in the same run), then where the workers' time
@@ -29,8 +29,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from grading_harness import Course, drops, set_answer  # noqa: E402
 from grading_throughput import own_seconds  # noqa: E402
 
-from autograder import phases, report  # noqa: E402
-from autograder.grade import grade_submissions, nbgrader, submissions, write_feedback  # noqa: E402
+from autograder import phases  # noqa: E402
+from autograder.apps import report  # noqa: E402
+from autograder.apps.grade import grade_submissions, nbgrader, submissions, write_feedback  # noqa: E402
 
 LOOPS = "while True:\n    pass"
 CRASHES = "import os\nos._exit(1)"

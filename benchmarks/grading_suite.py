@@ -2,7 +2,7 @@
 
     python benchmarks/grading_suite.py [--jobs N] [--keep DIR]
 
-Builds exactly what tests/test_grading.py grades (tests/grading_harness.py):
+Builds exactly what tests/drops/test_grading.py grades (tests/grading_harness.py):
 one nbgrader course with every drop that has a source/<drop>/grading.json,
 each drop submitted by solved_source, untouched_release and one student per
 typical mistake, then one nbgrader call each for generate_assignment,

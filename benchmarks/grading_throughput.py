@@ -10,7 +10,7 @@ chosen drop with every solution typed in. Measured, in one run:
             floor: what running the student's notebook costs);
 * baseline: stock nbgrader (its own Execute preprocessor, test cells in the
             student's kernel), one `nbgrader autograde "*"` call, serial;
-* ours:     `autograder.grade.autograde` with `--jobs` N at once, each
+* ours:     `autograder.apps.grade.autograde` with `--jobs` N at once, each
             submission its own nbgrader process, sandboxed kernel, test cells
             judged in the grader.
 
@@ -33,7 +33,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from grading_harness import Course, drops  # noqa: E402
 from nbclient import NotebookClient  # noqa: E402
 
-from autograder.grade import autograde, nbgrader, submissions  # noqa: E402
+from autograder.apps.grade import autograde, nbgrader, submissions  # noqa: E402
 
 STOCK_PREPROCESSORS = ("['nbgrader.preprocessors.Execute', 'nbgrader.preprocessors.IgnorePattern', "
                        "'nbconvert.preprocessors.ClearMetadataPreprocessor', 'nbgrader.preprocessors.LimitOutput', "

@@ -38,8 +38,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import nbformat  # noqa: E402
 from grading_harness import Course, answer_ids, cell_by_grade_id  # noqa: E402
 
-from autograder import hub  # noqa: E402
-from autograder.release import generate  # noqa: E402
+from autograder.apps import hub  # noqa: E402
+from autograder.apps.release import generate  # noqa: E402
 
 DROP = "drop01-three-kinds-of-parallel"
 PREFIX = "taxbench-"
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
         class_hub = hub.Hub(settings, done)
         figures["hub start"] = class_hub.start_seconds
         instructor("-m", "nbgrader", "db", "student", "import", "roster.csv")
-        instructor("-m", "autograder.exchange", "release", DROP)
+        instructor("-m", "autograder.apps.exchange", "release", DROP)
 
         spawns = []
         t0 = time.perf_counter()
@@ -177,9 +177,9 @@ def main(argv=None) -> int:
             listing = class_hub.request("GET", f"/user/{name}/assignments?course_id={hub.COURSE_ID}")
             assert any(a["status"] == "submitted" for a in listing["value"]), (name, listing)
 
-        collected = instructor("-m", "autograder.exchange", "collect", DROP)
-        graded = instructor("-m", "autograder.exchange", "grade", DROP, "--jobs", "2")
-        instructor("-m", "autograder.exchange", "feedback", DROP)
+        collected = instructor("-m", "autograder.apps.exchange", "collect", DROP)
+        graded = instructor("-m", "autograder.apps.exchange", "grade", DROP, "--jobs", "2")
+        instructor("-m", "autograder.apps.exchange", "feedback", DROP)
         scores = {line.split()[0]: float(line.split(": ", 1)[1].split(" / ")[0])
                   for line in graded.splitlines() if line.startswith(PREFIX)}
         assert sorted(scores) == students, (collected, graded)

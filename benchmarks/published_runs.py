@@ -17,8 +17,8 @@ parallelism) and a Megatron Core mixture-of-experts run, each with its predicted
 ratio and share of its era's best, the documented exceptions marked as such, and held out,
 the same ModelZoo table's Qwen3 rows without FSDP. Exits 1 if a
 row is off by more than 10% (15% for the 4D runs), does not fit, falls below 85% of the best
-(the 18.4B row: 80%, for the reason tests/test_cost_published.py::test_the_18b_row_...
-documents; the 4D exceptions as tests/test_cost_published_4d.py documents), or the 70B
+(the 18.4B row: 80%, for the reason tests/cost/test_cost_published.py::test_the_18b_row_...
+documents; the 4D exceptions as tests/cost/test_cost_published_4d.py documents), or the 70B
 search takes more than 1 s.
 """
 
@@ -43,10 +43,10 @@ from threeaxes.cost.published import (
 from threeaxes.cost.published_4d import PUBLISHED_4D, QWEN3_MODELZOO_HELD_OUT, predict_4d
 
 # the 4D runs outside the 15% band or below 0.85 of the best, and their documented bands
-# (tests/test_cost_published_4d.py says why for each)
+# (tests/cost/test_cost_published_4d.py says why for each)
 EXCEPTIONS_4D = {"Llama 3 405B, 16384 GPUs, 128K": ((1.15, 1.25), (0.85, 1.0))}
 
-# the one row allowed below 0.85 of its best (tests/test_cost_published.py says why)
+# the one row allowed below 0.85 of its best (tests/cost/test_cost_published.py says why)
 FLOOR = {18.4: 0.80}
 
 SEARCH_LIMIT_S = 1.0

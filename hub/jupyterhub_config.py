@@ -1,6 +1,6 @@
 """JupyterHub for one class of the course: `make hub` writes <state>/settings.json and starts
 `jupyterhub -f hub/jupyterhub_config.py` with THREEAXES_HUB_SETTINGS naming it
-(autograder/hub/settings.py says what each setting is). On a course machine of your own, the
+(autograder/apps/hub/settings.py says what each setting is). On a course machine of your own, the
 same file works once you fill in settings.json, or copy the lines you need.
 """
 import json
@@ -81,8 +81,8 @@ def role_environment(spawner):
         "JUPYTERLAB_DIR": s["course_lab"],
         "PATH": os.pathsep.join([str(Path(s["python"]).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
         "THREEAXES_EXCHANGE": s["exchange"],
-        # the course's packages, as the hub's venv reads them (autograder/hub/installer.py): the
-        # .venv, or the copy `python -m autograder.hub stage` made where every account can read it
+        # the course's packages, as the hub's venv reads them (autograder/apps/hub/installer.py): the
+        # .venv, or the copy `python -m autograder.apps.hub stage` made where every account can read it
         "THREEAXES_COURSE_SITE": s.get("course_site", ""),
         "THREEAXES_ROLE": role,
     }

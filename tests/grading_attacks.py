@@ -3,7 +3,7 @@
 Each is the untouched release with one cell of attack code put first (after
 the install cell); `grading_harness` submits each to the drops in `ATTACKED`
 and expects exactly what a blank submission scores: 0 on every test cell.
-Before test cells were judged outside the kernel (autograder/judge.py), the
+Before test cells were judged outside the kernel (autograder/judging/judge.py), the
 first of these scored 5/7 on drop 1 and 6/7 on drop 4 with nothing answered.
 """
 from __future__ import annotations
@@ -78,7 +78,7 @@ open(os.path.join(os.getcwd(), "planted-by-attack"), "w").write("attack")
 ''',
 
     # out of the sandbox: the machine's /dev, its cgroups, the oracle's folder, System V
-    # memory left for later kernels (tests/test_sandbox_escapes.py tries each from a kernel)
+    # memory left for later kernels (tests/autograder/test_sandbox_escapes.py tries each from a kernel)
     "escapes-the-sandbox": '''
 import ctypes, glob, os
 def attempt(do):
@@ -112,7 +112,7 @@ wire.reply = forged_reply
 ''',
 
     # after every cell, the answers are defined again by calling what the exercises withhold
-    # (a hook, so the release's answer cells cannot undo it; autograder/borrowed.py)
+    # (a hook, so the release's answer cells cannot undo it; autograder/judging/borrowed.py)
     "hook-answers-with-the-package": '''
 from threeaxes.cost import bytes_per_param, model_state_bytes
 def define_answers(*args):

@@ -2,7 +2,7 @@
 pages the instructor and the student open (issue 43, parts 3 and 4).
 
 Each is a release with cells added or answers written; graded through nbgrader as `make grade`
-grades (tests/test_grading_attacks_routes.py), each must score what a blank scores (0 on every
+grades (tests/autograder/test_grading_attacks_routes.py), each must score what a blank scores (0 on every
 test cell) and leave every page inert.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ DROP = "drop01-three-kinds-of-parallel"
 PIPELINE = "drop04-pipeline-parallel"
 
 # drop 1's byte counts through the cost model's per-rank state, which grading.json did not
-# forbid until tests/test_forbidden_routes.py found it
+# forbid until tests/autograder/test_forbidden_routes.py found it
 ROUTE_ANSWERS = {
     "training_bytes_answer": (
         "from threeaxes.cost import rank_state_bytes\n"

@@ -50,9 +50,9 @@ import nbformat
 from grading_attacks import ATTACKS, RUNS_OUT_OF_TIME, attacks_on
 
 from autograder import spec
+from autograder.apps.grade import nbgrader
 from autograder.course import GRADING_FILE, ROOT, graded_drops, notebook, notebook_in, students
 from autograder.course import folder as drop_folder
-from autograder.grade import nbgrader
 from autograder.spec import Mistake
 
 # Every cell runs under this limit in the test course (the course allows 90 s), so a
@@ -139,9 +139,9 @@ def released_course(base: Path) -> Path:
     `generate`, with the gradebook that records them (autograde needs it) beside.
     Every pytest worker may ask at once: the first releases, under a lock on a file
     in `base`, the others wait for it and read the same folder; a course that grades
-    copies it (`Course(..., released=...)`), tests/test_release.py compares its
+    copies it (`Course(..., released=...)`), tests/autograder/test_release.py compares its
     release/ with the committed one. So the suite releases the course once."""
-    from autograder.release import assignments, generate
+    from autograder.apps.release import assignments, generate
 
     course = Path(base) / "course"
     with open(Path(base) / "released.lock", "w") as lock:
@@ -183,7 +183,7 @@ class Course:
         """`make grade`'s autograde: one nbgrader process per submission, `jobs` at once;
         `todo`: these (assignment, student) only (default: all). Adds the seconds of each
         to `self.autograde_seconds` ({(assignment, student): s})."""
-        from autograder.grade import autograde, submissions
+        from autograder.apps.grade import autograde, submissions
 
         seconds = autograde(self.root, submissions(self.root) if todo is None else todo, jobs, *extra,
                             progress=None)
@@ -267,7 +267,7 @@ def catalogue_students(course: Course, assignment: str) -> dict[str, tuple]:
     release with the k-th catalogued mistake of every exercise that has one written into
     its answer cell (k up to CATALOGUE_DEPTH). Each exercise is scored by its own test
     cells, so one notebook carries one mistake per exercise."""
-    from autograder.report import records
+    from autograder.apps.report import records
 
     solved = course.solved_release(assignment)
     catalogued = [e for e in records(course.root, assignment) if e.mistakes]
@@ -292,7 +292,7 @@ def graded_course(tmp_path: Path, all_drops: list[Drop], timings: dict | None = 
     looping = [(d.name, s) for d in all_drops for s in d.students() if d.runs_out_of_time(s)]
 
     def autograde():
-        from autograder.grade import submissions
+        from autograder.apps.grade import submissions
 
         if looping:   # first, each under the shorter limit, so that they never end the run last
             course.autograde(f"--Execute.timeout={LOOP_TIMEOUT_S}", jobs=jobs, todo=looping)

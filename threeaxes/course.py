@@ -2,7 +2,7 @@
 the install cell under the title of every released notebook.
 
 `INSTALL_CELL` is stamped right under the title of every notebook by
-`autograder.release`; a test checks that each committed notebook carries
+`autograder.apps.release`; a test checks that each committed notebook carries
 exactly this text, so changing the URL here (for a fork) and running
 `make release` updates every notebook.
 """
@@ -59,7 +59,7 @@ DROPS = [
 ]
 
 # The minutes of each drop's core, as the course plan gives them (autograder/drop_minutes.py
-# measures the cores against them, tests/test_drop_minutes.py too).
+# measures the cores against them, tests/autograder/test_drop_minutes.py too).
 MINUTES = {1: 6, 2: 6, 3: 7, 4: 7, 5: 7, 6: 7, 7: 7, 8: 8, 9: 7, 10: 7, 11: 7, 12: 8, 13: 8, 14: 8, 15: 8, 16: 8}
 
 # Each drop's points, (core, extra credit): the graded cells of its core are the drop's grade,

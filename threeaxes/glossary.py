@@ -1,7 +1,7 @@
 """The course's glossary: every term the drops' cores use, the drop whose core defines it, and
 one sentence for each.
 
-Each entry is data a test reads (tests/test_glossary.py): `patterns` find the term in a core's
+Each entry is data a test reads (tests/checks/test_glossary.py): `patterns` find the term in a core's
 prose (markdown cells; regular expressions, case-sensitive unless they say (?i)), and `defines`
 finds its definition in the defining drop's core; left out, a definition is the term in bold
 (`**...**` around a match of a pattern, the course's way of marking a term at first use) or in

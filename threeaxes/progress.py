@@ -29,7 +29,7 @@ from threeaxes.sections import core_code_answers
 
 RECORD = ".progress.json"
 ANSWERED = "answered"          # a form-only check passed: the value is graded with the notebook
-WORK_MARK = ".copied.json"     # autograder/workspace.py's record of the files it copied
+WORK_MARK = ".copied.json"     # autograder/apps/workspace.py's record of the files it copied
 
 
 def work_folder(start: Path | None = None) -> Path | None:

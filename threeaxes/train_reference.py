@@ -15,7 +15,7 @@ axis is PyTorch's, on the mesh that `ParallelDims.init` builds:
   `PipelineStage` knows both (it defers their gradient reduction to the last
   microbatch).
 
-What composes on CPU gloo, torch 2.13, float64 (tests/test_train_reference.py):
+What composes on CPU gloo, torch 2.13, float64 (tests/core/test_train_reference.py):
 dp x tp x pp = 2 x 2 x 2 with `replicate` and with `fully_shard` equals one
 process and our `train_3d` to within 1e-16.
 

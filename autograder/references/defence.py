@@ -24,7 +24,7 @@ the transfers `threeaxes.cost.evaluate` puts on an inter-node link (`group_link`
 Tolerances (REL): the activations within 3% of the reference (the student's count leaves
 out the embedding's few extra bytes, under 2% here), the other three within 1% (exact
 counts, rounded); a rival's number within 3%. Every catalogued mistake is off by more than
-twice its tolerance (tests/test_defence.py checks it on each drop).
+twice its tolerance (tests/drops/test_defence.py checks it on each drop).
 
 A rival's verdict is (reason, number): the first rule it breaks (a rule of
 `threeaxes.cost.violations`, with the number the rule compares: query or key/value heads
@@ -43,7 +43,7 @@ from threeaxes.cost import GB, bytes_sent_per_gpu, plan
 from threeaxes.grading.defence import KEYS, REASONS, plain_numbers, plain_rivals
 
 # the cost model's four numbers, the rules a layout breaks and the tolerances, counted once, in the
-# package: the reveal after the answers shows them (tests/test_defence.py checks them by hand)
+# package: the reveal after the answers shows them (tests/drops/test_defence.py checks them by hand)
 from threeaxes.grading.defence_reveal import REL, RIVAL_REL, broken_rules, slow_link_bytes
 from threeaxes.grading.defence_reveal import numbers as numbers_reference
 

@@ -108,7 +108,7 @@ def _mesh(dp, tp, pp):
 
 def device_mesh_layout_groups(dp, tp, pp, rank) -> dict:
     """The visible cases' answer: what the DeviceMesh built for `rank`, read on fresh
-    ranks (the enumeration `expected_layout_groups` must agree, tests/test_grading_drop08.py)."""
+    ranks (the enumeration `expected_layout_groups` must agree, tests/drops/test_grading_drop08.py)."""
     real = dict(_mesh(dp, tp, pp)[rank])
     assert real == expected_layout_groups(dp, tp, pp, rank), (dp, tp, pp, rank)
     return real

@@ -4,7 +4,7 @@ One exercise, `cp_bytes_per_rank(method, b, s, h, cp, bytes_per_value)`: the byt
 one cp rank sends for one attention layer in one training step, forward and
 backward, under ring attention ("ring") or DeepSpeed-Ulysses ("all_to_all").
 `expected_cp_bytes` takes the answer from the cost model the planner uses,
-`threeaxes.cost.context.context_parallel_bytes` (tests/test_context_parallel.py
+`threeaxes.cost.context.context_parallel_bytes` (tests/axes/test_context_parallel.py
 holds it equal to the traced bytes of real runs); `draw_cp_bytes_cases` draws the
 hidden cases, a toy-sized and a model-sized layer under each way.
 """

@@ -3,7 +3,7 @@
 One exercise: `moe_bytes_per_layer(tokens, d_model, n_experts, top_k, capacity_factor, ep,
 bytes_per_element)`, the bytes one ep rank sends for one MoE layer's all-to-alls in one
 training step. `expected_moe_bytes` takes it from `threeaxes.expert_parallel.traffic`
-(tested against the trace of real runs in tests/test_expert_parallel.py);
+(tested against the trace of real runs in tests/axes/test_expert_parallel.py);
 `draw_moe_bytes_cases` draws the hidden cases. The catalogue of mistakes lives in the drop's
 grading.json (`catalogue.telling` / `catalogue.judge`).
 """

@@ -10,7 +10,7 @@ import time
 import urllib.error
 from pathlib import Path
 
-from autograder import hub
+from autograder.apps import hub
 
 PREFIX = "taxhub-"
 INSTRUCTOR = PREFIX + "teach"
@@ -35,7 +35,7 @@ def as_account(name: str, *argv: str) -> subprocess.CompletedProcess:
 
 
 class Instructor:
-    """The instructor's steps, `python -m autograder.exchange release|collect|grade|feedback`, in
+    """The instructor's steps, `python -m autograder.apps.exchange release|collect|grade|feedback`, in
     this process (what its main() calls: a new interpreter and nbgrader import per step costs
     tens of seconds on a loaded 2-core machine), in the course folder with the hub's nbgrader
     config; the folder is handed back to the instructor's account after each step (their
@@ -46,7 +46,7 @@ class Instructor:
         home.mkdir(parents=True, exist_ok=True)
 
     def __call__(self, step, *args):
-        from autograder import exchange
+        from autograder.apps import exchange
 
         t0 = time.perf_counter()
         saved, here = dict(os.environ), os.getcwd()
@@ -64,7 +64,7 @@ class Instructor:
             steps = {"release": exchange.release, "collect": exchange.collect,
                      "feedback": exchange.release_feedback}
             if step == "grade":
-                from autograder import report
+                from autograder.apps import report
                 graded = exchange.grade(course, list(args), 2, progress=None)
                 report.write(report.graded(course.root), course.root / "report")   # as exchange.main does
                 return str(graded)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import workspace
+from autograder.apps import workspace
 
 TOKEN = "three-axes-browser-test"
 WAIT_S = 120                                 # the longest a step may take on a loaded 2-core machine

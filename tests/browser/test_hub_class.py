@@ -1,14 +1,14 @@
 """A class on the course's JupyterHub, in headless Chromium: the hub `make hub` starts
-(autograder/hub/, hub/jupyterhub_config.py), on loopback, with real Unix accounts.
+(autograder/apps/hub/, hub/jupyterhub_config.py), on loopback, with real Unix accounts.
 
-1. the instructor releases drop 1 to the exchange (python -m autograder.exchange release);
+1. the instructor releases drop 1 to the exchange (python -m autograder.apps.exchange release);
 2. ada logs in with her password, opens nbgrader's Assignments tab, sees the drop, fetches
    it, opens it from the tab, writes the solutions and runs it top to bottom (its ranks
    launch inside her server), saves, and submits from the tab;
 3. bo does the same with a typical mistake (grading.json's forgets_master_copy) in one
    answer; cy, on the roster, hands in nothing;
 4. the instructor collects, grades with the course's grading and releases feedback
-   (python -m autograder.exchange collect, grade, feedback), logs in, sees both scores
+   (python -m autograder.apps.exchange collect, grade, feedback), logs in, sees both scores
    in the formgrader, and reads the class's report (bo's mistake as the sentence he
    read, the written answers waiting, what to do next);
 5. ada and bo fetch their feedback from the tab and read their own score, bo the
@@ -19,11 +19,11 @@
 
 Where the clone lives in a folder other accounts cannot open (mktemp -d, a home of mode
 700), the course's environment is first staged where they can read it, as an instructor
-in that place is told to (`python -m autograder.hub stage`).
+in that place is told to (`python -m autograder.apps.hub stage`).
 
 Root only (it adds the accounts, and removes them and their homes after); it skips,
 saying why, without root, Chromium, or where jupyterhub and its proxy cannot be
-installed (autograder.hub installs them once into a cache). A screenshot of every step
+installed (autograder.apps.hub installs them once into a cache). A screenshot of every step
 lands in the test's own folder (pytest's tmp_path, printed; THREEAXES_HUB_SCREENSHOTS=<dir>
 copies them there too), the last one named after the step that failed.
 """
@@ -58,7 +58,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from grading_harness import Course, answer_ids, load_drop, solution_of  # noqa: E402
 
-from autograder import hub  # noqa: E402
+from autograder.apps import hub  # noqa: E402
 
 DROP = "drop01-three-kinds-of-parallel"
 MISTAKE = "forgets_master_copy"
@@ -115,7 +115,7 @@ def test_a_class_on_the_hub_in_chromium(released, tmp_path):
         subprocess.run(["chown", "-R", f"{entry.pw_uid}:{entry.pw_gid}", str(course)], check=True)
         # a clone in a private folder (a home of mode 700, mktemp -d): the students' accounts cannot
         # read its .venv, so the course's environment is staged where they can, as the README tells
-        # an instructor to (python -m autograder.hub stage DIR, then start --env DIR)
+        # an instructor to (python -m autograder.apps.hub stage DIR, then start --env DIR)
         staged = None
         if not hub.open_to_all(hub.course_site()):
             step = "staging the course's environment outside the private clone"
@@ -226,7 +226,8 @@ def test_a_class_on_the_hub_in_chromium(released, tmp_path):
         shots("class report")
         bo_says = next(m["says"] for ex in load_exercises() for m in ex["mistakes"] if m["name"] == MISTAKE)
         assert bo_says in page and MISTAKE in page, page[:3000]          # the sentence, its name small
-        assert "Manual Grading" in page and "autograder.exchange feedback" in page, page[:3000]   # ada's written answer
+        # ada's written answer
+        assert "Manual Grading" in page and "autograder.apps.exchange feedback" in page, page[:3000]
         lap("formgrader shows the scores, the report says what is next")
 
         for name in (ADA, BO):

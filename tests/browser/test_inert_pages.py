@@ -4,7 +4,7 @@ A notebook carries one of each attack on those pages (an image whose width is
 `1 onerror=...`, HTML with handlers, frames and `javascript:` links, a markdown output
 and a written answer with `javascript:` links, JavaScript, an execution count that is
 markup). Each attack, if it ran, sets `document.title` to a name starting "pwned".
-The notebook goes through `SanitizeStudentMarkup` (autograder/feedback.py, in the
+The notebook goes through `SanitizeStudentMarkup` (autograder/plugins/feedback.py, in the
 autograde chain, so the formgrader's view of the autograded notebook holds what it
 leaves, and in the feedback chain), is rendered as the feedback page's template
 (classic, which the course's extends) and as the formgrader's (`formgrade`), and
@@ -13,7 +13,7 @@ its title must change, or the attacks prove nothing in this browser. `make repor
 page is opened with every name and message in it hostile.
 
 MathJax is not loaded here (the page fetches it from a CDN): its `\\href` is covered by
-tests/test_feedback_sanitize.py, which checks what reaches the page.
+tests/autograder/test_feedback_sanitize.py, which checks what reaches the page.
 
 Needs Chromium, chromedriver and selenium; skips without them.
 """
@@ -64,7 +64,7 @@ def attack_notebook():
 
 
 def _sanitized(nb, course: Path):
-    from autograder.feedback import SanitizeStudentMarkup
+    from autograder.plugins.feedback import SanitizeStudentMarkup
 
     (course / "source").mkdir(parents=True, exist_ok=True)
     nb = copy.deepcopy(nb)
@@ -95,7 +95,7 @@ def _pages(nb, folder: Path, name: str) -> list[Path]:
 
 
 def _report_page(folder: Path) -> Path:
-    from autograder import report
+    from autograder.apps import report
 
     hostile = f"<img src=x onerror=\"{_js(20)}\">"
     table = {f"drop01{hostile}": {f"ex{hostile}": {

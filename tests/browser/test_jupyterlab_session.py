@@ -50,7 +50,7 @@ from lab_page import (
     wait_for_python,
 )
 
-from autograder import workspace
+from autograder.apps import workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))     # grading_harness.py lives beside the other tests

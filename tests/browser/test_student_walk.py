@@ -31,7 +31,8 @@ from lab_page import (
     wait_for,
 )
 
-from autograder import spec, workspace
+from autograder import spec
+from autograder.apps import workspace
 from threeaxes import sections
 
 ROOT = Path(__file__).resolve().parents[2]

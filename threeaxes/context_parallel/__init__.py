@@ -1,6 +1,6 @@
 """Context parallelism: the toy's attention split along the sequence over cp ranks.
 
-Two ways, the same result as one process (tests/test_context_parallel.py):
+Two ways, the same result as one process (tests/axes/test_context_parallel.py):
 
 * `ring_attention`: queries stay, key/value blocks go round the ring, the online
   softmax adds them up (`ring.py`, `online_softmax.py`);

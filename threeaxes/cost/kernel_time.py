@@ -27,7 +27,7 @@ bytes / HBM bandwidth, each term returned by name.
 The three constants below are NOT datasheet figures. They were fitted to
 Narayanan et al. 2021, Table 1 (ten runs, three constants, by a coarse grid
 search minimising the largest error; see threeaxes/cost/published.py and
-tests/test_cost_published.py). They are checked on runs they were not
+tests/cost/test_cost_published.py). They are checked on runs they were not
 fitted to (Narayanan et al. 2021, Table 2; Korthikanti et al. 2022, Table 5:
 within 7% and 14%), and they are of the order the sources above describe: a large bf16 GEMM on A100 runs
 well below the 312 TFLOP/s peak, and thin operands (a head size of 64-128,

@@ -3,7 +3,7 @@ and their verdict on the rivals, beside the cost model's, with what is off named
 
 It runs in the reveal, after the defence's test cells, where the planner may be called. The
 cost model's figures are counted here as the grader counts them (`autograder/references/
-defence.py`; tests/test_defence_reveal.py keeps the two equal); the visible check before the
+defence.py`; tests/checks/test_defence_reveal.py keeps the two equal); the visible check before the
 graded answer sees only the form (`threeaxes.grading.defence`).
 
     defence_reveal.beside(SCENARIO, my_config, my_defence, drop13.RIVALS, rivals)

@@ -2,9 +2,9 @@
 
 Each graded exercise names the package functions its answer may not call (its
 drop's grading.json, "exercises"; `own_work_data.py` beside this file is a
-copy that travels with the package, written by `python -m autograder.borrowed`).
+copy that travels with the package, written by `python -m autograder.judging.borrowed`).
 When a submission is graded, the kernel holds no body for them and a call costs
-the exercise its points (autograder/borrowed.py). While a student works, the
+the exercise its points (autograder/judging/borrowed.py). While a student works, the
 first line of each test cell says the same thing, so nobody learns of it from
 the grade:
 

@@ -1,4 +1,4 @@
-"""Written by `python -m autograder.borrowed` from each drop's grading.json ("exercises"):
+"""Written by `python -m autograder.judging.borrowed` from each drop's grading.json ("exercises"):
 what each exercise's answer may not call (threeaxes.grading.own_work).
 """
 EXERCISES = {

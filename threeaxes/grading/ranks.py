@@ -1,7 +1,7 @@
 """Runners on fresh ranks: `check_on_ranks`, imported from `threeaxes.grading`.
 
 The ranks start in this process; or, when a student function is a `wire.Remote` (a
-test cell judged from outside the student's kernel, autograder/judge.py), in that
+test cell judged from outside the student's kernel, autograder/judging/judge.py), in that
 kernel, whose `wire.reply` calls `threeaxes.grading.check_on_ranks` there. This module
 imports nothing of `wire` (`is_remote` is defined here and `wire` uses it), so the two
 never import each other.
@@ -39,7 +39,7 @@ def check_on_ranks(check, world_size: int, *args, timeout: float = 60.0) -> list
         raise ValueError("check_on_ranks takes a runner from threeaxes.grading")
     remote = next((a for a in args if is_remote(a)), None)
     if remote is not None:
-        # judged from outside the student's kernel (autograder/judge.py): the ranks
+        # judged from outside the student's kernel (autograder/judging/judge.py): the ranks
         # start there, with the student's function; only their plain results come back
         results = remote._answers.on_ranks(check, world_size, args, timeout)
     else:

@@ -10,7 +10,7 @@ mistakes' sentences come from the drop's stored cases ("slips"), the numbers fro
     slips.beside("drop10", "oom_terms_answer", oom_terms, right, slips.oom_terms(right, model, ...))
 
 Each formula is checked against the catalogue's own code for the mistake in
-tests/test_slips.py, so that a mistake named here is the one the grader names.
+tests/checks/test_slips.py, so that a mistake named here is the one the grader names.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ fits in memory and runs near the fastest one scores in full. So this check
 evaluates the student's own dict with the library's public `plan` (which
 students may call too) in the drop's scenario, and compares it with data
 computed once on the instructor's side by the search
-(`python -m autograder.config_cases`, stored in
+(`python -m autograder.apps.config_cases`, stored in
 `threeaxes/grading/cases/dropNN.config.json`): the fastest fitting layout's
 step time, and the margin within which a layout earns full marks. The best
 layout itself is not stored. The hidden test judges again with the search.

@@ -20,7 +20,7 @@ The names this course uses, and PyTorch's classes:
     "interleaved"  ScheduleInterleaved1F1B         v stages per rank, r, r + p, ...
     "zero_bubble"  ScheduleInterleavedZeroBubble   Qi et al. 2024 (its docstring: "ZB1P");
                                                    with v = 1 its order idles as their
-                                                   ZB-H1 (tests/test_pipeline_torch_plans.py),
+                                                   ZB-H1 (tests/axes/test_pipeline_torch_plans.py),
                                                    v > 1 interleaves it
 
 Building a multi-stage schedule needs only what each rank's stages say about

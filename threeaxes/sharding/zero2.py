@@ -72,7 +72,7 @@ class Zero2Optimizer(ZeroOptimizer):
     Do not all-reduce the gradients yourself: backward reduce-scatters them.
     `zero_grad()` drops the gradient shards as well. PyTorch has no ZeRO-2
     optimizer of its own: its numbers are ZeroRedundancyOptimizer's after DDP
-    (tests/test_sharding_pytorch.py). What it accepts (`process_group=` too), its
+    (tests/axes/test_sharding_pytorch.py). What it accepts (`process_group=` too), its
     state dict and where it differs from ZeroRedundancyOptimizer are
     `ZeroOptimizer`'s, and one more: backward's hooks reduce every bucket on
     every rank, so a bucket nothing used gets a zero gradient and is stepped (as

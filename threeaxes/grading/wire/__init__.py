@@ -1,6 +1,6 @@
 """How a test cell reads a student's answers from outside the student's kernel.
 
-When a submission is graded (`autograder/judge.py`), its test cells do not run
+When a submission is graded (`autograder/judging/judge.py`), its test cells do not run
 in the student's kernel: code there can rewrite later cells, patch `threeaxes`,
 builtins or IPython, and so decide its own grade. They run in the grader's own
 process, where each name the cell uses is asked of the kernel:
@@ -27,9 +27,9 @@ Nothing the kernel sends is executed, unpickled or resolved by the grader, so
 the worst a tampered kernel can do is send wrong answers.
 
 The oracle of withheld functions (`threeaxes.grading.wire.oracle`,
-`autograder/borrowed.py`) uses the same two halves the other way round.
+`autograder/judging/borrowed.py`) uses the same two halves the other way round.
 The same path also runs inside one process (`LocalKernel`, for the tests of the
-wire itself); `python -m autograder.judge_check` runs a notebook the real way.
+wire itself); `python -m autograder.apps.judge_check` runs a notebook the real way.
 """
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64",
           "float16", "bfloat16", "float32", "float64")
 
 # The course's result types that cross the wire, and why. Both directions use it: the
-# arguments and results of a withheld function (autograder/borrowed.py: the kernel's stub
+# arguments and results of a withheld function (autograder/judging/borrowed.py: the kernel's stub
 # asks the grader's oracle) and a test cell's answers, which the hidden tests read as
 # numbers, strings, dicts, lists and tensors only (autograder/references, source/*/).
 RECORDS = {

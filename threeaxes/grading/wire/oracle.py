@@ -1,7 +1,7 @@
 """How a graded kernel reaches a function it may not compute itself.
 
-In a graded run (`autograder/withheld.py`, answered by `autograder/oracle.py`) the student's kernel gets a copy of
-`threeaxes` in which every function that some exercise forbids (its drop's
+In a graded run (`autograder/withheld.py`, answered by `autograder/judging/oracle.py`) the
+student's kernel gets a copy of `threeaxes` in which every function that some exercise forbids (its drop's
 `grading.json`, "exercises") has lost its body: the body is one call to
 `call` below, which asks the grader for the result over a socket. The grader
 computes it with its own copy of the package and records which cell was

@@ -1,0 +1,83 @@
+"""Test cells run here, in the grader, never in the student's kernel.
+
+A student's kernel can do anything to itself: blank every later cell with an
+input transformer, patch `threeaxes`, builtins or IPython, exit, loop. So when
+a submission is graded, the kernel runs only the notebook's other cells; each
+test cell (visible checks and hidden tests together) runs in this process, in a
+namespace that holds the names it reads from the notebook, fetched through
+`threeaxes.grading.wire` as data (a student's function as a `Remote` that calls
+back into the kernel). The cell's outputs are built here, so its grade is
+decided here: an error output scores 0, a last expression that is a number is
+partial credit (nbgrader's rules), anything else full marks.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import contextlib
+import io
+import traceback
+
+from threeaxes.grading.wire import Answers
+
+TEST_FILENAME = "<test cell>"
+
+
+def is_test_cell(cell) -> bool:
+    """An auto-graded test cell: graded, not an answer, code."""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return cell.get("cell_type") == "code" and bool(meta.get("grade")) and not meta.get("solution")
+
+
+def is_graded(cell) -> bool:
+    """A cell nbgrader scores or the student writes: an answer, a test, a written answer."""
+    about = cell.get("metadata", {}).get("nbgrader", {}) or {}
+    return bool(about.get("solution") or about.get("grade"))
+
+
+def notebook_names(source: str) -> list[str]:
+    """The names a cell reads (builtins aside): asked of the notebook, as in a kernel
+    where a name the cell binds later still has the notebook's value before that."""
+    return sorted({node.id for node in ast.walk(ast.parse(source))
+                   if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+                   and not hasattr(builtins, node.id)})
+
+
+def judge_cell(source: str, answers: Answers, values: dict | None = None) -> list[dict]:
+    """Run one test cell here against the notebook behind `answers`; its outputs. `values`:
+    the names it reads, fetched already (autograder/plugins/execute.py: the guard looked at them)."""
+    stdout = io.StringIO()
+    outputs = []
+    try:
+        tree = ast.parse(source, TEST_FILENAME)
+        namespace = {"__name__": "__main__", "__builtins__": builtins}
+        namespace.update(answers.get(notebook_names(source)) if values is None else values)
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(io.StringIO()):
+            exec(compile(tree, TEST_FILENAME, "exec"), namespace)
+            value = None
+            if last is not None:
+                value = eval(compile(ast.Expression(last.value), TEST_FILENAME, "eval"), namespace)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        outputs = [_stream(stdout.getvalue())] if stdout.getvalue() else []
+        return outputs + [_error(exc)]
+    if stdout.getvalue():
+        outputs.append(_stream(stdout.getvalue()))
+    if value is not None:
+        outputs.append({"output_type": "execute_result", "execution_count": None, "metadata": {},
+                        "data": {"text/plain": repr(value)}})
+    return outputs
+
+
+def _stream(text: str) -> dict:
+    return {"output_type": "stream", "name": "stdout", "text": text}
+
+
+def _error(exc: BaseException) -> dict:
+    """An error output; the traceback keeps only the test cell's own frames."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == TEST_FILENAME]
+    lines = [f"line {f.lineno} of the test cell" for f in frames[-1:]]
+    return {"output_type": "error", "ename": type(exc).__name__, "evalue": str(exc),
+            "traceback": lines + [f"{type(exc).__name__}: {exc}"]}

@@ -1,0 +1,130 @@
+"""A drop's opening cells, run once per grading worker instead of once per submission.
+
+Every submission of a drop opens with the same cells: the instructor's cells
+before the first answer, which nbgrader restores where they are locked. They
+import torch, build the toy model and launch ranks to show what each holds:
+most of a drop's run time. An `OpeningHost` runs them once, in its sandbox;
+each submission whose notebook opens with exactly those cells gets a kernel
+forked from that state (autograder/runtime/kernel_host.py), and those cells' outputs
+are copied into its notebook. A notebook that changed or added a cell before its
+first answer runs every cell in its own kernel, forked from a host that ran
+none: what it would have got without any of this.
+
+A worker keeps its last few hosts (submissions are graded drop by drop). Each
+kernel, the host's own opening cells included, has an oracle of its own (the
+grader's side of the functions its drop withholds, autograder/judging/oracle.py) that
+ends with it; the host keeps only the unprivileged process their workers are
+forked from.
+"""
+from __future__ import annotations
+
+import atexit
+import hashlib
+import secrets
+import tempfile
+from collections import OrderedDict
+from pathlib import Path
+
+from autograder import phases
+from autograder.judging.judge import is_graded
+from autograder.judging.oracle import Oracle
+from autograder.runtime.kernel_session import KernelHost, KernelSession
+from autograder.runtime.oracle_worker import WorkerSource
+from autograder.withheld import package_for
+
+KEPT = 3   # hosts a worker keeps: a drop's usual opening, and the odd notebook that differs
+
+
+def opening_cells(nb) -> list[str]:
+    """The sources of the code cells before the first answer or test cell."""
+    sources = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        if is_graded(cell):
+            break
+        sources.append(cell.source)
+    return sources
+
+
+class OpeningHost:
+    """A kernel host that has run `sources`; `session()` forks a submission's kernel from it."""
+
+    def __init__(self, sources: list[str], *, isolate: bool, files: dict[str, bytes], withheld: set | None,
+                 timeout: float):
+        self._scratch = tempfile.TemporaryDirectory(prefix="threeaxes-oracle-")
+        self.withheld = set(withheld or ())
+        # the modules imported once, in an unprivileged process each kernel's worker is forked from
+        self._workers = WorkerSource({p.split(":")[0] for p in self.withheld}) if self.withheld else None
+        opening = self._oracle()
+        try:
+            self.host = KernelHost(isolate=isolate, files=files,
+                                   package=package_for(withheld) if withheld else None,
+                                   oracle_folder=self._scratch.name if self.withheld else None,
+                                   oracle_name=Path(opening.socket_path).name if opening else None)
+            self.sandbox = self.host.sandbox
+            self.outputs = [self.host.run_cell(source, timeout) for source in sources if self.host.alive]
+            self.host.request({"warm": True}, timeout)   # once here, not in each kernel (kernel_host.py)
+        except BaseException:
+            if self._workers:
+                self._workers.close()
+            self._scratch.cleanup()
+            raise
+        finally:
+            if opening:     # the opening cells' oracle ends with them: each kernel gets its own
+                opening.close()
+
+    def _oracle(self) -> Oracle | None:
+        """A new oracle, on a socket of its own in this host's oracle folder (named at random:
+        a kernel reaches only the one it is told of)."""
+        if not self.withheld:
+            return None
+        return Oracle(self.withheld, Path(self._scratch.name), source=self._workers,
+                      name=f"{secrets.token_hex(8)}.sock")
+
+    @property
+    def ready(self) -> bool:
+        return self.host.alive
+
+    def session(self, timeout: float) -> KernelSession:
+        """A kernel forked from this host, with an oracle of its own that ends with it."""
+        return KernelSession(self.host, timeout=timeout, oracle=self._oracle())
+
+    def close(self) -> None:
+        self.host.close()
+        if self._workers:
+            self._workers.close()
+        self._scratch.cleanup()
+
+
+_hosts: OrderedDict[tuple, OpeningHost] = OrderedDict()
+
+
+def host_for(nb, *, instructors: set[str], isolate: bool, files: dict[str, bytes], withheld: set | None,
+             timeout: float) -> OpeningHost:
+    """The host for this notebook's opening cells, made (and run) on first use. Only the
+    instructor's cells run in a host: where a student changed one, the opening is empty
+    and every cell runs in the submission's own kernel."""
+    sources = opening_cells(nb)
+    if not all(source.strip() in instructors for source in sources):
+        sources = []
+    digest = hashlib.sha256()
+    for name, data in sorted(files.items()):
+        digest.update(name.encode() + b"\0" + data + b"\0")
+    key = (isolate, tuple(sources), digest.hexdigest(), tuple(sorted(withheld or ())), timeout)
+    host = _hosts.pop(key, None)
+    if host is None or not host.ready:
+        if host is not None:
+            host.close()
+        with phases.timed("opening"):
+            host = OpeningHost(sources, isolate=isolate, files=files, withheld=withheld, timeout=timeout)
+    _hosts[key] = host
+    while len(_hosts) > KEPT:
+        _hosts.popitem(last=False)[1].close()
+    return host
+
+
+@atexit.register
+def close_all() -> None:
+    while _hosts:
+        _hosts.popitem()[1].close()

@@ -1,0 +1,226 @@
+"""nbgrader's Execute step, with test cells judged outside the student's kernel.
+
+nbgrader_config.py puts `JudgedExecute` where nbgrader's own `Execute` stands
+in `Autograde.autograde_preprocessors`; everything else nbgrader does stays:
+it restores the locked and test cells (hidden tests included) from the
+source, records each test cell's score from its outputs, writes the feedback.
+What changes is who produces those outputs:
+
+* the student's cells run in a sandboxed kernel (`kernel_session`, `sandbox`),
+  forked from a host that ran the drop's opening cells once (`warm_start`);
+* each test cell runs in this process (`judge.judge_cell`), reading the
+  notebook's answers through `threeaxes.grading.wire`;
+* the code cells after the last graded cell (a drop's depth) are not run: no grade
+  depends on them; each shows `NOT_RUN` instead of outputs.
+
+Settings (nbgrader config, command line or environment):
+
+* an exercise whose answer used a function its `grading.json` entry forbids scores 0
+  (`autograder/judging/borrowed.py`: the kernel's package holds no body for those functions);
+* `Execute.timeout` (seconds per cell) is the most a cell may run; each cell's own limit is
+  `JudgedExecute.cell_limit_factor` times the model solution's time for it, at least
+  `cell_limit_floor` seconds (`autograder/judging/cell_seconds.py`; a factor of 0: `Execute.timeout`);
+* `JudgedExecute.isolate` (default True): the sandbox; `THREEAXES_GRADE_ISOLATE=0`
+  turns it off (an instructor debugging a drop);
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import nbformat
+from nbgrader.preprocessors import Execute
+from traitlets import Bool, Float
+
+from autograder import phases
+from autograder.judging import borrowed, cell_seconds, warm_start
+from autograder.judging.judge import _error as judge_error
+from autograder.judging.judge import is_graded, is_test_cell, judge_cell, notebook_names
+from autograder.runtime.kernel_session import KernelSession
+
+
+class JudgedExecute(Execute):
+    isolate = Bool(True, help="Run the student's kernel in the sandbox "
+                              "(autograder/runtime/sandbox.py).").tag(config=True)
+    cell_limit_factor = Float(cell_seconds.FACTOR, help="A cell may run this many times the model solution's "
+                              "time for it, within Execute.timeout (0: every cell gets Execute.timeout; "
+                              "autograder/judging/cell_seconds.py)").tag(config=True)
+    cell_limit_floor = Float(cell_seconds.FLOOR_S, help="Seconds a cell may always run, however fast the "
+                             "model solution's").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        isolate = self.isolate and os.environ.get("THREEAXES_GRADE_ISOLATE", "1") != "0"
+        about = resources.get("nbgrader", {})
+        assignment, notebook = about.get("assignment", ""), about.get("notebook", "")
+        with phases.timed("setup"):
+            instructors = borrowed.instructors_cells_of(assignment, notebook, Path.cwd())
+            guard = borrowed.guard_for(assignment, instructors, Path.cwd())
+            # the shared opening only where each of its cells is the instructor's at its own place
+            # (place, cell id, grade id and code): a copy of one elsewhere is the student's
+            shared = ({p.source for p in instructors} if borrowed.opening_is_instructors(nb, instructors)
+                      else set())
+            files = _assignment_files(Path.cwd(), assignment)
+        host = {"isolate": isolate, "files": files, "withheld": guard.paths if guard else None,
+                "timeout": self.timeout}
+        limits = cell_seconds.Limits(self.timeout, factor=self.cell_limit_factor, floor_s=self.cell_limit_floor)
+        if limits.factor > 0:   # before this submission's host: measuring may open another
+            limits.seconds = cell_seconds.measured(Path.cwd(), assignment, notebook,
+                                                   lambda model: self._model_seconds(model, host))
+        opening = warm_start.host_for(nb, instructors=shared, isolate=isolate, files=files,
+                                      withheld=guard.paths if guard else None, timeout=self.timeout)
+        if opening.sandbox.get("refused"):
+            self.log.warning("grading without a sandbox: %s", opening.sandbox["refused"])
+        with phases.timed("fork"):
+            kernel = opening.session(self.timeout)
+        try:
+            if not kernel.alive:   # the grader's trouble, not the student's: no grade rather than 0
+                raise RuntimeError(f"no kernel could be started for this submission: {opening.host.log_tail()}")
+            run_notebook(nb, kernel, self.timeout, guard, kernel.oracle, opening=opening.outputs, limits=limits)
+        finally:
+            with phases.timed("kernel end"):
+                kernel.close()
+        return nb, resources
+
+    def _model_seconds(self, model, host: dict) -> dict | None:
+        try:
+            return model_seconds(model, **host)
+        except Exception as exc:  # noqa: BLE001 - the submission is graded all the same, under Execute.timeout
+            self.log.warning("the model solution's cell times could not be measured (%s: %s): every cell "
+                             "keeps Execute.timeout", type(exc).__name__, exc)
+            return None
+
+
+def model_seconds(model, *, timeout: float, **host) -> dict[str, float] | None:
+    """The seconds of each cell of the instructor's notebook `model`, graded as a submission is
+    (a kernel forked from the worker's host for its opening, test cells judged here, no guard:
+    the instructor's solutions may call what the students may not); None if no kernel started."""
+    opening = warm_start.host_for(model, instructors={s.strip() for s in warm_start.opening_cells(model)},
+                                  timeout=timeout, **host)
+    recorder = cell_seconds.Recorder()
+    with phases.quiet(), opening.session(timeout) as kernel:
+        if not kernel.alive:   # the grader's trouble: measured another time
+            return None
+        run_notebook(model, kernel, timeout, None, kernel.oracle, opening=opening.outputs, recorder=recorder)
+    return recorder.seconds
+
+
+def run_notebook(nb, kernel: KernelSession, timeout: float, guard=None, oracle=None, opening=(),
+                 limits: cell_seconds.Limits | None = None, recorder: cell_seconds.Recorder | None = None) -> None:
+    """Every code cell in order: the student's in the kernel, test cells here. The first
+    code cells have run already where `opening` holds their outputs (autograder/judging/warm_start.py).
+    With a `guard` (autograder/judging/borrowed.py), `oracle` asks it before answering each call to
+    a withheld function: once the first student-written cell has begun, whatever cell is
+    running, a call that an exercise not yet judged forbids is refused, and one made while a
+    student-written or test cell ran counts against each such exercise; a test cell of an
+    exercise that used one gets that error instead of its outputs. Instructor cells are
+    known by their place and id (`Guard.enter`), not their code alone. `limits`: each cell's
+    own time limit (autograder/judging/cell_seconds.py; else `timeout` for each); `recorder`: takes
+    each cell's seconds (the model solution's run)."""
+    previous = oracle.guard if oracle is not None else None
+    if oracle is not None and guard is not None:
+        oracle.guard = guard
+    try:
+        _run_cells(nb, kernel, timeout, guard, oracle, opening, limits, recorder)
+    finally:
+        if oracle is not None and guard is not None:
+            oracle.guard = previous
+
+
+# what a cell after the last graded one shows in the autograded notebook and the feedback
+NOT_RUN = ("Not run when grading: no grade depends on a cell after the last graded one. "
+           "Run it in your own notebook to see its output.\n")
+
+
+def _run_cells(nb, kernel, timeout, guard, oracle, opening, limits, recorder) -> None:
+    count = place = 0
+    # a drop's depth after its exercises (PyTorch's own API, more traces) can change no
+    # grade: it runs under nbval in CI and in the student's notebook, not once per submission
+    last_graded = max((i for i, cell in enumerate(nb.cells) if is_graded(cell)), default=-1)
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        if index > last_graded:
+            cell.execution_count = None
+            cell.outputs = ([nbformat.v4.new_output("stream", name="stdout", text=NOT_RUN)]
+                            if cell.source.strip() else [])
+            continue
+        instructors = True
+        if cell.source.strip():
+            if guard:
+                instructors = guard.enter(cell, place)
+            place += 1
+        mark = len(oracle.calls) if oracle else 0
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+        seconds = limits.of(cell)[0] if limits else timeout
+        timing = recorder.timing(cell) if recorder else contextlib.nullcontext()
+        if count < len(opening):
+            outputs = opening[count]
+        elif is_test_cell(cell):
+            limit = getattr(kernel, "test_cell", None)     # the cell's questions share one cell limit
+            with limit(seconds) if limit else contextlib.nullcontext(), phases.timed("test cells"), timing:
+                outputs = _judge(cell.source, kernel, guard, grade_id)
+            if guard:
+                guard.note(oracle.calls[mark:] if oracle else [], "your code, run by this test", test=grade_id)
+                borrowed_answer = guard.verdict(grade_id)
+                outputs = [borrowed_answer] if borrowed_answer else outputs
+        elif cell.source.strip():
+            with phases.timed("student cells"), timing:
+                outputs = kernel.run_cell(cell.source, seconds)
+            if limits:
+                outputs = limits.stopped(cell, outputs, f"the answer cell {grade_id}" if grade_id
+                                         else f"code cell {count + 1}")
+            if guard and not instructors:
+                where = f"the answer cell {grade_id}" if grade_id else "a cell you added or changed"
+                guard.note(oracle.calls[mark:] if oracle else [], where)
+        else:
+            continue
+        count += 1
+        cell.execution_count = count
+        cell.outputs = [nbformat.from_dict(o) for o in outputs]
+
+
+def _judge(source: str, kernel: KernelSession, guard, grade_id: str) -> list[dict]:
+    """A test cell's outputs. The names it reads are fetched once: the guard looks at those
+    very values (an answer that is a withheld function would run here, in the grader), and
+    the judge runs the cell on them. A look that cannot be taken fails the cell."""
+    try:
+        values = kernel.answers.get(notebook_names(source))
+    except Exception as exc:  # noqa: BLE001 - as the judge reports it: the cell's error
+        return [judge_error(exc)]
+    if guard:
+        try:
+            guard.note_answers(values, grade_id)
+        except Exception as exc:  # noqa: BLE001 - unchecked is not passed
+            return [{"output_type": "error", "ename": ENAME_UNCHECKED,
+                     "evalue": f"the grader could not check what this cell reads from the notebook "
+                               f"({type(exc).__name__}: {str(exc)[:300]}), so it scores 0",
+                     "traceback": [f"{ENAME_UNCHECKED}: {type(exc).__name__}: {str(exc)[:300]}"]}]
+    return judge_cell(source, kernel.answers, values=values)
+
+
+ENAME_UNCHECKED = "UncheckedAnswer"
+
+
+# the instructor's files of source/<drop>/ that are not the drop's data: the grading data stays out
+NOT_SHIPPED = ("grading.json",)
+
+
+def _assignment_files(course_root: Path, assignment: str) -> dict[str, bytes]:
+    """The data files a drop ships, as the instructor's source/<drop>/ holds them (regular
+    files, not notebooks, not the grading data), never what the submission's folder holds:
+    the kernel host writes these into its working folder, first on its sys.path."""
+    from autograder import one_notebook
+
+    folder = Path(course_root) / "source" / assignment
+    if not one_notebook.NAME.fullmatch(assignment or "-") or not folder.is_dir():
+        return {}
+    found = {}
+    for entry in os.scandir(folder):
+        if (entry.is_file(follow_symlinks=False) and not entry.name.endswith(".ipynb")
+                and not entry.name.startswith(".") and entry.name not in NOT_SHIPPED):
+            try:
+                found[entry.name] = one_notebook.read_regular(Path(entry.path), cap=16 << 20)
+            except OSError:
+                continue
+    return found

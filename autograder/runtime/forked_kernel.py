@@ -1,0 +1,293 @@
+"""One submission's kernel: a child the kernel host forked, talked to over two pipes.
+
+    kernel = Kernel.fork(host)     # a world of its own (sandbox.enter_kernel_world)
+    reply = kernel.run({"source": "x = 1", "timeout": 90})
+    kernel.stop()                  # with every process it started
+
+The child starts its own forkserver first where the drop imports threeaxes' launch
+(`_fork_a_forkserver`: a fork of itself, so its first launch is as fast as a warm one),
+then runs `serve_cells`: each cell it is sent, in the IPython shell it
+inherited from the host with the host's opening cells already run, one JSON
+line back with the outputs. The host relays and keeps the time: a cell past
+its timeout is interrupted (SIGINT, as Jupyter does); one that still does not
+answer within GRACE_S, or a kernel that exits or crashes, is stopped and its
+reply says "dead".
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import signal
+import sys
+import threading
+import time
+
+from autograder.runtime import sandbox
+
+TIMEOUT = {"output_type": "error", "ename": "TimeoutError", "evalue": "the cell ran past the grading time limit",
+           "traceback": ["TimeoutError: the cell ran past the grading time limit"]}
+GRACE_S = 10   # after an interrupt, for the cell to stop before its kernel is
+ERRORS_KEPT = 1 << 20   # bytes of a kernel's stderr passed on to the grader's log
+MAX_LINE_BYTES = 48 << 20   # one reply of a kernel: a cell's outputs (the host's own cap is above it)
+OVERLONG = {"output_type": "error", "ename": "KernelStopped", "traceback": [],
+            "evalue": f"the kernel sent a reply of over {MAX_LINE_BYTES >> 20} MiB: it was stopped"}
+
+
+class Kernel:
+    """One submission's kernel: a forked child, talked to over two pipes."""
+
+    def __init__(self, pid, requests, replies, namespaced: bool):
+        self.pid, self.requests, self.replies, self.namespaced = pid, requests, replies, namespaced
+        self.kernel_pid = None   # as this process sees it (with a PID namespace, the child's child)
+
+    @classmethod
+    def fork(cls, host, oracle: str | None = None) -> Kernel:
+        """A child of `host` (autograder.runtime.kernel_host.Host: its shell, reply pipe and settings);
+        `oracle`: the name of this kernel's own socket in the host's oracle folder (none: the
+        kernel is told of no oracle)."""
+        to_kernel, from_host = os.pipe()
+        to_host, from_kernel = os.pipe()
+        errors_in, errors_out = os.pipe()   # its stderr: its own, not the host's log of every kernel
+        pid = os.fork()
+        if pid == 0:   # the child: never returns
+            try:
+                os.close(from_host), os.close(to_host), os.close(host.replies.fileno()), os.close(errors_in)
+                os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+                os.dup2(errors_out, 2), os.close(errors_out)
+                with open("/proc/self/oom_score_adj", "w") as f:   # out of memory: the kernel goes first
+                    f.write("1000")
+                sandbox.enter_kernel_world(host.namespaces, host.settings,
+                                           announce=lambda p: os.write(from_kernel, b"%d\n" % p))
+                if not host.namespaces:
+                    os.write(from_kernel, b"%d\n" % os.getpid())
+                _forget_the_hosts_helpers()
+                folder = host.settings.get("oracle_folder")
+                if folder:
+                    os.environ.pop("THREEAXES_ORACLE", None)
+                    if oracle and "/" not in oracle:
+                        os.environ["THREEAXES_ORACLE"] = f"{folder['here']}/{oracle}"
+                if getattr(host, "warm", False):   # the drop may launch ranks: its forkserver, warm at once
+                    _fork_a_forkserver(keep=(0, 1, 2))
+                serve_cells(host.runner, os.fdopen(to_kernel, "r"), os.fdopen(from_kernel, "w", buffering=1))
+            finally:
+                os._exit(0)
+        os.close(to_kernel), os.close(from_kernel), os.close(errors_out)
+        kernel = cls(pid, os.fdopen(from_host, "w", buffering=1), _Lines(to_host, errors_in), host.namespaces)
+        line = kernel.replies.readline(30)
+        kernel.kernel_pid = int(line) if line and line.strip().isdigit() else None
+        if kernel.kernel_pid is None:
+            kernel.stop()
+            kernel.pid = None
+        return kernel
+
+    def run(self, request: dict) -> dict:
+        """One cell, relayed; interrupted at its timeout, the kernel stopped if that fails."""
+        try:
+            self.requests.write(json.dumps(request) + "\n")
+        except (BrokenPipeError, OSError):
+            return self._dead([])
+        line = self.replies.readline(request["timeout"])
+        late = line is None and self.replies.open and not self.replies.overlong
+        if late:
+            self._signal(signal.SIGINT)
+            line = self.replies.readline(GRACE_S)
+        outputs = _outputs(line)
+        if outputs is None and self.replies.overlong:
+            return self._dead([OVERLONG])
+        if outputs is None:   # it exited, crashed, ignored the interrupt or said nonsense
+            return self._dead([TIMEOUT] if late else [])
+        return {"outputs": outputs + ([TIMEOUT] if late else []), "status": "ok"}
+
+    def _dead(self, outputs) -> dict:
+        self.stop()
+        return {"outputs": outputs, "status": "dead"}
+
+    def _signal(self, sig) -> None:
+        try:
+            if self.kernel_pid is not None:
+                os.kill(self.kernel_pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(self) -> None:
+        """With a PID namespace the kernel is its init: every process it started ends with it.
+        Without one, its process group goes."""
+        if self.pid is None:
+            return
+        try:
+            if self.kernel_pid is not None:
+                (os.kill if self.namespaced else os.killpg)(self.kernel_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.requests.close()
+        except OSError:
+            pass
+        self.replies.close()
+        os.waitpid(self.pid, 0)
+        self.pid = None
+
+
+def serve_cells(runner, requests, replies) -> None:
+    """The kernel's side: run each cell it is sent, reply with its outputs."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    while True:
+        try:
+            line = requests.readline()
+            if not line:
+                return
+            outputs = runner.run(json.loads(line)["source"])
+        except KeyboardInterrupt:   # an interrupt that came between two cells
+            continue
+        replies.write(dumps({"outputs": outputs}) + "\n")
+
+
+def _forget_the_hosts_helpers() -> None:
+    """The forkserver and resource tracker the opening cells started belong to the host's
+    world; this kernel starts its own."""
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    if forkserver is not None:
+        server = forkserver._forkserver
+        server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
+        server._inherited_fds, server._lock = None, threading.Lock()
+    tracker = sys.modules.get("multiprocessing.resource_tracker")
+    if tracker is not None:
+        tracker._resource_tracker._fd = tracker._resource_tracker._pid = None
+        tracker._resource_tracker._lock = threading.RLock()
+
+
+def _fork_a_forkserver(keep) -> None:
+    """Start this kernel's forkserver as a fork of the kernel itself, before any of the
+    student's code runs, instead of multiprocessing's fresh interpreter that imports torch
+    and the ranks' modules again (seconds, on every submission's first launch). It is
+    multiprocessing's own server loop (`forkserver.main`) in the kernel's world, with the
+    host's modules already imported (`warm_for_forks`); `keep`: the descriptors it keeps
+    besides its socket and pipe (stdin, stdout, stderr), as a spawned server would."""
+    import socket
+    from multiprocessing import connection, forkserver
+
+    server = forkserver._forkserver
+    preload = list(server._preload_modules)
+    with server._lock:
+        listener = socket.socket(socket.AF_UNIX)
+        address = connection.arbitrary_address("AF_UNIX")   # in this kernel's own /tmp
+        listener.bind(address)
+        os.chmod(address, 0o600)
+        listener.listen()
+        alive_r, alive_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _blank_descriptors_but({*keep, listener.fileno(), alive_r})
+                # the server's own modules run their import-time set-up in it, as in a spawned one
+                for name in [n for n in preload if n.startswith("threeaxes.launch.forkserver_")]:
+                    sys.modules.pop(name, None)
+                forkserver.main(listener.fileno(), alive_r, preload)
+            finally:
+                os._exit(0)
+        os.close(alive_r)
+        listener.close()
+        server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = address, alive_w, pid
+
+
+def _blank_descriptors_but(kept: set[int]) -> None:
+    """Every open descriptor but `kept` made /dev/null: the kernel's pipes to the host and its
+    files are not the server's. Not closed: a Python object the fork copied may close its
+    number later, which must not be a descriptor the server has opened since."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd not in kept and fd != null:
+            try:
+                os.dup2(null, fd, inheritable=False)
+            except OSError:   # the listing's own descriptor, closed by now
+                continue
+    os.close(null)
+
+
+def warm_for_forks() -> bool:
+    """In the host, before its first fork, where its opening imported threeaxes' launch (the
+    drop may launch ranks): the forkserver's settings and what a warm one imports while idle
+    (threeaxes' DEFERRED), once, so that every kernel's server forked from it has them.
+    Returns whether it did (each kernel then forks its server, `_fork_a_forkserver`)."""
+    if "threeaxes.launch.launcher" not in sys.modules:
+        return False
+    import importlib
+
+    from threeaxes.launch import prestart
+
+    if prestart.forkserver_context().get_start_method() != "forkserver":
+        return False
+    for name in prestart.DEFERRED:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - as the forkserver's own: a module that fails is left to the ranks
+            continue
+    return True
+
+
+def _outputs(line: str | None) -> list | None:
+    """A kernel's reply, read as data: its list of outputs, or None."""
+    try:
+        outputs = json.loads(line)["outputs"] if line else None
+    except (ValueError, TypeError, KeyError):
+        return None
+    return outputs if isinstance(outputs, list) else None
+
+
+def dumps(reply: dict) -> str:
+    """Outputs as JSON; an image's bytes as base64, as Jupyter stores them."""
+    return json.dumps(reply, default=lambda o: base64.b64encode(o).decode() if isinstance(o, bytes) else repr(o))
+
+
+class _Lines:
+    """Reads lines from a pipe, each waited for at most a given time; meanwhile passes what
+    comes on `errors` (the kernel's stderr) to this process's own, up to ERRORS_KEPT bytes."""
+
+    def __init__(self, fd: int, errors: int | None = None):
+        self.fd, self.errors, self.buffer, self.open, self.overlong = fd, errors, bytearray(), True, False
+        self.errors_left = ERRORS_KEPT
+
+    def readline(self, timeout: float) -> str | None:
+        """A line within `timeout`; None if none came, or if the kernel sent more than
+        MAX_LINE_BYTES without ending its line (`overlong` then says so)."""
+        deadline = time.monotonic() + timeout
+        searched = 0     # the buffer before this holds no newline
+        while (end := self.buffer.find(b"\n", searched)) < 0:
+            searched = len(self.buffer)
+            left = deadline - time.monotonic()
+            if len(self.buffer) > MAX_LINE_BYTES:
+                self.overlong, self.buffer = True, bytearray()
+                return None
+            if not self.open or left <= 0:
+                return None
+            ready = select.select([self.fd] + ([self.errors] if self.errors is not None else []), [], [], left)[0]
+            if self.errors in ready:
+                self._pass_errors_on()
+            if self.fd not in ready:
+                continue
+            chunk = os.read(self.fd, 1 << 20)
+            if not chunk:
+                self.open = False
+                return None
+            self.buffer += chunk
+        line = bytes(self.buffer[:end])
+        del self.buffer[:end + 1]
+        return line.decode()
+
+    def _pass_errors_on(self) -> None:
+        chunk = os.read(self.errors, 1 << 16)
+        if not chunk:   # the kernel and all it started are gone
+            os.close(self.errors)
+            self.errors = None
+        elif self.errors_left > 0:
+            os.write(2, chunk[:self.errors_left])
+            self.errors_left -= len(chunk)
+
+    def close(self) -> None:
+        for fd in (self.fd, self.errors):
+            if fd is not None:
+                os.close(fd)
+        self.fd, self.errors, self.open = None, None, False

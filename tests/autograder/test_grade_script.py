@@ -1,0 +1,419 @@
+"""`make grade` end to end, in a temporary copy of the course: the sample submissions, and
+beside them the ones that must not stop the class (a worker killed under one, a notebook
+that is not JSON, duplicate grade ids, a student's scripts in outputs and markdown)."""
+import copy
+import csv
+import io
+import os
+import shutil
+import signal
+import threading
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+from types import SimpleNamespace
+
+import nbformat
+import pytest
+from grading_harness import GRADING_FILE, revealed_hidden_tests
+
+from autograder.apps import grade
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+DROP = "drop01-three-kinds-of-parallel"   # the lightest drop to grade
+KILLED = "a-killed-worker"   # sorts first: the whole class is its worker's queue
+HTML = "html-script"
+LARGE = "large-file"   # an extra file of 100 kB beside the notebook
+NOT_JSON = "not-json"
+TWICE = "twice-the-same-grade-id"
+SCRIPTS = ["<script>alert('output')</script>", "<img src=x onerror=\"alert('onerror')\">",
+           "<script>alert('markdown')</script>"]
+
+
+def _kill_whoever_grades(student: str, logs: Path, stop: threading.Event, killed: list) -> None:
+    """Kill (SIGKILL) each grading worker as soon as its log says it began `student`."""
+    seen = set()
+    while not stop.is_set():
+        for log in logs.glob("worker-*.log"):
+            for line in log.read_text(errors="replace").splitlines():
+                if line.startswith(f"-- grading {student}/") and line not in seen:
+                    seen.add(line)
+                    pid = int(line.rsplit("worker ", 1)[1].rstrip(")"))
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """One class of drop 1, graded once by grade_all (`make grade`), one worker, no sandbox
+    (what is tested here is the orchestration; tests/drops/test_grading.py grades in it):
+
+        alice, bob            the sample submissions (make grade-demo)   5 and 3 points
+        html-script           alice's (less the cells that only run      5 points; no script
+                              ranks to show them), then a cell that displays HTML
+                              with a script and an onerror attribute,    in its feedback page
+                              JavaScript and a widget view, and a        or autograded notebook
+                              markdown cell with a script
+        a-killed-worker       alice's, but its worker is killed (twice)  not graded, named; the
+                              whenever it grades this one                rest of its queue graded
+        large-file            alice's (light), and a 100 kB data file    not graded, named: a
+                              beside it                                  submission is its notebook
+                                                                         alone (the drop's own data
+                                                                         file, as big, in source/,
+                                                                         reaches every kernel)
+        not-json              a notebook that is not JSON                not graded, named
+        twice-the-same-grade-id  a test cell given another's grade id    not graded, named
+    """
+    course = tmp_path_factory.mktemp("grade-script") / "course"
+    shutil.copytree(ROOT / "source" / DROP, course / "source" / DROP)
+    (course / "source" / DROP / "table.bin").write_bytes(os.urandom(100_000))   # data the drop ships
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(grade, "SAMPLES", ROOT / "autograder" / "samples")
+        mp.setenv("THREEAXES_GRADE_ISOLATE", "0")
+        grade.copy_samples(course)
+        alice = nbformat.read(course / "submitted" / "alice" / DROP / f"{DROP}.ipynb", as_version=4)
+
+        def submit(student, nb):
+            (course / "submitted" / student / DROP).mkdir(parents=True)
+            path = course / "submitted" / student / DROP / f"{DROP}.ipynb"
+            nbformat.write(nb, path) if not isinstance(nb, str) else path.write_text(nb)
+
+        # alice's answers without the cells that only show ranks at work (4-rank launches): cheaper
+        light = copy.deepcopy(alice)
+        first = next(k for k, c in enumerate(light.cells) if c.metadata.get("nbgrader"))
+        light.cells = [c for k, c in enumerate(light.cells)
+                       if k < first or c.metadata.get("nbgrader") or "world_size" not in c.source
+                       and "runs" not in c.source]
+        submit(KILLED, light)
+        html = copy.deepcopy(light)
+        # before the last graded cell: the grader runs no cell after it (autograder/plugins/execute.py)
+        answer = next(k for k, c in enumerate(html.cells) if c.metadata.get("nbgrader", {}).get("solution"))
+        html.cells[answer + 1:answer + 1] = [nbformat.v4.new_code_cell(
+            "from IPython.display import HTML, Javascript, display\n"
+            f"display(HTML({SCRIPTS[0] + SCRIPTS[1]!r} + '<b>still shown</b>'))\n"
+            "display(Javascript(\"alert('javascript')\"))\n"
+            "display({'application/vnd.jupyter.widget-view+json': {'model_id': 'x', 'version_major': 2, "
+            "'version_minor': 0}, 'text/plain': 'a widget'}, raw=True)")]
+        html.cells += [nbformat.v4.new_markdown_cell(f"my notes {SCRIPTS[2]}")]
+        submit(HTML, html)
+        submit(LARGE, light)
+        (course / "submitted" / LARGE / DROP / "data.bin").write_bytes(os.urandom(100_000))
+        submit(NOT_JSON, '{"cells": [ this is not JSON')
+        twice = copy.deepcopy(alice)
+        tests = [c for c in twice.cells if c.metadata.get("nbgrader", {}).get("grade")
+                 and c.cell_type == "code"]
+        tests[1].metadata["nbgrader"]["grade_id"] = tests[0].metadata["nbgrader"]["grade_id"]
+        submit(TWICE, twice)
+
+        stop, killed = threading.Event(), []
+        (course / grade.GRADED / grade.LOGS).mkdir(parents=True)
+        killer = threading.Thread(target=_kill_whoever_grades,
+                                  args=(KILLED, course / grade.GRADED / grade.LOGS, stop, killed), daemon=True)
+        killer.start()
+        progress, start = io.StringIO(), time.perf_counter()
+        try:
+            grade.grade_all(course, jobs=1, progress=progress)
+            ended = None
+        except grade.NotAllGraded as stopped:
+            ended = stopped
+        finally:
+            stop.set()
+            killer.join()
+        return SimpleNamespace(root=course, ended=ended, killed=killed, progress=progress.getvalue(),
+                               seconds=time.perf_counter() - start,
+                               rows={r["student_id"]: r for r in csv.DictReader((course / "grades.csv").open())})
+
+
+def test_grades_csv_gives_each_drops_grade_and_extra_credit_apart(graded):
+    """Drop 1's core (its grade) holds 2 points, its optional sections 5 (the course map's
+    POINTS, tested against the notebook): the two columns add up to nbgrader's raw score."""
+    from threeaxes.course import POINTS
+
+    for student, row in graded.rows.items():
+        assert float(row["core_max"]) == POINTS[1][0], student
+        assert float(row["core_score"]) + float(row["extra_credit"]) == float(row["raw_score"]), student
+    assert float(graded.rows["alice"]["core_score"]) == POINTS[1][0]   # she answered the core's exercise
+
+
+def test_grade_all_autogrades_writes_feedback_and_exports_csv(graded):
+    # alice typed in the solutions (5 auto points) and a written answer still to be marked by hand;
+    # bob forgot the fp32 master copy, which costs the 2 points of that one cell.
+    assert float(graded.rows["alice"]["raw_score"]) == 5.0
+    assert float(graded.rows["bob"]["raw_score"]) == 3.0
+    source = nbformat.read(graded.root / "source" / DROP / f"{DROP}.ipynb", as_version=4)
+    for student in ("alice", "bob"):
+        page = (graded.root / "feedback" / student / DROP / f"{DROP}.html").read_text()
+        assert "BEGIN HIDDEN TESTS" not in page
+        assert not revealed_hidden_tests(page, source), "the feedback shows a hidden test"
+    assert not list((graded.root / "feedback").rglob(GRADING_FILE)), "the grading data reached the students"
+    alice = (graded.root / "feedback" / "alice" / DROP / f"{DROP}.html").read_text()
+    assert "waiting for your instructor" in alice and "Written response (Score" not in alice
+    # the steps after autograding say what they are and how long they took
+    for step in ("the feedback pages of 1 drop(s) for the whole class", "grades.csv"):
+        assert f"then {step}...\n" in graded.progress and f"  {step}: done in " in graded.progress, step
+
+
+def test_a_killed_worker_is_replaced_its_queue_graded_and_its_submission_named(graded):
+    """The worker dies twice under the same submission: it is named, with the signal, and
+    everything queued behind it is graded by the worker that replaced it."""
+    assert len(graded.killed) == 2, graded.killed   # tried once more, then given up
+    said = str(graded.ended)
+    assert f"{KILLED}/{DROP}: the grading worker died while grading it (killed by SIGKILL)" in said
+    for student in ("alice", "bob", HTML):
+        assert (graded.root / "autograded" / student / DROP / f"{DROP}.ipynb").is_file(), student
+        assert student in graded.rows
+    assert not (graded.root / "feedback" / KILLED / DROP).exists()
+    assert (graded.root / grade.GRADED / grade.LOGS / f"{KILLED}+{DROP}.log").is_file()
+
+
+def test_an_ungradeable_notebook_is_named_with_its_cause_and_the_others_get_feedback_and_a_row(graded):
+    said = str(graded.ended)
+    assert said.startswith("NOT GRADED")
+    assert f"{NOT_JSON}/{DROP}: " in said and "NotJSONError" in said, said
+    assert f"{TWICE}/{DROP}: Cell with id 'training_bytes_match_adam_accounting' exists multiple times" in said
+    assert "Please see the" not in said.split(f"{NOT_JSON}/{DROP}: ", 1)[1].splitlines()[0]
+    for student in (NOT_JSON, TWICE):
+        log = graded.root / grade.GRADED / grade.LOGS / f"{student}+{DROP}.log"
+        assert f"(all of it: {log.relative_to(graded.root)})" in said
+        assert "Traceback" in log.read_text()
+        assert not (graded.root / "feedback" / student / DROP).exists()
+        assert not (graded.root / grade.GRADED / student / DROP).exists(), "noted as graded"
+    for student in ("alice", "bob", HTML):
+        assert (graded.root / "feedback" / student / DROP / f"{DROP}.html").is_file(), student
+    assert float(graded.rows[HTML]["raw_score"]) == 5.0
+
+
+class _Live(HTMLParser):
+    """What a browser would run in a page: script elements and on* attributes."""
+
+    def __init__(self):
+        super().__init__()
+        self.found, self._in_script = [], False
+
+    def handle_starttag(self, tag, attrs):
+        self._in_script = tag == "script"
+        self.found += [f"{tag} {name}" for name, _ in attrs if name.startswith("on")]
+
+    def handle_data(self, data):
+        if self._in_script and "alert(" in data:
+            self.found.append(f"script {data.strip()[:60]}")
+
+    def handle_endtag(self, tag):
+        self._in_script = False
+
+
+def test_a_file_beside_the_notebook_is_refused_named_and_stops_no_one(graded):
+    """A submission is its notebook alone: the data file beside it is named, nothing of it is
+    run or copied. The drop's own 100 kB file in source/ goes to every kernel host (on its
+    input: a command line holds no more than about 128 kB) and alice still scores 5."""
+    said = str(graded.ended)
+    assert (f"{LARGE}/{DROP}: a submission is the notebook alone, as a regular file, and this one holds "
+            "more: data.bin is a file other than the notebook") in said, said
+    assert not (graded.root / "autograded" / LARGE).exists()
+    assert not graded.rows.get(LARGE, {}).get("timestamp"), graded.rows.get(LARGE)   # no submission graded
+    assert float(graded.rows["alice"]["raw_score"]) == 5.0
+
+
+def test_the_kernel_host_gets_the_drops_own_files_and_nothing_a_submission_holds(tmp_path):
+    """A hashlib.py handed in beside the notebook once ran in the kernel host, before the guard."""
+    from autograder.plugins.execute import _assignment_files
+
+    source = tmp_path / "source" / DROP
+    source.mkdir(parents=True)
+    (source / f"{DROP}.ipynb").write_text("{}")
+    (source / "grading.json").write_text("{}")
+    (source / "table.csv").write_text("a,b\n1,2\n")
+    (source / "link.py").symlink_to(source / "table.csv")
+    (source / "folder").mkdir()
+    submitted = tmp_path / "submitted" / "mallory" / DROP
+    submitted.mkdir(parents=True)
+    (submitted / "hashlib.py").write_text("print('ran')\n")
+    assert _assignment_files(tmp_path, DROP) == {"table.csv": b"a,b\n1,2\n"}
+    assert _assignment_files(tmp_path, "../submitted/mallory/" + DROP) == {}
+
+
+def test_student_html_and_javascript_are_made_inert(graded):
+    """In the feedback page and in the autograded notebook the formgrader shows, the
+    student's script elements, event handlers, JavaScript and widget views are gone
+    (the code that displayed them is shown as code, escaped); harmless markup stays."""
+    page = (graded.root / "feedback" / HTML / DROP / f"{DROP}.html").read_text()
+    live = _Live()
+    live.feed(page)
+    assert live.found == []
+    assert "<b>still shown</b>" in page
+    nb = nbformat.read(graded.root / "autograded" / HTML / DROP / f"{DROP}.ipynb", as_version=4)
+    shown = [str(o.get("data", "")) for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    shown += [c.source for c in nb.cells if c.cell_type == "markdown"]
+    for text in shown:
+        for script in ["<script", "onerror", "alert('javascript')", "widget-view+json"]:
+            assert script not in text, text
+    assert any("<b>still shown</b>" in text for text in shown)
+
+
+def test_grading_again_after_autograded_and_feedback_were_deleted_regrades_what_is_missing(graded):
+    """(Last: it changes the class.) The ungradeable submissions are withdrawn; html-script's
+    autograded notebook and every feedback page are deleted by hand."""
+    root = graded.root
+    for student in (KILLED, LARGE, NOT_JSON, TWICE):
+        shutil.rmtree(root / "submitted" / student)
+    shutil.rmtree(root / "autograded" / HTML)
+    shutil.rmtree(root / "feedback")
+    progress = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("THREEAXES_GRADE_ISOLATE", "0")
+        assert grade.grade_all(root, jobs=1, progress=progress) == [DROP]
+    assert "2 of 3 submissions already graded" in progress.getvalue()
+    assert f"({HTML}/" in progress.getvalue() and "(bob/" not in progress.getvalue()
+    for student in ("alice", "bob", HTML):
+        assert (root / "feedback" / student / DROP / f"{DROP}.html").is_file(), student
+    rows = {r["student_id"]: r for r in csv.DictReader((root / "grades.csv").open())}
+    assert float(rows[HTML]["raw_score"]) == 5.0 and float(rows["bob"]["raw_score"]) == 3.0
+    # started again, it grades only what is new: nothing; then bob's resubmission, and a
+    # submission whose note a stopped run never wrote
+    todo = grade.submissions(root)
+    assert grade.pending(root, todo) == []
+    bob = root / "submitted" / "bob" / DROP / f"{DROP}.ipynb"
+    bob.write_text(bob.read_text() + "\n")      # submitted again
+    (root / grade.GRADED / "alice" / DROP).unlink()
+    assert grade.pending(root, todo) == [(DROP, "alice"), (DROP, "bob")]
+
+
+def test_workers_that_cannot_start_stop_the_run_with_the_reason_not_a_retry_each(tmp_path, monkeypatch):
+    """A worker that dies before it takes its submission is not the submission's doing: it
+    is started once more, and when that one dies starting too, every submission left is
+    named with why (here: a course without nbgrader_config.py), without a worker each."""
+    monkeypatch.setattr(grade, "add_students", lambda root, students: None)
+    todo = [("d", "s1"), ("d", "s2"), ("d", "s3")]
+    for assignment, student in todo:   # a notebook each: nothing refuses them before a worker
+        (tmp_path / "submitted" / student / assignment).mkdir(parents=True)
+        (tmp_path / "submitted" / student / assignment / f"{assignment}.ipynb").write_text("{}")
+    out = grade.grade_submissions(tmp_path, todo, 1, progress=None)
+    assert sorted(out.failed) == todo
+    for message in out.failed.values():
+        assert "no grading worker could start (exit status 1)" in message, message
+        assert "nbgrader_config.py" in message, message
+    log = (tmp_path / grade.GRADED / grade.LOGS / "worker-1.log").read_text()
+    assert log.count("-- the worker died") == 1   # two workers started in all
+
+
+def test_a_feedback_page_nbgrader_cannot_write_names_its_student(tmp_path):
+    said = ("[GenerateFeedbackApp | ERROR] There was an error processing assignment: "
+            f"{tmp_path}/autograded/zoe/{DROP}\n"
+            "[GenerateFeedbackApp | ERROR] Traceback (most recent call last):\n"
+            "      File \"x.py\", line 1, in f\n"
+            "    KeyError: 'text/plain'\n"
+            "[GenerateFeedbackApp | ERROR] There was an error processing assignment 'd' for student 'zoe'\n"
+            "[GenerateFeedbackApp | ERROR] Please see the the above traceback for details\n")
+    problems = grade.feedback_failures(tmp_path, DROP, said)
+    assert problems == [f"zoe/{DROP}: no feedback page: KeyError: 'text/plain' "
+                        f"(all of it: {grade.GRADED}/{grade.LOGS}/feedback+{DROP}.log)"]
+    assert (tmp_path / grade.GRADED / grade.LOGS / f"feedback+{DROP}.log").read_text() == said
+
+
+def test_a_failure_names_the_real_cause_not_nbgraders_see_above():
+    log = ("[AutogradeApp | ERROR] There was an error processing assignment: /c/submitted/x/d\n"
+           "[AutogradeApp | ERROR] Traceback (most recent call last):\n"
+           "Traceback (most recent call last):\n  File \"a.py\", line 1, in f\n"
+           "RuntimeError: no kernel could be started for this submission: host said no\n"
+           "[AutogradeApp | ERROR] Please see the the above traceback for details\n"
+           "Traceback (most recent call last):\n  File \"b.py\", line 2\n"
+           "nbgrader.utils.NbGraderException: Please see the the above traceback for details\n")
+    assert grade._cause(log) == "RuntimeError: no kernel could be started for this submission: host said no"
+
+
+def test_progress_says_the_count_the_rate_and_the_time_left():
+    import io
+
+    out = io.StringIO()
+    grade._progress(out, 10, 40, 120.0, ("drop01", "alice"))
+    line = out.getvalue()
+    # 10 in 2 minutes: 5.0 a minute; 30 left at that rate take 6 minutes
+    assert "10/40 done, 5.0/min, 6:00 of autograding left (alice/drop01)" in line
+    grade._progress(out, 11, 40, 120.0, ("drop01", "bob"), ok=False)
+    assert out.getvalue().endswith("(bob/drop01: not graded)\n")
+
+
+def test_grade_all_says_what_to_do_when_nothing_was_submitted(tmp_path):
+    (tmp_path / "submitted").mkdir()
+    with pytest.raises(SystemExit, match="make grade-demo"):
+        grade.grade_all(tmp_path)
+
+
+def test_grading_kernels_do_not_prestart_the_forkserver(tmp_path, monkeypatch):
+    """Cells run back to back when grading: an early forkserver gains nothing there, and
+    costs CPU in the drops that never launch ranks."""
+    import subprocess
+
+    seen = {}
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: seen.update(kw["env"]))
+    grade.nbgrader(tmp_path, "autograde", "*")
+    assert seen["THREEAXES_PRESTART"] == "0"
+
+
+def test_workers_keep_to_one_drop_and_share_only_the_last():
+    """Each drop's opening cells run in a worker's kernel host (autograder/judging/warm_start.py):
+    three workers over four drops each take whole drops, in order, and join one only
+    when every drop left is held; every submission is handed out once."""
+    todo = [(drop, f"s{k}") for drop in ("d1", "d2", "d3", "d4") for k in range(4)]
+    queue, holding, taken = grade.ByDrop(todo), [None] * 3, []
+    while True:
+        rounds = [queue.take(drop) for drop in holding]
+        if not any(rounds):
+            break
+        holding = [item[0] if item else None for item in rounds]
+        taken += [(w, item) for w, item in enumerate(rounds) if item]
+    assert sorted(item for _, item in taken) == sorted(todo)
+    workers_of = {d: {w for w, (drop, _) in taken if drop == d} for d in ("d1", "d2", "d3", "d4")}
+    assert [len(workers_of[d]) for d in ("d1", "d2", "d3")] == [1, 1, 1]
+    assert [sorted(workers_of[d]) for d in ("d1", "d2", "d3")] == [[0], [1], [2]]   # the first drops first
+    assert len(workers_of["d4"]) >= 2   # the last drop is shared once the others are done
+
+
+def test_students_are_in_the_gradebook_before_any_worker_grades(tmp_path):
+    """Two workers that start on two drops begin with the same student; were each to add
+    that student to the gradebook itself, one would fail (the first run of a class of 40
+    lost s01/drop01 that way). The roster's details stay as they were."""
+    from nbgrader.api import Gradebook
+
+    shutil.copy(ROOT / "nbgrader_config.py", tmp_path)
+    url = f"sqlite:///{tmp_path}/gradebook.db"
+    grade.add_students(tmp_path, [])   # makes the gradebook (nbgrader runs `alembic` from this environment)
+    with Gradebook(url) as gb:
+        gb.add_student("ada", first_name="Ada")
+    grade.add_students(tmp_path, ["bo", "ada", "bo"])
+    grade.add_students(tmp_path, ["bo"])   # again: nothing changes
+    with Gradebook(url) as gb:
+        assert sorted(s.id for s in gb.students) == ["ada", "bo"]
+        assert gb.find_student("ada").first_name == "Ada"
+
+
+def test_a_terminated_grader_stops_its_workers_and_leaves_no_process(tmp_path):
+    """SIGTERM (a timeout, a CI runner giving up) ends `make grade` as Ctrl-C does: the
+    workers, each in a session of its own that the signal does not reach, are stopped too."""
+    import subprocess
+    import sys
+
+    course = tmp_path / "course"
+    shutil.copytree(ROOT / "source" / DROP, course / "source" / DROP)
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    grade.copy_samples(course)
+    env = {**os.environ, "THREEAXES_GRADE_ISOLATE": "0", "PYTHONPATH": str(ROOT)}
+    run = subprocess.Popen([sys.executable, "-c", "import sys; from autograder import grade; "
+                            "grade.grade_all(sys.argv[1], jobs=1)", str(course)], cwd=ROOT, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    logs = course / grade.GRADED / grade.LOGS
+    # the event, not a time: a worker has begun a submission (or the grader ended without one)
+    while not any("-- grading " in log.read_text(errors="replace") for log in logs.glob("worker-*.log")):
+        assert run.poll() is None, f"the grader ended before any worker began to grade: {run.stderr.read()[-2000:]}"
+        time.sleep(0.2)
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate()
+    assert "stopped: " in err, err[-2000:]
+    time.sleep(1)
+    left = subprocess.run(["pgrep", "-f", str(course)], capture_output=True, text=True).stdout.split()
+    assert not left, f"processes of the grading left behind: {left}"
