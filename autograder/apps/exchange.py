@@ -21,7 +21,7 @@ a submission only when it is the notebook alone (autograder/plugins/safe_collect
 input is refused with what to do about it, and no step deletes a
 submission: one that cannot be graded stays in submitted/ (and in the
 exchange) and is named in the report, with its cause and the log file under
-.graded/.logs/ that holds the rest (autograder/apps/grade.py); an earlier grading's
+.graded/.logs/ that holds the rest (autograder/apps/grade/); an earlier grading's
 autograded notebook and feedback page of it are removed, so that no stale page
 is released. The others are graded, get their feedback pages and grades.csv.
 """
@@ -280,7 +280,7 @@ def grade(course: Course, drops: list[str], jobs: int = 2, *extra: str, progress
         raise SystemExit(f"submitted/ holds nothing of {', '.join(drops)}: "
                          f"collect first (python -m autograder.apps.exchange collect {' '.join(drops)})")
     report = Graded(problems=problems)
-    todo = pending(course.root, good)   # what an earlier, stopped run left (autograder/apps/grade.py)
+    todo = pending(course.root, good)   # what an earlier, stopped run left (autograder/apps/grade/)
     failed = set()
     if todo:
         # grade.grade_submissions names each one nbgrader could not grade, with its cause

@@ -24,7 +24,7 @@ from autograder import course
 
 ROOT = course.ROOT
 INSTRUCTOR_ONLY = ("source/", "autograder/samples/", "submitted/", "tests/", ".ci/",
-                   "benchmarks/grading_suite.py", "autograder/apps/grade.py", "autograder/plugins/execute.py",
+                   "benchmarks/grading_suite.py", "autograder/apps/grade/", "autograder/plugins/execute.py",
                    "autograder/judging/judge.py", "autograder/apps/judge_check.py",
                    "autograder/runtime/kernel_host.py", "autograder/runtime/kernel_session.py",
                    "autograder/runtime/sandbox.py", "autograder/plugins/feedback.py",

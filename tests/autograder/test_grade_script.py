@@ -73,7 +73,7 @@ def graded(tmp_path_factory):
     (course / "source" / DROP / "table.bin").write_bytes(os.urandom(100_000))   # data the drop ships
     shutil.copy(ROOT / "nbgrader_config.py", course)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(grade, "SAMPLES", ROOT / "autograder" / "samples")
+        mp.setattr(grade.run, "SAMPLES", ROOT / "autograder" / "samples")
         mp.setenv("THREEAXES_GRADE_ISOLATE", "0")
         grade.copy_samples(course)
         alice = nbformat.read(course / "submitted" / "alice" / DROP / f"{DROP}.ipynb", as_version=4)
@@ -287,7 +287,7 @@ def test_workers_that_cannot_start_stop_the_run_with_the_reason_not_a_retry_each
     """A worker that dies before it takes its submission is not the submission's doing: it
     is started once more, and when that one dies starting too, every submission left is
     named with why (here: a course without nbgrader_config.py), without a worker each."""
-    monkeypatch.setattr(grade, "add_students", lambda root, students: None)
+    monkeypatch.setattr(grade.pool, "add_students", lambda root, students: None)
     todo = [("d", "s1"), ("d", "s2"), ("d", "s3")]
     for assignment, student in todo:   # a notebook each: nothing refuses them before a worker
         (tmp_path / "submitted" / student / assignment).mkdir(parents=True)
@@ -323,18 +323,18 @@ def test_a_failure_names_the_real_cause_not_nbgraders_see_above():
            "[AutogradeApp | ERROR] Please see the the above traceback for details\n"
            "Traceback (most recent call last):\n  File \"b.py\", line 2\n"
            "nbgrader.utils.NbGraderException: Please see the the above traceback for details\n")
-    assert grade._cause(log) == "RuntimeError: no kernel could be started for this submission: host said no"
+    assert grade.cause(log) == "RuntimeError: no kernel could be started for this submission: host said no"
 
 
 def test_progress_says_the_count_the_rate_and_the_time_left():
     import io
 
     out = io.StringIO()
-    grade._progress(out, 10, 40, 120.0, ("drop01", "alice"))
+    grade.pool.show_progress(out, 10, 40, 120.0, ("drop01", "alice"))
     line = out.getvalue()
     # 10 in 2 minutes: 5.0 a minute; 30 left at that rate take 6 minutes
     assert "10/40 done, 5.0/min, 6:00 of autograding left (alice/drop01)" in line
-    grade._progress(out, 11, 40, 120.0, ("drop01", "bob"), ok=False)
+    grade.pool.show_progress(out, 11, 40, 120.0, ("drop01", "bob"), ok=False)
     assert out.getvalue().endswith("(bob/drop01: not graded)\n")
 
 
@@ -403,7 +403,7 @@ def test_a_terminated_grader_stops_its_workers_and_leaves_no_process(tmp_path):
     shutil.copy(ROOT / "nbgrader_config.py", course)
     grade.copy_samples(course)
     env = {**os.environ, "THREEAXES_GRADE_ISOLATE": "0", "PYTHONPATH": str(ROOT)}
-    run = subprocess.Popen([sys.executable, "-c", "import sys; from autograder import grade; "
+    run = subprocess.Popen([sys.executable, "-c", "import sys; from autograder.apps import grade; "
                             "grade.grade_all(sys.argv[1], jobs=1)", str(course)], cwd=ROOT, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     logs = course / grade.GRADED / grade.LOGS

@@ -43,7 +43,7 @@ def test_the_table_sums_each_phase_over_the_class():
 
 
 def test_the_grader_counts_what_the_worker_did_not_as_its_own_side():
-    from autograder.apps.grade import _phases
+    from autograder.apps.grade.pool import phases_of as _phases
 
     # 7 s from handing the submission over to its answer; the worker accounts for 5.5 s of it
     said = {"phases": {"worker start": 2.0, "fork": 0.5, "nbgrader": 3.0, "odd": "x"}}

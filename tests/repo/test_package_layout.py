@@ -14,7 +14,6 @@ FOLDERS = ("threeaxes", "autograder", "hub", "benchmarks", "tests")
 # Over the cap and waiting for their split. Each is a test that fails once the file is short
 # enough (strict xfail): then take it off this list.
 SPLIT_PENDING = {
-    "autograder/apps/grade.py": "split pending: the grader's rewrite, another change, owns grade.py",
     "autograder/apps/exchange.py": "split pending: owned by the exchange's change",
     "autograder/runtime/sandbox.py": "split pending: owned by the sandbox's change",
     "tests/autograder/test_borrowed.py": "split pending: one file per judging module once borrowed.py's split settles",
