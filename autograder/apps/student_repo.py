@@ -31,7 +31,7 @@ INSTRUCTOR_ONLY = ("source/", "autograder/samples/", "submitted/", "tests/", ".c
                    "autograder/apps/release.py", "autograder/apps/student_repo.py", "autograder/references/",
                    "autograder/cases.py", "autograder/judging/borrowed.py", "autograder/judging/oracle.py",
                    "autograder/withheld.py", "autograder/apps/grade_worker.py", "autograder/apps/report.py",
-                   "autograder/apps/config_cases.py", "autograder/apps/exchange.py",
+                   "autograder/apps/config_cases.py", "autograder/apps/exchange/",
                    "autograder/runtime/cell_runner.py", "autograder/judging/warm_start.py",
                    "autograder/runtime/forked_kernel.py")
 

@@ -8,8 +8,8 @@ containers, not macOS), the kernel host:
    its own (the ranks' gloo needs it), nothing outside is reachable;
 2. changes root into a tree of its own that holds only the system's programs
    and libraries, the Python environment and the `threeaxes` package, every
-   mount read-only all the way down (`_read_only`), a /dev of its own with
-   five devices (`DEVICES`), /sys read-only and a fresh /tmp: the course
+   mount read-only all the way down (`mounts.make_read_only`), a /dev of its own with
+   five devices (`mounts.DEVICES`), /sys read-only and a fresh /tmp: the course
    (solutions in `source/`, the gradebook, other students' submissions and
    feedback), home folders, other submissions' scratch and any other copy of
    the course are not in it. The kernel works in /tmp/work;
@@ -31,23 +31,36 @@ limits, a scratch folder and a clean environment.
 """
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import os
-import platform
 import resource
 import shutil
 import signal
 import socket
 import struct
 
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
-CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x02000000, 0x04000000, 0x08000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
-MNT_DETACH = 2
-PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}   # syscall numbers (glibc has no wrapper)
-MOUNT_SETATTR = 442                            # the same on x86_64 and aarch64 (Linux 5.12+)
-AT_RECURSIVE, MOUNT_ATTR_RDONLY = 0x8000, 0x1
+from autograder.runtime.mounts import (
+    CLONE_NEWCGROUP,
+    CLONE_NEWIPC,
+    CLONE_NEWNET,
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    CLONE_NEWUSER,
+    CLONE_NEWUTS,
+    MS_BIND,
+    MS_NODEV,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_REC,
+    call,
+    make_read_only,
+    minimal_root,
+    mount,
+    read_tree,
+    write_text,
+    write_tree,
+)
+
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
 KERNEL_UID = KERNEL_GID = 65534                # nobody: what a kernel is when root grades
 
@@ -59,27 +72,6 @@ LIMITS = {  # per process, inherited by the kernel and its ranks
     "RLIMIT_NOFILE": 4096,       # open files and sockets of each process (ranks' gloo needs a few hundred)
     "RLIMIT_CORE": 0,
 }
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _call(name, *args):
-    if getattr(_libc, name)(*args) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{name}: {os.strerror(err)}")
-
-
-def _mount(source, target, fstype, flags, data=None):
-    _call("mount", _b(source), _b(target), _b(fstype), ctypes.c_ulong(flags), _b(data))
-
-
-def _b(text):
-    return None if text is None else os.fsencode(text)
-
-
-def _write(path, text):
-    with open(path, "w") as f:
-        f.write(text)
 
 
 def isolate(settings: dict) -> dict:
@@ -125,15 +117,15 @@ ISOLATED = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWU
 def _enter_namespaces(settings: dict) -> None:
     uid, gid = os.getuid(), os.getgid()
     if uid == 0:   # real privilege: the mounts as root, then none of it (`_give_up_root`)
-        _call("unshare", ISOLATED)
+        call("unshare", ISOLATED)
     else:          # the privilege of a user namespace of its own, over its own mounts only
-        _call("unshare", CLONE_NEWUSER | ISOLATED)
-        _write("/proc/self/setgroups", "deny")
-        _write("/proc/self/uid_map", f"0 {uid} 1")
-        _write("/proc/self/gid_map", f"0 {gid} 1")
+        call("unshare", CLONE_NEWUSER | ISOLATED)
+        write_text("/proc/self/setgroups", "deny")
+        write_text("/proc/self/uid_map", f"0 {uid} 1")
+        write_text("/proc/self/gid_map", f"0 {gid} 1")
     _become_pid_one()
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    settings["under_tmp"] = _minimal_root(settings["keep"], settings["stage"], settings.get("replace", ()))
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    settings["under_tmp"] = minimal_root(settings["keep"], settings["stage"], settings.get("replace", ()))
     _loopback_up()
     if uid == 0:
         uid, gid = _give_up_root()
@@ -148,9 +140,9 @@ def confine_worker(keep: list[str], stage: str) -> str:
     Returns what was done."""
     if os.getuid() != 0:
         return "its grader's own user (not root), unconfined"
-    _call("unshare", CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    _minimal_root(keep, stage)
+    call("unshare", CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    minimal_root(keep, stage)
     _drop_privilege(*_give_up_root())
     return f"uid {KERNEL_UID} in a root of its own"
 
@@ -161,9 +153,9 @@ def _give_up_root() -> tuple[int, int]:
     os.setgroups([])
     os.setresgid(KERNEL_GID, KERNEL_GID, KERNEL_GID)
     os.setresuid(KERNEL_UID, KERNEL_UID, KERNEL_UID)
-    _call("prctl", PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    call("prctl", PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     # a changed uid makes /proc/self root's; the user namespace below must write its maps
-    _call("prctl", PR_SET_DUMPABLE, 1, 0, 0, 0)
+    call("prctl", PR_SET_DUMPABLE, 1, 0, 0, 0)
     return KERNEL_UID, KERNEL_GID
 
 
@@ -171,16 +163,16 @@ def _drop_privilege(uid: int, gid: int) -> None:
     """A nested user namespace, in which the process is `uid`/`gid`: it keeps no privilege
     over the mounts made so far (they are locked: read-only stays read-only)."""
     outside_uid, outside_gid = os.getuid(), os.getgid()
-    _call("unshare", CLONE_NEWUSER | CLONE_NEWNS)
-    _write("/proc/self/setgroups", "deny")
-    _write("/proc/self/uid_map", f"{uid} {outside_uid} 1")
-    _write("/proc/self/gid_map", f"{gid} {outside_gid} 1")
+    call("unshare", CLONE_NEWUSER | CLONE_NEWNS)
+    write_text("/proc/self/setgroups", "deny")
+    write_text("/proc/self/uid_map", f"{uid} {outside_uid} 1")
+    write_text("/proc/self/gid_map", f"{gid} {outside_gid} 1")
 
 
 def die_with_parent() -> None:
     """End this process when the one that started it ends, however it ends (a grading
     worker killed, or stopped by Ctrl-C): no kernel host outlives its grader."""
-    _call("prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    call("prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() == 1:    # the parent was already gone before the line above
         os._exit(1)
 
@@ -198,7 +190,7 @@ def _become_pid_one(announce=None) -> None:
             signal.signal(sig, lambda *_: os._exit(1))
         _, status = os.waitpid(pid, 0)
         os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
-    _call("prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    call("prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def enter_kernel_world(namespaces: bool, settings: dict, announce) -> None:
@@ -210,160 +202,31 @@ def enter_kernel_world(namespaces: bool, settings: dict, announce) -> None:
     Without: its own process group, and a copy of the work folder to work in."""
     if not namespaces:
         os.setsid()
-        _call("prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        call("prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         workdir = os.path.join(settings["stage"], f"kernel-{os.getpid()}")
         # (without a sandbox the work folder may be the stage itself: earlier kernels' copies stay out)
         shutil.copytree(os.getcwd(), workdir, symlinks=True, ignore_dangling_symlinks=True,
                         ignore=shutil.ignore_patterns("kernel-*"))
         os.chdir(workdir)
         return
-    _call("prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    call("prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     under_tmp = settings.get("under_tmp", [])
-    files = _read_tree("/tmp", skip=set(under_tmp))
-    _call("unshare", CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC)
+    files = read_tree("/tmp", skip=set(under_tmp))
+    call("unshare", CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC)
     old_tmp = os.open("/tmp", os.O_PATH | os.O_DIRECTORY)   # the mounts under it, once it is hidden
     for folder in ("/tmp", "/dev/shm"):
-        _mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=1g,mode=1777")
+        mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=1g,mode=1777")
     for path in under_tmp:   # the Python environment or the package, where they live under /tmp
         os.makedirs(path, exist_ok=True)
-        _mount(f"/proc/self/fd/{old_tmp}/{os.path.relpath(path, '/tmp')}", path, None, MS_BIND | MS_REC)
+        mount(f"/proc/self/fd/{old_tmp}/{os.path.relpath(path, '/tmp')}", path, None, MS_BIND | MS_REC)
     os.close(old_tmp)
-    _write_tree(files)
+    write_tree(files)
     _become_pid_one(announce)
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)   # this namespace's processes only
-    _mount("/proc/sys", "/proc/sys", None, MS_BIND | MS_REC)
-    _read_only("/proc/sys")
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV)   # this namespace's processes only
+    mount("/proc/sys", "/proc/sys", None, MS_BIND | MS_REC)
+    make_read_only("/proc/sys")
     _drop_privilege(os.getuid(), os.getgid())
     os.chdir(settings["workdir"])
-
-
-def _read_tree(top: str, skip=frozenset()) -> list:
-    """(path, mode, bytes or link target) of the folders, files and links under `top`, less
-    the folders in `skip` (mounts); sockets and pipes (a forkserver's, say) stay behind."""
-    found = []
-    for folder, dirs, names in os.walk(top):
-        dirs[:] = [d for d in dirs if os.path.join(folder, d) not in skip]
-        found.append((folder, os.stat(folder).st_mode, None))
-        for name in names:
-            path = os.path.join(folder, name)
-            if os.path.islink(path):
-                found.append((path, None, os.readlink(path)))
-            elif os.path.isfile(path):
-                with open(path, "rb") as f:
-                    found.append((path, os.stat(path).st_mode, f.read()))
-    return found
-
-
-def _write_tree(found: list) -> None:
-    for path, mode, data in found:
-        if mode is None:
-            os.symlink(data, path)
-        elif data is None:
-            os.makedirs(path, exist_ok=True)
-            os.chmod(path, mode & 0o7777)
-        else:
-            with open(path, "wb") as f:
-                f.write(data)
-            os.chmod(path, mode & 0o7777)
-
-
-# What a kernel needs of the machine: programs, libraries, /etc (less its secrets), the
-# CPU description torch reads (/sys) and a few devices; everything else stays out of sight.
-SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys")
-SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/ssh")
-DEVICES = ("null", "zero", "full", "random", "urandom")
-
-
-def _minimal_root(keep: list[str], stage: str, replace=()) -> list[str]:
-    """Change root into a new, mostly empty tree: SYSTEM and `keep` bound read-only all the
-    way down, a /dev of DEVICES only, a fresh /tmp, /dev/shm and /proc; each (source, target,
-    writable) of `replace` bound over target (autograder/withheld.py: the package with
-    withheld functions; the grader's socket). Home folders, the course, other submissions'
-    scratch and any other copy of the course on the machine are simply not there. Returns
-    the mounts made under /tmp (a kernel's fresh /tmp binds them again)."""
-    # the new tree is built on a tmpfs of this mount namespace's own over `stage`, an
-    # empty folder the grader made (and removes), so nothing the tree needs is hidden
-    _mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=755")
-    new, empty = stage + "/root", stage + "/empty"
-    os.mkdir(new)
-    os.mkdir(empty)
-
-    def bind(path, target=None, read_only=True):
-        target = new + (target or path)
-        if os.path.isdir(path):
-            os.makedirs(target, exist_ok=True)
-        else:   # a file, a device, a socket: bound onto an empty file
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            open(target, "a").close()
-        _mount(path, target, None, MS_BIND | MS_REC)
-        if read_only:
-            _read_only(target)
-
-    for path in SYSTEM:
-        if os.path.exists(path):
-            bind(path)
-    for path in SECRETS:
-        if os.path.exists(new + path):
-            _mount(empty if os.path.isdir(path) else "/dev/null", new + path, None, MS_BIND)
-            _read_only(new + path)
-    os.makedirs(new + "/dev")
-    _mount("tmpfs", new + "/dev", "tmpfs", MS_NOSUID, "size=64k,mode=755")
-    for name in DEVICES:   # device files may be written on a read-only mount: /dev/null works
-        bind("/dev/" + name)
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
-        os.symlink(target, f"{new}/dev/{name}")
-    for folder in ("/tmp", "/dev/shm"):
-        os.makedirs(new + folder, exist_ok=True)
-        _mount("tmpfs", new + folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=1g,mode=1777")
-    _mount(None, new + "/dev", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID)
-    os.makedirs(new + "/proc", exist_ok=True)
-    _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV)
-    for path in keep:   # after /tmp: a Python environment may live under it
-        if os.path.exists(path):
-            bind(path)
-    for source, target, writable in replace:   # the graded copy of threeaxes; the grader's socket
-        bind(source, target, read_only=not writable)
-    under_tmp = sorted({p for p in [*keep, *(t for _, t, _ in replace)]
-                        if p.startswith("/tmp/") and os.path.exists(new + p)})
-    # pivot_root, not chroot: a chrooted process may not make the nested user namespace
-    _mount(new, new, None, MS_BIND | MS_REC)
-    os.chdir(new)
-    if _libc.syscall(PIVOT_ROOT[platform.machine()], b".", b".") != 0:
-        raise OSError(ctypes.get_errno(), "pivot_root: " + os.strerror(ctypes.get_errno()))
-    _call("umount2", _b("."), MNT_DETACH)
-    os.chdir("/")
-    _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)   # its top only
-    return under_tmp
-
-
-class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
-
-
-def _read_only(target: str) -> None:
-    """`target` and every mount under it read-only: one `mount_setattr` (Linux 5.12+), or
-    else a remount of each mount under it, its other flags kept."""
-    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
-    if _libc.syscall(MOUNT_SETATTR, -100, _b(target), AT_RECURSIVE,   # -100: AT_FDCWD
-                     ctypes.byref(attr), ctypes.sizeof(attr)) == 0:
-        return
-    for mount_point in _mounts_under(target):
-        kept = os.statvfs(mount_point).f_flag   # ST_* flags: the same bits as MS_*, but relatime
-        flags = (kept & (MS_NOSUID | MS_NODEV | 8 | 1024 | 2048)) | (1 << 21 if kept & 4096 else 0)
-        _mount(None, mount_point, None, MS_BIND | MS_REMOUNT | MS_RDONLY | flags)
-
-
-def _mounts_under(target: str) -> list[str]:
-    """`target` and the mount points below it, from /proc/self/mountinfo (octal escapes undone)."""
-    points = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            point = line.split()[4].encode().decode("unicode_escape")
-            if point == target or point.startswith(target.rstrip("/") + "/"):
-                points.append(point)
-    return points
 
 
 def _loopback_up() -> None:

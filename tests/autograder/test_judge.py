@@ -141,7 +141,7 @@ def test_the_kernel_sees_no_course_no_home_and_no_network(kernel):
     """Its root holds the system, the Python environment and the package, nothing else:
     not the course, not a home folder, not another copy of the course elsewhere."""
     from autograder.runtime.kernel_session import ROOT
-    from autograder.runtime.sandbox import SYSTEM
+    from autograder.runtime.mounts import SYSTEM
 
     def listing(path):
         code = f"import os, json; print(json.dumps(os.listdir({str(path)!r})))"

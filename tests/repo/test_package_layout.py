@@ -14,8 +14,6 @@ FOLDERS = ("threeaxes", "autograder", "hub", "benchmarks", "tests")
 # Over the cap and waiting for their split. Each is a test that fails once the file is short
 # enough (strict xfail): then take it off this list.
 SPLIT_PENDING = {
-    "autograder/apps/exchange.py": "split pending: owned by the exchange's change",
-    "autograder/runtime/sandbox.py": "split pending: owned by the sandbox's change",
     "tests/autograder/test_borrowed.py": "split pending: one file per judging module once borrowed.py's split settles",
     "tests/autograder/test_grade_script.py": "split pending: follows grade.py's split",
     "tests/autograder/test_exchange.py": "split pending: follows exchange.py's split",
