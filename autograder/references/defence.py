@@ -21,7 +21,7 @@ The numbers (`numbers_reference`), for the student's `my_config` as `plan` price
 The cost model prices time, not bytes, so `slow_link_bytes` counts the bytes of exactly
 the transfers `threeaxes.cost.evaluate` puts on an inter-node link (`group_link`).
 
-Tolerances (REL): the activations within 3% of the reference (the student's count leaves
+Tolerances (NUMBER_REL): the activations within 3% of the reference (the student's count leaves
 out the embedding's few extra bytes, under 2% here), the other three within 1% (exact
 counts, rounded); a rival's number within 3%. Every catalogued mistake is off by more than
 twice its tolerance (tests/drops/test_defence.py checks it on each drop).
@@ -44,10 +44,10 @@ from threeaxes.grading.defence import KEYS, REASONS, plain_numbers, plain_rivals
 
 # the cost model's four numbers, the rules a layout breaks and the tolerances, counted once, in the
 # package: the reveal after the answers shows them (tests/drops/test_defence.py checks them by hand)
-from threeaxes.grading.defence_reveal import REL, RIVAL_REL, broken_rules, slow_link_bytes
+from threeaxes.grading.defence_reveal import NUMBER_REL, RIVAL_REL, broken_rules, slow_link_bytes
 from threeaxes.grading.defence_reveal import numbers as numbers_reference
 
-__all__ = ["REL", "KEYS", "REASONS", "numbers_reference", "slow_link_bytes", "rival_reference",
+__all__ = ["NUMBER_REL", "KEYS", "REASONS", "numbers_reference", "slow_link_bytes", "rival_reference",
            "broken_rules", "judge_numbers", "judge_rivals"]
 
 def _plan(scenario: dict, config: dict):
@@ -119,7 +119,7 @@ def judge_numbers(drop: str, scenario: dict, my_config, my_defence,
     got = plain_numbers(my_defence)
     valid = not broken_rules(scenario, config)
     want = numbers_reference(scenario, config) if valid else None
-    off = [k for k in KEYS if want is None or not _close(got[k], want[k], REL[k])]
+    off = [k for k in KEYS if want is None or not _close(got[k], want[k], NUMBER_REL[k])]
     if not off:
         print("my_defence: every number within its tolerance of the cost model's for my_config "
               "(activations 3%, the others 1%)")
@@ -130,12 +130,12 @@ def judge_numbers(drop: str, scenario: dict, my_config, my_defence,
         except AssertionError:
             continue
         if all(_close(got[k], theirs[k], 1e-9) for k in KEYS) and (
-                want is None or any(not _close(theirs[k], want[k], REL[k]) for k in KEYS)):
+                want is None or any(not _close(theirs[k], want[k], NUMBER_REL[k]) for k in KEYS)):
             raise AssertionError(f"my_defence[{off[0]!r}] = {got[off[0]]:.4g}: {says}")
     if not valid:
         raise AssertionError("my_config breaks a rule of the job (its own check says which), so "
                              "it has no numbers to defend: fix my_config first")
-    raise AssertionError(f"my_defence[{off[0]!r}] = {got[off[0]]:.4g} is not within {REL[off[0]]:.0%} of "
+    raise AssertionError(f"my_defence[{off[0]!r}] = {got[off[0]]:.4g} is not within {NUMBER_REL[off[0]]:.0%} of "
                          f"the cost model's figure for {config}; count it again with the formulas above")
 
 

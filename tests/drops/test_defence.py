@@ -100,7 +100,7 @@ def test_the_tolerance_is_far_from_every_numbers_mistake(drop):
         if m["part"] != "my_defence":
             continue
         numbers, _ = bound("\n".join(m["code"]), setup)
-        assert any(abs(numbers[k] / want[k] - 1) > 2 * defence.REL[k] for k in want if want[k]), m["name"]
+        assert any(abs(numbers[k] / want[k] - 1) > 2 * defence.NUMBER_REL[k] for k in want if want[k]), m["name"]
 
 
 def test_the_rivals_lose_as_the_notebooks_say():

@@ -17,7 +17,7 @@ from threeaxes.grading.defence import KEYS
 from threeaxes.grading.slips import GIB_OVER_GB
 
 # the grader's tolerances: activations within 3%, the other numbers 1%, a rival's number 3%
-REL = {"state_gb": 0.01, "activation_gb": 0.03, "bubble": 0.01, "slow_link_gb": 0.01}
+NUMBER_REL = {"state_gb": 0.01, "activation_gb": 0.03, "bubble": 0.01, "slow_link_gb": 0.01}
 RIVAL_REL = 0.03
 
 
@@ -93,7 +93,7 @@ def what_is_off(key: str, got: float, want: float, config: dict) -> str:
     """A number's usual slips, told by how it relates to the cost model's; else the factor."""
     p, tp, dp = config["pp"], config["tp"], config["dp"]
     m = None
-    if want and _close(got, want * GIB_OVER_GB, REL[key]):
+    if want and _close(got, want * GIB_OVER_GB, NUMBER_REL[key]):
         return "that is GiB (2^30 bytes); give GB, 10^9 bytes"
     if key == "bubble":
         m = (p - 1) * (1 - want) / want if want else None
@@ -140,7 +140,7 @@ def _beside(scenario: dict, my_config: dict, my_defence, rival_configs: dict, ri
         want = numbers(scenario, my_config)
         got = {k: as_number(my_defence[k], f"my_defence[{k!r}]") for k in KEYS}   # a percentage too
         for key in KEYS:
-            ok = _close(got[key], want[key], REL[key])
+            ok = _close(got[key], want[key], NUMBER_REL[key])
             print(f"{key:14s} yours {got[key]:9.4g}, the cost model's {want[key]:9.4g}  "
                   + ("✓" if ok else f"✗ {what_is_off(key, got[key], want[key], my_config)}"))
     got_r = plain_rivals(rivals, list(rival_configs))
