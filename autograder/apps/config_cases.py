@@ -35,8 +35,9 @@ from threeaxes.grading import visible_config
 from threeaxes.grading.sizing import plain_config
 
 
-def exercise_data(drop: str, nb, exercise: spec.Exercise) -> dict:
+def exercise_data(drop: str, nb: nbformat.NotebookNode, exercise: spec.Exercise) -> dict:
     config = exercise.visible_config
+    assert config is not None, "drop_data passes only the exercises with a visible_config"
     best = best_in_scenario(visible_config._scenario(config.scenario))
     data = {"name": config.name, "scenario": config.scenario, "margin": config.margin,
             "micro_batch": config.micro_batch, "bubble_target": config.bubble_target,
@@ -65,7 +66,7 @@ def drop_data(folder: Path) -> dict:
     return {e.answer: exercise_data(drop, nb, e) for e in exercises if e.visible_config}
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     return generate(argv, __doc__.splitlines()[0], drop_data, ".config.json", "python -m autograder.apps.config_cases")
 
 

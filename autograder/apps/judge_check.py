@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     # imported here, not at the top: ranks the judge launches import this main module
     # again, and nbgrader's import would cost each of them seconds
     import nbformat

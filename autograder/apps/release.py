@@ -75,7 +75,7 @@ def install_cell_place(cells: list) -> int:
 def stamp_install_cell(path: Path) -> bool:
     """Put the install cell right under the title; True when the file changed."""
     nb = json.loads(path.read_text())
-    cell = {"cell_type": "code", "execution_count": None, "id": "install-threeaxes",
+    cell: dict[str, object] = {"cell_type": "code", "execution_count": None, "id": "install-threeaxes",
             "metadata": {}, "outputs": [], "source": INSTALL_CELL.splitlines(keepends=True)}
     others = [c for c in nb["cells"] if not is_install_cell(c)]
     cells = others[:install_cell_place(others)] + [cell] + others[install_cell_place(others):]
@@ -123,7 +123,7 @@ def generate(course_root: Path, out_root: Path, names: list[str] | None = None,
             normalise(nb_path)
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="assignments to release (default: every one in source/)")
     parser.add_argument("--out", type=Path, default=None,

@@ -28,10 +28,14 @@ import sys
 import urllib.parse
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import nbformat
 
 from autograder import course, spec
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 BLANK = ("NotImplementedError", "is not defined")   # the stub raised, or was never replaced
 
@@ -47,7 +51,7 @@ def records(course_root: Path, assignment: str) -> list[spec.Exercise]:
 
 def exercises(course_root: Path, assignment: str) -> list[dict]:
     """`records`, each as grading.json writes it."""
-    return [e.entry for e in records(course_root, assignment)]
+    return [e.entry for e in records(course_root, assignment) if e.entry is not None]   # spec.load sets each
 
 
 def name_of(said: dict | None, exercise: spec.Exercise, blank: bool = False) -> str | None:
@@ -148,8 +152,8 @@ def _cells(path: Path) -> dict:
 def summary(rows: list[dict]) -> dict:
     """{drop: {exercise: {"share": points earned / points possible, "mistakes": {name: [students]},
     "says": {name: [what the students read, each once]}}}}."""
-    out = defaultdict(lambda: defaultdict(lambda: {"earned": 0.0, "max": 0.0, "mistakes": defaultdict(list),
-                                                   "says": defaultdict(list)}))
+    out: defaultdict[str, defaultdict[str, dict[str, Any]]] = defaultdict(lambda: defaultdict(lambda: {
+        "earned": 0.0, "max": 0.0, "mistakes": defaultdict(list), "says": defaultdict(list)}))
     for r in rows:
         if not r["exercise"]:
             continue                 # a written answer waiting: waiting() counts those
@@ -197,7 +201,7 @@ def write(rows: list[dict], out: Path) -> Path:
     return out
 
 
-def _chart(drop: str, exs: dict):
+def _chart(drop: str, exs: dict) -> Figure:
     from matplotlib.figure import Figure
 
     names = list(exs)
@@ -287,7 +291,7 @@ def _page(table: dict, written: dict | None = None) -> str:
     return "\n".join(parts + ["</body></html>"]) + "\n"
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("course", nargs="?", default=str(course.ROOT), type=Path)
     parser.add_argument("--out", type=Path, default=None)

@@ -61,7 +61,7 @@ def export(dest: Path, root: Path = ROOT) -> list[str]:
     return files
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dest", type=Path)
     args = parser.parse_args(argv)

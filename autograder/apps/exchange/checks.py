@@ -50,7 +50,7 @@ def waiting_students(course: Course, drop: str, collected: dict[str, str]) -> li
     """Students whose newest submission in the exchange is newer than the collected one."""
     from nbgrader.utils import parse_utc
 
-    newest = {}
+    newest: dict[str, str] = {}
     for path in course.inbound.glob(f"*+{drop}+*"):
         student, _, stamp = path.name.rsplit("+", 3)[:3]   # student+drop+timestamp[+random]
         newest[student] = max(newest.get(student, stamp), stamp, key=parse_utc)

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autograder.apps.grade import gradebook_url
 from autograder.course import ROOT
+
+if TYPE_CHECKING:
+    from nbgrader.api import Gradebook
+    from nbgrader.apps.api import NbGraderAPI
 
 CONFIG = "nbgrader_config.py"
 
@@ -27,7 +32,7 @@ class Course:
     def inbound(self) -> Path:
         return self.exchange / self.course_id / "inbound"
 
-    def gradebook(self):
+    def gradebook(self) -> Gradebook:
         from nbgrader.api import Gradebook
         return Gradebook(self.db_url, self.course_id)
 
@@ -53,7 +58,7 @@ def load_course(root: Path = ROOT) -> Course:
     return Course(root, course_id, Path(Exchange(config=config).root), db_url, config)
 
 
-def nbgrader_api(course: Course, **settings):
+def nbgrader_api(course: Course, **settings: object) -> NbGraderAPI:
     """nbgrader's API on the course; `settings`: {"Section.key": value} on top of its config."""
     from nbgrader.apps.api import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory

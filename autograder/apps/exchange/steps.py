@@ -5,6 +5,7 @@ import argparse
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from autograder import course as layout  # `course` names the Course here
 from autograder.apps.exchange.checks import (
@@ -83,7 +84,7 @@ class Graded:
         return "\n".join([*self.scores, *(f"NOT GRADED: {p}" for p in self.problems)])
 
 
-def grade(course: Course, drops: list[str], jobs: int = 2, *extra: str, progress=sys.stderr) -> Graded:
+def grade(course: Course, drops: list[str], jobs: int = 2, *extra: str, progress: TextIO = sys.stderr) -> Graded:
     """Grade every collected submission of `drops` that can be graded; the others are
     named in `problems` and left as they are. Then feedback/ and grades.csv."""
     check_known(course, drops)
@@ -156,7 +157,7 @@ def release_feedback(course: Course, drops: list[str]) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     steps = parser.add_subparsers(dest="step", required=True)
     helps = {"release": "nbgrader release_assignment", "collect": "nbgrader collect, then what cannot be graded",

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from pathlib import Path
+from typing import cast
 
 from autograder.apps.hub import DESCRIPTION
 from autograder.apps.hub.exchange_check import check_exchange
@@ -41,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     import signal
 
@@ -65,7 +67,7 @@ def main(argv=None) -> int:
                    env=args.env)
     settings = prepare(cfg, done, create_users=args.create_users)
     hub = Hub(settings, done)
-    sys.stdout.reconfigure(line_buffering=True)
+    cast(io.TextIOWrapper, sys.stdout).reconfigure(line_buffering=True)   # typeshed: a TextIO
     print(f"the class's hub is at {hub.url} (started in {hub.start_seconds:.1f} s; log: {hub.log})")
     print(f"exchange: {settings['exchange']}; course: {settings['course']}")
     if accounts:

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,7 +76,7 @@ class Install:
 
 
 @contextlib.contextmanager
-def _locked(path: Path):
+def _locked(path: Path) -> Iterator[None]:
     import fcntl
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -93,7 +94,7 @@ def _run(argv: list, what: str, timeout: float) -> None:
         raise HubError(f"{what} failed:\n{(done.stdout + done.stderr)[-2000:]}")
 
 
-def install(accounts: bool = False, log=print, timeout: float = 300) -> Install:
+def install(accounts: bool = False, log: Callable[[str], object] = print, timeout: float = 300) -> Install:
     """The pinned hub and proxy in a cache, made once and reused: a venv whose Python also
     sees the course's packages (site_hook), so jupyterhub-singleuser serves the course's JupyterLab."""
     python = base_python(accounts)

@@ -7,6 +7,10 @@ import stat
 import subprocess
 import sysconfig
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pwd
 
 
 class HubError(SystemExit):
@@ -29,7 +33,7 @@ def course_site() -> Path:
     return Path(sysconfig.get_paths()["purelib"])
 
 
-def pwd_entry(name: str):
+def pwd_entry(name: str) -> pwd.struct_passwd:
     import pwd
 
     return pwd.getpwnam(name)

@@ -9,6 +9,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from autograder.apps.hub.installer import HUB, SITE_VARIABLE, Install
 from autograder.apps.hub.machine import HubError
@@ -52,7 +53,8 @@ class Hub:
         host = "127.0.0.1" if self.settings["ip"] in ("", "0.0.0.0") else self.settings["ip"]
         return f"http://{host}:{self.settings['port']}"
 
-    def request(self, method: str, path: str, body=None, timeout: float = 120, raw: bool = False):
+    def request(self, method: str, path: str, body: object = None, timeout: float = 120,
+                raw: bool = False) -> Any:
         """`path` under the hub's URL (/hub/api/..., /user/<name>/...), with the service token."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method,
@@ -64,7 +66,7 @@ class Hub:
             return text
         return json.loads(text) if text.strip() else None
 
-    def api(self, method: str, path: str, body=None, timeout: float = 120):
+    def api(self, method: str, path: str, body: object = None, timeout: float = 120) -> Any:
         return self.request(method, "/hub/api" + path, body, timeout)
 
     def spawn(self, name: str, wait: float = 180) -> float:

@@ -7,6 +7,7 @@ import json
 import os
 import secrets
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,7 +115,8 @@ def _demo_homes(cfg: Settings, state: Path) -> dict:
     return passwords
 
 
-def prepare(cfg: Settings, done: Install, create_users: bool = False, log=print) -> dict:
+def prepare(cfg: Settings, done: Install, create_users: bool = False,
+            log: Callable[[str], object] = print) -> dict:
     """Everything the hub reads, checked: the state folder, the exchange, the role configs,
     the accounts (or the demo passwords); returns settings.json's content."""
     state = cfg.state.resolve()

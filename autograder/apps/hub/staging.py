@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,7 +57,7 @@ def _open_folders(top: Path) -> None:
         os.chmod(folder, os.stat(folder).st_mode | 0o055)
 
 
-def stage(folder: Path, log=print) -> CourseEnv:
+def stage(folder: Path, log: Callable[[str], object] = print) -> CourseEnv:
     """Copy the course's environment into `folder` (replacing what an earlier stage left there)."""
     folder = Path(folder).resolve()
     env, here = staged_env(folder), this_env()
