@@ -9,6 +9,9 @@ let a student find each one by trial, so it says nothing about the values.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from threeaxes import progress
 from threeaxes.grading import as_choice, as_number
 from threeaxes.grading.shown import in_one_line
@@ -22,7 +25,7 @@ RULES = ("gpus", "tp_heads", "tp_kv_heads", "tp_node", "pp_layers", "zero_pp", "
 REASONS = RULES + ("memory", "slow_links", "bubble", "tp_comm")
 
 
-def plain_numbers(answer, name: str = "my_defence") -> dict:
+def plain_numbers(answer: Any, name: str = "my_defence") -> dict[str, float]:
     """The four numbers as plain floats, or an AssertionError saying what is expected."""
     if type(answer) is not dict or set(answer) != set(KEYS):
         got = sorted(map(str, answer)) if type(answer) is dict else type(answer).__name__
@@ -37,11 +40,11 @@ def plain_numbers(answer, name: str = "my_defence") -> dict:
     return numbers
 
 
-def plain_rivals(answer, names, name: str = "rivals") -> dict:
+def plain_rivals(answer: Any, names: Iterable[str], name: str = "rivals") -> dict[str, tuple[str, float]]:
     """{rival: (reason, number)} as plain values, or an AssertionError saying what is expected."""
     if type(answer) is not dict or set(answer) != set(names):
         raise AssertionError(f"{name} should be a dict with exactly the keys {list(names)}")
-    out = {}
+    out: dict[str, tuple[str, float]] = {}
     for key in names:
         pair = answer[key]
         if type(pair) not in (tuple, list) or len(pair) != 2:
@@ -54,7 +57,7 @@ def plain_rivals(answer, names, name: str = "rivals") -> dict:
 
 @in_one_line
 @progress.recorded(form_only=True)
-def check_numbers(drop: str, answer: str, my_defence, part: str = "numbers") -> None:
+def check_numbers(drop: str, answer: str, my_defence: Any, part: str = "numbers") -> None:
     """The form of `my_defence`; its values are judged when the notebook is graded. `part`
     names what the student's progress records (the answer cell binds two values)."""
     plain_numbers(my_defence)
@@ -64,7 +67,7 @@ def check_numbers(drop: str, answer: str, my_defence, part: str = "numbers") -> 
 
 @in_one_line
 @progress.recorded(form_only=True)
-def check_rivals(drop: str, answer: str, rivals, names, part: str = "rivals") -> None:
+def check_rivals(drop: str, answer: str, rivals: Any, names: Iterable[str], part: str = "rivals") -> None:
     """The form of `rivals`; the reasons and numbers are judged when the notebook is graded."""
     plain_rivals(rivals, list(names))
     print("rivals has the form it should have; each reason and number is checked when your "

@@ -11,8 +11,10 @@ graded answer sees only the form (`threeaxes.grading.defence`).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from threeaxes.cost import GB, bytes_sent_per_gpu, group_inside_node, plan, violations
+from threeaxes.cost.evaluate import PlanResult
 from threeaxes.grading.defence import KEYS
 from threeaxes.grading.slips import GIB_OVER_GB
 
@@ -21,12 +23,12 @@ NUMBER_REL = {"state_gb": 0.01, "activation_gb": 0.03, "bubble": 0.01, "slow_lin
 RIVAL_REL = 0.03
 
 
-def _plan(scenario: dict, config: dict):
+def _plan(scenario: dict[str, Any], config: dict[str, Any]) -> PlanResult:
     return plan(scenario["model"], scenario["cluster"], scenario["global_batch"],
                 scenario.get("seq_len"), **config, **scenario.get("assumptions", {}))
 
 
-def slow_link_bytes(scenario: dict, config: dict) -> float:
+def slow_link_bytes(scenario: dict[str, Any], config: dict[str, Any]) -> float:
     """Bytes one GPU sends over inter-node links in one step: the pipeline's sends where its
     stages sit on different nodes, a replica group's exchange where it crosses nodes."""
     model, cluster = scenario["model"], scenario["cluster"]
@@ -46,7 +48,7 @@ def slow_link_bytes(scenario: dict, config: dict) -> float:
     return total
 
 
-def numbers(scenario: dict, config: dict) -> dict:
+def numbers(scenario: dict[str, Any], config: dict[str, Any]) -> dict[str, float]:
     """The cost model's four numbers for a configuration that follows the rules."""
     r = _plan(scenario, config)
     mem = r.memory
@@ -54,7 +56,7 @@ def numbers(scenario: dict, config: dict) -> dict:
             "bubble": r.bubble_fraction, "slow_link_gb": slow_link_bytes(scenario, config) / GB}
 
 
-def broken_rules(scenario: dict, config: dict) -> dict:
+def broken_rules(scenario: dict[str, Any], config: dict[str, Any]) -> dict[str, float]:
     """{rule: the number it compares} for each rule of `violations` the layout breaks."""
     model, cluster, tp = scenario["model"], scenario["cluster"], config["tp"]
     rules = {k: v for k, v in config.items() if k != "sequence_parallel"}
@@ -66,7 +68,7 @@ def broken_rules(scenario: dict, config: dict) -> dict:
             for v in violations(model, cluster, scenario["global_batch"], **rules, **flags)}
 
 
-def rival(scenario: dict, config: dict) -> dict:
+def rival(scenario: dict[str, Any], config: dict[str, Any]) -> dict[str, float]:
     """{reason: number} the grader accepts for a rival: each rule it breaks, else memory, else
     the costliest term of its step beyond compute."""
     broken = broken_rules(scenario, config)
@@ -77,7 +79,7 @@ def rival(scenario: dict, config: dict) -> dict:
         return {"memory": r.memory.total / GB}
     t, model = r.time, scenario["model"]
     terms = {"slow_links": t.dp_comm + t.pp_comm, "bubble": t.bubble, "tp_comm": t.tp_comm}
-    reason = max(terms, key=terms.get)
+    reason = max(terms, key=terms.__getitem__)
     seq = scenario.get("seq_len") or model.seq_len
     one = bytes_sent_per_gpu("all_reduce", 2 * config["micro_batch"] * seq * model.d_model, config["tp"])
     tp_bytes = (6 if config.get("recompute") == "full" else 4) * model.n_layers / config["pp"] * r.micro_batches * one
@@ -89,7 +91,7 @@ def _close(a: float, b: float, rel: float) -> bool:
     return math.isfinite(a) and math.isclose(a, b, rel_tol=rel, abs_tol=1e-6)
 
 
-def what_is_off(key: str, got: float, want: float, config: dict) -> str:
+def what_is_off(key: str, got: float, want: float, config: dict[str, Any]) -> str:
     """A number's usual slips, told by how it relates to the cost model's; else the factor."""
     p, tp, dp = config["pp"], config["tp"], config["dp"]
     m = None
@@ -118,7 +120,8 @@ def what_is_off(key: str, got: float, want: float, config: dict) -> str:
     return f"{got / want:.3g}x the cost model's" if want else "the cost model's is 0"
 
 
-def beside(scenario: dict, my_config: dict, my_defence, rival_configs: dict, rivals) -> None:
+def beside(scenario: dict[str, Any], my_config: dict[str, Any], my_defence: Any,
+           rival_configs: dict[str, dict[str, Any]], rivals: Any) -> None:
     """Print the student's defence beside the cost model's, each number and each rival marked
     ✓ within the grader's tolerance, or ✗ with what is off; an answer of the wrong form is
     said, not raised (the reveal is no check)."""
@@ -128,7 +131,8 @@ def beside(scenario: dict, my_config: dict, my_defence, rival_configs: dict, riv
         print(f"✗ {exc}")
 
 
-def _beside(scenario: dict, my_config: dict, my_defence, rival_configs: dict, rivals) -> None:
+def _beside(scenario: dict[str, Any], my_config: dict[str, Any], my_defence: Any,
+            rival_configs: dict[str, dict[str, Any]], rivals: Any) -> None:
     from threeaxes.grading import as_number
     from threeaxes.grading.defence import plain_rivals
 

@@ -9,6 +9,9 @@ with stored cases (`threeaxes.grading.visible`).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from threeaxes.dims import ParallelDims
@@ -21,7 +24,8 @@ CHECK_CONFIG = ToyConfig(vocab_size=16, d_model=16, n_heads=2, n_layers=2, seq_l
 EXAMPLES_PER_RANK, SEED = 2, 2
 
 
-def gradients_after_average(rank: int, world_size: int, student_fn, examples_per_rank=EXAMPLES_PER_RANK, seed=SEED):
+def gradients_after_average(rank: int, world_size: int, student_fn: Callable[..., Any],
+                            examples_per_rank: int = EXAMPLES_PER_RANK, seed: int = SEED) -> dict[str, Any]:
     """On one dp rank: backward on this rank's slice, then `student_fn(model, dims)`.
     Returns plain values: {"rank", "error" (None or what the function raised),
     "grads" ({name: the gradient flattened to floats, or None where p.grad is gone}),
@@ -35,7 +39,8 @@ def gradients_after_average(rank: int, world_size: int, student_fn, examples_per
         student_fn(model, dims)
     except Exception as exc:  # noqa: BLE001 - the student's code; report it, do not crash the rank
         return {"rank": rank, "error": f"{type(exc).__name__}: {exc}", "grads": {}, "shapes": {}}
-    grads, shapes = {}, {}
+    grads: dict[str, list[float] | None] = {}
+    shapes: dict[str, list[int] | None] = {}
     for name, p in model.named_parameters():
         g = p.grad if isinstance(p.grad, torch.Tensor) else None
         # below 1e-13 is rounding noise (attention's key bias has a zero gradient in exact

@@ -13,16 +13,20 @@ and sized by the trace.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from threeaxes import trace
 from threeaxes.dims import ParallelDims
 from threeaxes.grading import plain_tensor
+from threeaxes.toy import ToyConfig
 
 __all__ = ["exercise_tensors", "column_split_outputs", "tp_block_collectives"]
 
 
-def exercise_tensors(tokens: int, d_in: int, d_out: int, seed: int = 0):
+def exercise_tensors(tokens: int, d_in: int, d_out: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """The (x, w) every rank of the column-split exercise receives: x (tokens,
     d_in) and w (d_in, d_out), float64 from a fixed seed, the same on every rank."""
     gen = torch.Generator().manual_seed(seed)
@@ -31,14 +35,15 @@ def exercise_tensors(tokens: int, d_in: int, d_out: int, seed: int = 0):
     return x, w
 
 
-def column_split_outputs(rank: int, world_size: int, student_fn, tokens=3, d_in=4, d_out=6, seed=0):
+def column_split_outputs(rank: int, world_size: int, student_fn: Callable[..., Any], tokens: int = 3, d_in: int = 4,
+                         d_out: int = 6, seed: int = 0) -> dict[str, Any]:
     """On one tp rank: `student_fn(x, w, dims)`, run to the end on every rank before
     anything is judged (so no rank waits on another). Returns plain values: {"rank",
     "error", "returned" (type name), "outputs" (each returned value, `plain_tensor`),
     "collectives" ([[op, axis, bytes]] made through threeaxes.comms)}."""
     dims = ParallelDims.init(tp=world_size)
     x, w = exercise_tensors(tokens, d_in, d_out, seed)
-    result = {"rank": rank, "error": None, "returned": None, "outputs": [], "collectives": []}
+    result: dict[str, Any] = {"rank": rank, "error": None, "returned": None, "outputs": [], "collectives": []}
     try:
         with trace.record() as sent:
             got = student_fn(x.clone(), w.clone(), dims)
@@ -51,7 +56,7 @@ def column_split_outputs(rank: int, world_size: int, student_fn, tokens=3, d_in=
     return result
 
 
-def tp_block_collectives(rank: int, world_size: int, cfg, batch):
+def tp_block_collectives(rank: int, world_size: int, cfg: ToyConfig, batch: int) -> tuple[int, int, list[int]]:
     """Measured on `world_size` tp ranks (the grader's own ranks): block 0 of
     ToyTransformer(cfg, seed=0) cut by TPBlock, one forward and one backward of a
     (batch, seq_len, d_model) input. Returns (all-reduces forward, all-reduces

@@ -9,6 +9,9 @@ whole model (`autograder/references/drop04.py`).
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import torch
 
 from threeaxes.grading import REFUSED, as_int, plain_tensor
@@ -29,12 +32,12 @@ def check_config(n_layers: int = N_LAYERS) -> ToyConfig:
                      dtype=torch.float64)
 
 
-def plain_stage_layers(answer, name: str = "stage_layers(...)") -> list[list[int]]:
+def plain_stage_layers(answer: Any, name: str = "stage_layers(...)") -> list[list[int]]:
     """A student's boundaries as a plain list of lists of ints, or AssertionError."""
     if type(answer) not in (list, tuple):
         raise AssertionError(f"{name} should return a list of lists of layer indices, "
                              f"got {type(answer).__name__}")
-    stages = []
+    stages: list[list[int]] = []
     for s, stage in enumerate(answer):
         if type(stage) not in (list, tuple, range):
             raise AssertionError(f"{name}[{s}] should be a list of ints, got {type(stage).__name__}")
@@ -42,7 +45,7 @@ def plain_stage_layers(answer, name: str = "stage_layers(...)") -> list[list[int
     return stages
 
 
-def layers_or_refusal(stage_layers, n_layers: int, pp: int):
+def layers_or_refusal(stage_layers: Callable[[int, int], Any], n_layers: int, pp: int) -> list[list[int]] | str:
     """What `stage_layers(n_layers, pp)` answers, as a plain value: its stages as lists of
     ints, or `REFUSED` when it raises ValueError (the exercise's rule where pp does not
     divide n_layers). Any other error, or an answer that is not lists of ints, fails naming
@@ -57,19 +60,20 @@ def layers_or_refusal(stage_layers, n_layers: int, pp: int):
     return plain_stage_layers(answer, call)
 
 
-def covers(stages, n_layers: int, pp: int) -> bool:
+def covers(stages: Sequence[Sequence[int]], n_layers: int, pp: int) -> bool:
     """True when `pp` stages hold every layer 0..n_layers-1 exactly once."""
     return len(stages) == pp and sorted(i for s in stages for i in s) == list(range(n_layers))
 
 
-def stage_split_params(rank: int, world_size: int, student_fn, n_layers=N_LAYERS, m=MICROBATCHES, seed=SEED):
+def stage_split_params(rank: int, world_size: int, student_fn: Callable[[int, int], Any], n_layers: int = N_LAYERS,
+                       m: int = MICROBATCHES, seed: int = SEED) -> dict[str, Any]:
     """On one pipeline rank: the student's stages, then one 1F1B training step of
     check_config(n_layers) on batch `seed` in m microbatches. Returns plain values:
     {"rank", "error", "stages", "params" ({name: {"shape", "values" (flattened
     floats)}} of this rank's trained tensors; empty when the stages do not cover
     every layer once, so nothing was trained)}."""
     pp, call = world_size, f"stage_layers({n_layers}, {world_size})"
-    result = {"rank": rank, "error": None, "stages": None, "params": {}}
+    result: dict[str, Any] = {"rank": rank, "error": None, "stages": None, "params": {}}
     try:
         stages = plain_stage_layers(student_fn(n_layers, pp), call)
     except AssertionError as exc:

@@ -9,6 +9,14 @@ cases (`threeaxes.grading.visible`).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for the hints only: torch is imported inside the functions, on the ranks
+    import torch
+
+    from threeaxes.toy import ToyConfig
+
 __all__ = ["LAUNCH_BUCKET_CONFIG", "launch_bucket_setup", "launch_bucket_results"]
 
 # The toy the launch_bucket check trains unless told otherwise (small: its gradients come back
@@ -16,7 +24,8 @@ __all__ = ["LAUNCH_BUCKET_CONFIG", "launch_bucket_setup", "launch_bucket_results
 LAUNCH_BUCKET_CONFIG = {"vocab_size": 16, "d_model": 8, "n_heads": 2, "n_layers": 2, "seq_len": 8}
 
 
-def launch_bucket_setup(config, per_rank, seed: int, world_size: int):
+def launch_bucket_setup(config: dict[str, Any] | None, per_rank: int, seed: int,
+                        world_size: int) -> tuple[ToyConfig, tuple[torch.Tensor, torch.Tensor]]:
     """The model config and the global batch of the launch_bucket check."""
     import torch
 
@@ -26,8 +35,8 @@ def launch_bucket_setup(config, per_rank, seed: int, world_size: int):
     return cfg, make_batch(cfg, per_rank * world_size, seed=seed)
 
 
-def launch_bucket_results(rank: int, world_size: int, launch_bucket, bucket_bytes, config=None, per_rank=2,
-                          seed=5) -> dict:
+def launch_bucket_results(rank: int, world_size: int, launch_bucket: Callable[..., Any], bucket_bytes: int,
+                          config: dict[str, Any] | None = None, per_rank: int = 2, seed: int = 5) -> dict[str, Any]:
     """On fresh ranks: one backward through `DataParallel(..., launch_bucket=...)`; the raw results.
 
     Returns plain values only, for the grader to compare with a reference it
@@ -44,9 +53,9 @@ def launch_bucket_results(rank: int, world_size: int, launch_bucket, bucket_byte
     dims = ParallelDims.init(dp=world_size)
     cfg, batch = launch_bucket_setup(config, per_rank, seed, world_size)
     inputs, targets = shard_batch(*batch, dims)
-    pending_types = []
+    pending_types: list[str] = []
 
-    def watched(grads, dims):
+    def watched(grads: list[torch.Tensor], dims: ParallelDims) -> Any:
         result = launch_bucket(grads, dims)
         pending = result[1] if type(result) is tuple and len(result) == 2 else None
         pending_types.append(type(pending).__name__)
@@ -59,7 +68,7 @@ def launch_bucket_results(rank: int, world_size: int, launch_bucket, bucket_byte
 
     model = ToyTransformer(cfg, seed=0)
     wrapped = DataParallel(model, bucket_bytes, dims, launch_bucket=watched)
-    out = {"error": None, "pending": pending_types, "all_reduces": 0, "grads": {}}
+    out: dict[str, Any] = {"error": None, "pending": pending_types, "all_reduces": 0, "grads": {}}
     try:
         with trace.record() as recorded:
             lm_loss(wrapped(inputs), targets).backward()

@@ -9,12 +9,21 @@ cases (`threeaxes.grading.visible`).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for the hints only: torch is imported inside the functions, on the ranks
+    import torch
+
+    from threeaxes.toy import Block, ToyConfig
+
 __all__ = ["CUTS", "one_process_mlp", "sp_mlp_config", "sp_mlp_results"]
 
 
 # -- exercise 2: the MLP half of a sequence-parallel block ---------------------------
 
-def one_process_mlp(cfg, batch, seed: int):
+def one_process_mlp(cfg: ToyConfig, batch: int,
+                    seed: int) -> tuple[Block, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The MLP sublayer in one process, with random (nonzero) biases, its input and a
     fixed output weighting; the gradients of the loss sum(y * w)."""
     import torch
@@ -35,12 +44,12 @@ def one_process_mlp(cfg, batch, seed: int):
 
 
 # The MLP's tensors and how each is cut over tp: None whole, else the dim it is split along.
-CUTS = {"ln.weight": ("ln2.weight", None), "ln.bias": ("ln2.bias", None),
+CUTS: dict[str, tuple[str, int | None]] = {"ln.weight": ("ln2.weight", None), "ln.bias": ("ln2.bias", None),
          "fc1.weight": ("mlp.fc1.weight", 0), "fc1.bias": ("mlp.fc1.bias", 0),
          "fc2.weight": ("mlp.fc2.weight", 1), "fc2.bias": ("mlp.fc2.bias", None)}
 
 
-def sp_mlp_config(seq_len, d_model):
+def sp_mlp_config(seq_len: int, d_model: int) -> ToyConfig:
     import torch
 
     from threeaxes.toy import ToyConfig
@@ -49,7 +58,8 @@ def sp_mlp_config(seq_len, d_model):
     return ToyConfig(seq_len=seq_len, d_model=d_model, n_heads=1, dtype=torch.float64)
 
 
-def sp_mlp_results(rank: int, world_size: int, sp_mlp_sublayer, seq_len=8, batch=2, seed=0, d_model=32) -> dict:
+def sp_mlp_results(rank: int, world_size: int, sp_mlp_sublayer: Callable[..., Any], seq_len: int = 8, batch: int = 2,
+                   seed: int = 0, d_model: int = 32) -> dict[str, Any]:
     """On fresh ranks: run the student's sequence-parallel MLP sublayer on this rank's
     slice and shards, then backward; return the raw results (plain values) for
     `judge_sp_mlp` to compare, in the grader, with one process:
@@ -67,7 +77,8 @@ def sp_mlp_results(rank: int, world_size: int, sp_mlp_sublayer, seq_len=8, batch
     shard = {k: (params[name].detach() if d is None else params[name].detach().chunk(t, d)[me])
              .clone().requires_grad_() for k, (name, d) in CUTS.items()}
     x_mine = x.detach().chunk(t, 1)[me].clone().requires_grad_()
-    out = {"error": None, "type": None, "shape": None, "requires_grad": False, "output": None, "grads": None}
+    out: dict[str, Any] = {"error": None, "type": None, "shape": None, "requires_grad": False, "output": None,
+                           "grads": None}
     try:
         y = sp_mlp_sublayer(x_mine, shard, dims)
         out["type"] = type(y).__name__

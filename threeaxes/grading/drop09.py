@@ -11,10 +11,13 @@ verdict, since ranks started from a student's notebook run there:
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import Any
+
 __all__ = ["plain_vector", "gather_flat_results", "shard_gather_raw"]
 
 
-def plain_vector(value):
+def plain_vector(value: object) -> tuple[tuple[int, ...], list[float]] | str:
     """A tensor as (shape, values in float64); anything else as its type's name."""
     import torch
 
@@ -23,7 +26,8 @@ def plain_vector(value):
     return type(value).__name__
 
 
-def gather_flat_results(rank: int, world_size: int, gather_flat, cases) -> tuple:
+def gather_flat_results(rank: int, world_size: int, gather_flat: Callable[..., Any],
+                        cases: Iterable[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
     """On fresh ranks (dp = world_size), for each case {"numel", "shards": one list of
     numbers per dp rank}: what gather_flat(this rank's shard, numel, dims) gave back, the
     collectives it made as (op, axis), or the error it raised. Raw values only."""
@@ -33,10 +37,10 @@ def gather_flat_results(rank: int, world_size: int, gather_flat, cases) -> tuple
     from threeaxes.dims import ParallelDims
 
     dims = ParallelDims.init(dp=world_size)
-    out = []
+    out: list[dict[str, Any]] = []
     for case in cases:
         shard = torch.tensor(case["shards"][dims.coord("dp")], dtype=torch.float64)
-        entry = {"gathered": None, "collectives": None, "error": None}
+        entry: dict[str, Any] = {"gathered": None, "collectives": None, "error": None}
         with trace.record() as recorded:
             try:
                 entry["gathered"] = plain_vector(gather_flat(shard, case["numel"], dims))
@@ -49,7 +53,8 @@ def gather_flat_results(rank: int, world_size: int, gather_flat, cases) -> tuple
     return tuple(out)
 
 
-def shard_gather_raw(rank: int, world_size: int, shard_flat, gather_flat, vectors) -> tuple:
+def shard_gather_raw(rank: int, world_size: int, shard_flat: Callable[..., Any], gather_flat: Callable[..., Any],
+                     vectors: Iterable[list[float]]) -> tuple[dict[str, Any], ...]:
     """On fresh ranks (dp = world_size), for each flat vector: this rank's shard, what
     gather_flat gave back and the collectives it made as (op, axis), or the error raised.
     Raw values only: the grader judges them (`gather_mistake`)."""
@@ -59,10 +64,10 @@ def shard_gather_raw(rank: int, world_size: int, shard_flat, gather_flat, vector
     from threeaxes.dims import ParallelDims
 
     dims = ParallelDims.init(dp=world_size)
-    out = []
+    out: list[dict[str, Any]] = []
     for values in vectors:
         flat = torch.tensor(values, dtype=torch.float64)
-        entry = {"shard": None, "gathered": None, "collectives": None, "error": None}
+        entry: dict[str, Any] = {"shard": None, "gathered": None, "collectives": None, "error": None}
         try:
             shard = shard_flat(flat.clone(), dims.coord("dp"), world_size)
             entry["shard"] = plain_vector(shard)

@@ -7,6 +7,9 @@ scenario the notebook sizes is `threeaxes.scenarios.drop12`.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from threeaxes.grading import REFUSED, as_number
 
 __all__ = ["REFUSED", "BARE_REFUSAL", "UNNAMED_REFUSAL", "names_the_rule", "value_or_refusal"]
@@ -23,7 +26,7 @@ def names_the_rule(message: str) -> bool:
     return any(word in message.lower() for word in RULE_WORDS)
 
 
-def value_or_refusal(bubble, p: int, m: int, v: int):
+def value_or_refusal(bubble: Callable[[int, int, int], Any], p: int, m: int, v: int) -> float | str:
     """What `bubble(p, m, v)` answers, as a plain value: the number, or `REFUSED` when it
     raises ValueError naming the rule (`BARE_REFUSAL` when it says nothing, `UNNAMED_REFUSAL`
     when its message does not name the rule). Any other error,

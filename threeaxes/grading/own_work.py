@@ -20,18 +20,28 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+from collections.abc import Iterable
+from typing import Any, TypedDict, cast
 
 from threeaxes.grading.shown import in_one_line
+
+
+class Exercise(TypedDict):
+    """One exercise's entry in `own_work_data.EXERCISES`."""
+    forbid: list[str]
+    why: str
+    may: str
+
 
 # an answer cell's first line: "# Graded on your own code:", or work, choice, arithmetic
 MARK = re.compile(r"^# Graded on your own [a-z]+:", re.MULTILINE)
 
 
-def resolve(name: str):
+def resolve(name: str) -> Any:
     """The object a dotted name stands for: each part an attribute of the one before, or,
     where it is not one yet, a module imported."""
     parts = name.split(".")
-    obj = importlib.import_module(parts[0])
+    obj: Any = importlib.import_module(parts[0])
     for i, part in enumerate(parts[1:], start=1):
         if not hasattr(obj, part):
             importlib.import_module(".".join(parts[:i + 1]))
@@ -50,7 +60,9 @@ def check(drop: str, answer: str) -> None:
     """AssertionError (the grader's message) if the answer cell last run calls a forbidden name."""
     from threeaxes.grading.own_work_data import EXERCISES
 
-    entry = EXERCISES.get(drop, {}).get(answer)
+    # generated data, unannotated: mypy would infer each value as list[str] | str
+    exercises = cast("dict[str, dict[str, Exercise]]", EXERCISES)
+    entry = exercises.get(drop, {}).get(answer)
     source = _last_answer_cell()
     if entry is None or source is None:
         return
@@ -59,9 +71,9 @@ def check(drop: str, answer: str) -> None:
         raise AssertionError(message(name, f"the answer cell {answer}", entry["why"], entry["may"]))
 
 
-def used(source: str, forbid, namespace: dict) -> str | None:
+def used(source: str, forbid: Iterable[str], namespace: dict[str, Any]) -> str | None:
     """The first forbidden dotted name that `source` reaches plainly, or None."""
-    wanted = {}
+    wanted: dict[int, str] = {}
     for full in forbid:
         try:
             wanted[id(resolve(full))] = full
@@ -89,9 +101,9 @@ def used(source: str, forbid, namespace: dict) -> str | None:
     return None
 
 
-def _value(node, namespace):
+def _value(node: ast.expr, namespace: dict[str, Any]) -> Any:
     """The object `a.b.c` stands for in the namespace, when it is a plain chain of names."""
-    parts = []
+    parts: list[str] = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
         node = node.value
@@ -103,14 +115,14 @@ def _value(node, namespace):
     return obj
 
 
-def _imported(module: str, name: str):
+def _imported(module: str, name: str) -> Any:
     try:
         return resolve(f"{module}.{name}")
     except (ImportError, AttributeError, ValueError):
         return None
 
 
-def _shell():
+def _shell() -> Any:
     try:
         from IPython import get_ipython
     except ImportError:
@@ -118,7 +130,7 @@ def _shell():
     return get_ipython()
 
 
-def _namespace() -> dict:
+def _namespace() -> dict[str, Any]:
     shell = _shell()
     return shell.user_ns if shell is not None else {}
 

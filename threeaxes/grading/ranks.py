@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import importlib
 import types
+from collections.abc import Callable, Iterable
+from typing import Any
 
 __all__ = ["check_on_ranks", "is_remote"]
 
 
-def is_remote(value) -> bool:
+def is_remote(value: object) -> bool:
     """True for a `wire.Remote` (a student function that runs in the student's kernel),
     also one made before `wire` was imported again: its class says `is_remote = True`."""
     return getattr(type(value), "is_remote", False) is True
 
 
-def check_on_ranks(check, world_size: int, *args, timeout: float = 60.0) -> list:
+def check_on_ranks(check: Callable[..., Any], world_size: int, *args: Any, timeout: float = 60.0) -> list[Any]:
     """Run the runner `check(rank, world_size, *args)` on fresh ranks (it calls the
     student's function and sends back raw values); return the plain values it returns.
     What they mean is decided by the caller: the visible check against stored cases,
@@ -32,7 +34,7 @@ def check_on_ranks(check, world_size: int, *args, timeout: float = 60.0) -> list
     as its `__module__`) cannot stand in for it. Student functions go in
     `args` and travel by value.
     """
-    from threeaxes.launch import launch
+    from threeaxes.launch.launcher import launch  # the package's lazy `launch` is typed `object`
 
     module, name = getattr(check, "__module__", "") or "", getattr(check, "__name__", "")
     if not module.startswith("threeaxes.grading."):
@@ -51,7 +53,7 @@ def check_on_ranks(check, world_size: int, *args, timeout: float = 60.0) -> list
     return results
 
 
-def _import_course_modules_they_use(functions) -> None:
+def _import_course_modules_they_use(functions: Iterable[object]) -> None:
     """Make every `threeaxes` name a student function refers to travel by name.
 
     A hidden test drops the notebook's `threeaxes` modules from sys.modules and
@@ -74,13 +76,13 @@ def _import_course_modules_they_use(functions) -> None:
             module = getattr(value, "__module__", None)
             if not (isinstance(module, str) and module.split(".")[0] == "threeaxes"):
                 continue
-            fresh = importlib.import_module(module)
+            fresh: object = importlib.import_module(module)
             for part in getattr(value, "__qualname__", "").split("."):
                 fresh = getattr(fresh, part, None)
             if fresh is not None and fresh is not value and type(fresh) is type(value):
                 namespace[name] = fresh
 
 
-def _run_check_by_name(rank: int, world_size: int, module, name, *args):
+def _run_check_by_name(rank: int, world_size: int, module: str, name: str, *args: Any) -> Any:
     """Inside a fresh rank: import the reference check by name, then run it."""
     return getattr(importlib.import_module(module), name)(rank, world_size, *args)

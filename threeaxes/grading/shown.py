@@ -10,6 +10,10 @@ The exception is still an AssertionError (nbgrader, pytest and the grader see it
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 RED, RESET = "\x1b[31m", "\x1b[0m"
 
@@ -17,17 +21,18 @@ RED, RESET = "\x1b[31m", "\x1b[0m"
 def one_line(exc: BaseException) -> BaseException:
     """`exc`, made to show in a notebook as its message alone."""
     lines = str(exc).splitlines() or ["the check failed"]
-    exc._render_traceback_ = lambda: [f"{RED}✗ check failed:{RESET} {lines[0]}", *lines[1:]]
+    # IPython's hook, read from the instance: no exception type declares it
+    exc._render_traceback_ = lambda: [f"{RED}✗ check failed:{RESET} {lines[0]}", *lines[1:]]  # type: ignore[attr-defined]
     return exc
 
 
-def in_one_line(check):
+def in_one_line(check: F) -> F:
     """A check whose AssertionError shows as its message alone (`one_line`)."""
     @functools.wraps(check)
-    def run(*args, **kwargs):
+    def run(*args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
         try:
             return check(*args, **kwargs)
         except AssertionError as exc:
             raise one_line(exc) from None
-    return run
+    return run  # type: ignore[return-value]  # functools.wraps keeps check's signature; mypy sees a new one

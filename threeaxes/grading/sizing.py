@@ -12,6 +12,8 @@ What judges a configuration against the best a search finds
 """
 from __future__ import annotations
 
+from typing import Any
+
 from threeaxes.grading import as_choice, as_int
 
 __all__ = ["plain_config", "INT_KEYS", "RECOMPUTE_CHOICES"]
@@ -20,7 +22,7 @@ INT_KEYS = ("dp", "tp", "pp", "micro_batch", "micro_batches", "zero_stage", "vir
 RECOMPUTE_CHOICES = ("none", "selective", "full")
 
 
-def plain_config(answer, name: str = "my_config") -> dict:
+def plain_config(answer: Any, name: str = "my_config") -> dict[str, Any]:
     """The answer as a dict of plain values, or an AssertionError that says what to fix."""
     from threeaxes.cost import CONFIG_KEYS
 
@@ -35,7 +37,7 @@ def plain_config(answer, name: str = "my_config") -> dict:
     if missing or ("micro_batch" not in answer and "micro_batches" not in answer):
         raise AssertionError(f"{name} needs dp, tp, pp and micro_batch (or micro_batches); "
                              f"missing {missing or ['micro_batch']}")
-    plain = {}
+    plain: dict[str, Any] = {}
     for key, value in answer.items():
         if key in INT_KEYS:
             plain[key] = as_int(value, f"{name}[{key!r}]")

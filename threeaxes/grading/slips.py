@@ -15,14 +15,21 @@ tests/checks/test_slips.py, so that a mistake named here is the one the grader n
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from threeaxes.grading import as_number
 from threeaxes.grading.visible import load
 
+if TYPE_CHECKING:
+    from threeaxes.cost.evaluate import PlanResult
+    from threeaxes.cost.presets import Cluster, Model
+
 GIB_OVER_GB = 1e9 / 2**30     # a GB in GiB: the slip of giving GiB where GB is asked
 
 
-def oom_terms(right: dict, model, layout: dict, seq_before: int, seq_after: int) -> dict:
+def oom_terms(right: dict[str, float], model: Model, layout: dict[str, int], seq_before: int,
+              seq_after: int) -> dict[str, dict[str, float]]:
     """Drop 10's mistakes: what each gives, from the right {"linear", "scores"} GB of `layout`
     (its tp and micro_batch) at `seq_after` tokens."""
     lin, sc = right["linear"], right["scores"]
@@ -40,7 +47,7 @@ def oom_terms(right: dict, model, layout: dict, seq_before: int, seq_after: int)
     }
 
 
-def tp_after(result, old_cluster, new_cluster) -> dict:
+def tp_after(result: PlanResult, old_cluster: Cluster, new_cluster: Cluster) -> dict[str, float]:
     """Drop 11's mistakes: what each gives, from `result` (the planner's step of the old layout on
     the new cluster, whose tp groups cross nodes) and the old cluster's NVLink."""
     right, tp = result.time.tp_comm, result.tp
@@ -55,11 +62,11 @@ def tp_after(result, old_cluster, new_cluster) -> dict:
     }
 
 
-def lever_bubbles(shapes: dict, current: tuple) -> dict:
+def lever_bubbles(shapes: dict[str, tuple[int, int]], current: tuple[int, int]) -> dict[str, dict[str, float]]:
     """Drop 12's mistakes: what each gives, from each lever's (p, m) and the current (p, m)."""
     p0, m0 = current
 
-    def each(formula):
+    def each(formula: Callable[[int, int], float]) -> dict[str, float]:
         return {lever: formula(p, m) for lever, (p, m) in shapes.items()}
     return {
         "lever_overhead_not_share": each(lambda p, m: (p - 1) / m),
@@ -75,7 +82,7 @@ def _close(a: float, b: float, rel: float) -> bool:
     return math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
 
 
-def named(yours: float, right: float, mistakes: dict, key, rel: float) -> str | None:
+def named(yours: float, right: float, mistakes: dict[str, Any], key: str | None, rel: float) -> str | None:
     """The first mistake whose value (its `key` part, where it has parts) is `yours` and not
     the right one; None if none is."""
     for name, value in mistakes.items():
@@ -85,8 +92,8 @@ def named(yours: float, right: float, mistakes: dict, key, rel: float) -> str | 
     return None
 
 
-def _whole(yours, mistakes: dict, parts: list, rel: float) -> str | None:
-    def part(value, key):
+def _whole(yours: Any, mistakes: dict[str, Any], parts: Sequence[str | None], rel: float) -> str | None:
+    def part(value: Any, key: str | None) -> Any:
         return value if key is None else (value.get(key) if type(value) is dict else None)
 
     for name, value in mistakes.items():
@@ -96,13 +103,14 @@ def _whole(yours, mistakes: dict, parts: list, rel: float) -> str | None:
     return None
 
 
-def verdicts(drop: str, answer: str, yours, right, mistakes: dict, rel: float) -> list:
+def verdicts(drop: str, answer: str, yours: Any, right: Any, mistakes: dict[str, Any],
+             rel: float) -> list[tuple[str | None, Any, float, str | None]]:
     """[(part, yours, right, what to say or None where yours is right)] for each part of the
     answer (one, None, for a single number)."""
     says = load(drop)[answer].get("slips", {})
     parts = [None] if type(right) is not dict else list(right)
     whole = _whole(yours, mistakes, parts, rel)     # a mistake that gives every part as the student did
-    out = []
+    out: list[tuple[str | None, Any, float, str | None]] = []
     for key in parts:
         mine = yours if key is None else (yours.get(key) if type(yours) is dict else None)
         want = right if key is None else right[key]
@@ -121,7 +129,7 @@ def verdicts(drop: str, answer: str, yours, right, mistakes: dict, rel: float) -
     return out
 
 
-def beside(drop: str, answer: str, yours, right, mistakes: dict, *, rel: float | None = None,
+def beside(drop: str, answer: str, yours: Any, right: Any, mistakes: dict[str, Any], *, rel: float | None = None,
            unit: str = "") -> None:
     """Print the student's value beside the cost model's, part by part, and name the catalogued
     mistake where one matches (within `rel`, by default the grader's tolerance, stored)."""

@@ -40,7 +40,9 @@ import importlib
 import json
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from threeaxes import progress
 from threeaxes.grading import as_int, as_int_tuple, as_number
@@ -53,7 +55,7 @@ REL = 1e-9
 DROP_NAME = re.compile(r"drop\d\d")   # the only names `load` reads: a file of CASES, never a path
 
 
-def load(drop: str) -> dict:
+def load(drop: str) -> dict[str, Any]:
     """The stored cases of one drop ("drop04"). The name is matched against DROP_NAME before
     it goes near a path: whoever calls this (the grader answering a graded kernel, say) reads
     a drop's cases and no other file."""
@@ -72,7 +74,7 @@ def _sealed(drop: str, answer: str) -> bool:
 
 @in_one_line
 @progress.recorded(form_only=_sealed)
-def check(drop: str, answer: str, student, *, part=None, show: bool = True) -> list:
+def check(drop: str, answer: str, student: Any, *, part: Any = None, show: bool = True) -> list[Any]:
     """Run `student` (a function, or the answer's value) on the stored cases of one
     exercise; AssertionError naming the mistake on the first case that is wrong.
     Prints the exercise's `passed` line and returns the plain values.
@@ -111,7 +113,7 @@ def check(drop: str, answer: str, student, *, part=None, show: bool = True) -> l
     return got_all
 
 
-def _pick(value, part):
+def _pick(value: Any, part: Any) -> Any:
     """The `part` of a plain value: value[part], or a list of them for a list of parts
     (None where the value has no such part, which then compares unequal)."""
     if type(part) is list:
@@ -122,7 +124,7 @@ def _pick(value, part):
         return None
 
 
-def _answer_for(spec, student, args):
+def _answer_for(spec: dict[str, Any], student: Any, args: list[Any]) -> Any:
     if spec.get("ranks"):
         from threeaxes.grading.ranks import check_on_ranks
 
@@ -140,7 +142,7 @@ def _answer_for(spec, student, args):
         raise AssertionError(f"{_call(spec, args)} raised {type(exc).__name__}: {exc}") from None
 
 
-def _rank_error(results) -> str | None:
+def _rank_error(results: Any) -> str | None:
     """What a rank said the student's code raised, if one did (runners send it as "error")."""
     for rank, result in enumerate(results if type(results) is list else []):
         if type(result) is dict and result.get("error"):
@@ -148,7 +150,7 @@ def _rank_error(results) -> str | None:
     return None
 
 
-def _call(spec, args) -> str:
+def _call(spec: dict[str, Any], args: list[Any]) -> str:
     # "shown": the student's own name, where the check calls a wrapper of their function, or
     # the whole call as the check cell makes it, with {0!r}, {1!r}, ... for the case's arguments
     name = spec.get("shown", spec["call"])
@@ -159,26 +161,26 @@ def _call(spec, args) -> str:
     return f"{name}({', '.join(repr(a) for a in args)})"
 
 
-def _short(value) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 200 else text[:200] + "..."
 
 
 # -- plain values ------------------------------------------------------------------------
 
-def _text(value, name):
+def _text(value: Any, name: str) -> str:
     if type(value) is not str:
         raise AssertionError(f"{name} should be a string, got {type(value).__name__}")
     return value.strip().lower()
 
 
-def _dict(value, name, each):
+def _dict(value: Any, name: str, each: Callable[[Any, str], Any]) -> dict[Any, Any]:
     if type(value) is not dict:
         raise AssertionError(f"{name} should return a dict, got {type(value).__name__}")
     return {k: each(v, f"{name}[{k!r}]") for k, v in value.items()}
 
 
-FORMS = {
+FORMS: dict[str, Callable[[Any, str], Any]] = {
     "number": as_number,
     "int": as_int,
     "int_tuple": lambda v, name: list(as_int_tuple(v, name=name)),
@@ -191,12 +193,12 @@ FORMS = {
 }
 
 
-def plain(value, form: str, name: str):
+def plain(value: Any, form: str, name: str) -> Any:
     """The answer as plain JSON-like values, or an AssertionError saying what was expected."""
     return FORMS[form](value, name)
 
 
-def same(got, want, rel: float = REL) -> bool:
+def same(got: Any, want: Any, rel: float = REL) -> bool:
     """Equal as plain values: numbers to a relative `rel`, containers item by item."""
     if isinstance(want, bool) or want is None or isinstance(want, str):
         return type(got) is type(want) and got == want
@@ -215,7 +217,7 @@ def same(got, want, rel: float = REL) -> bool:
     return False
 
 
-def shape(value):
+def shape(value: Any) -> Any:
     """What a fixed answer's visible check stores: its form without its value (each number
     as "number" or "positive number", each string as "text", dicts by their keys, lists by
     their length), so that nothing in the package gives the answer away."""
@@ -232,7 +234,7 @@ def shape(value):
     return "none" if value is None else type(value).__name__
 
 
-def _form_error(got, want, name: str) -> str | None:
+def _form_error(got: Any, want: Any, name: str) -> str | None:
     """Where plain value `got` has not the form `want` (a `shape`), said in the student's
     terms; None where it has."""
     if type(want) is dict:
@@ -256,7 +258,7 @@ def _form_error(got, want, name: str) -> str | None:
     return f"{name} should be {said}, got {_short(got)}"
 
 
-def _check_form(spec, got_all, part, show: bool) -> list:
+def _check_form(spec: dict[str, Any], got_all: list[Any], part: Any, show: bool) -> list[Any]:
     for case, got in zip(spec["cases"], got_all):
         want = case["shape"]
         name = _call(spec, case["args"])
@@ -272,7 +274,7 @@ def _check_form(spec, got_all, part, show: bool) -> list:
     return got_all
 
 
-def signature(value):
+def signature(value: Any) -> Any:
     """A rank's raw result with every long list of floats replaced by its signature."""
     if type(value) in (list, tuple) and len(value) > 8 and all(type(v) is float for v in value):
         n = len(value)

@@ -36,11 +36,16 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
 
 from threeaxes import progress
 from threeaxes.grading.shown import in_one_line
 from threeaxes.grading.sizing import plain_config
 from threeaxes.grading.visible import CASES
+
+if TYPE_CHECKING:  # for the hints only: the cost model is imported where it is used
+    from threeaxes.cost.evaluate import PlanResult
 
 __all__ = ["load", "evaluate", "diagnose", "check", "DEFAULTS", "PRINTED_ONLY"]
 
@@ -53,16 +58,16 @@ COSTS = {"slow": "half marks when graded{points}: full marks need a step within 
          "micro_batch_fixed": "the test cell that grades the scenario's micro-batch scores 0 for it when graded"}
 
 
-def load(drop: str) -> dict:
+def load(drop: str) -> dict[str, Any]:
     return json.loads((CASES / f"{drop}.config.json").read_text())
 
 
-def _scenario(path: str) -> dict:
+def _scenario(path: str) -> dict[str, Any]:
     module, _, name = path.rpartition(".")
     return getattr(importlib.import_module(module), name)
 
 
-def _micro_batch_kept(spec: dict, config: dict) -> list:
+def _micro_batch_kept(spec: dict[str, Any], config: dict[str, Any]) -> list[tuple[str, str]]:
     """[("micro_batch_fixed", what is wrong)] when the scenario fixes the micro-batch and the
     config changes it, naming the micro-batch and what it does to m; else []."""
     fixed, b = spec.get("micro_batch"), config.get("micro_batch")
@@ -71,7 +76,7 @@ def _micro_batch_kept(spec: dict, config: dict) -> list:
     return [("micro_batch_fixed", f"micro-batches of {b} sequences, where the scenario keeps {fixed}")]
 
 
-def evaluate(spec: dict, config: dict):
+def evaluate(spec: dict[str, Any], config: dict[str, Any]) -> tuple[list[tuple[str, str]], PlanResult | None]:
     """(broken rules as [(rule, library message)], plan's result or None) for a plain config.
     Every broken rule is listed, the most important first: the rules that stop the layout
     from running at all (`violations`), then a micro-batch the scenario fixes, then memory,
@@ -106,12 +111,12 @@ def evaluate(spec: dict, config: dict):
     return broken, r
 
 
-def _matches(mistake: dict, config: dict) -> bool:
+def _matches(mistake: dict[str, Any], config: dict[str, Any]) -> bool:
     full = {**DEFAULTS, **config}
     return all(full.get(k) == v for k, v in (mistake.get("when") or {}).items())
 
 
-def diagnose(spec: dict, config: dict) -> list:
+def diagnose(spec: dict[str, Any], config: dict[str, Any]) -> list[tuple[str, str | None, str]]:
     """[(rule, mistake name or None, what to tell the student)] for every rule the plain
     config breaks; the most specific catalogued mistake of each rule is named."""
     broken, _ = evaluate(spec, config)
@@ -128,7 +133,7 @@ def diagnose(spec: dict, config: dict) -> list:
 
 @in_one_line
 @progress.recorded
-def check(drop: str, answer: str, config, fail_on=(), points: float | None = None) -> None:
+def check(drop: str, answer: str, config: Any, fail_on: Collection[str] = (), points: float | None = None) -> None:
     """Fail naming each rule the configuration breaks; print what plan says of it, and
     whether it is slower than full marks allow (the points are the hidden test's to give).
     `fail_on`: rules of PRINTED_ONLY that this test cell's points hang on (drop 12's
@@ -144,6 +149,7 @@ def check(drop: str, answer: str, config, fail_on=(), points: float | None = Non
     if failing:
         raise AssertionError(f"{name} = {config}:\n" + "\n".join(f"- {said}" for said in failing))
     _, r = evaluate(spec, config)      # it follows the rules and fits: plan has its figures
+    assert r is not None               # a rule of `violations` (no plan) failed above: none is PRINTED_ONLY
     print(f"{name}: {r.label}: {r.memory.total / GB:.1f} GB per GPU of {r.capacity / GB:.1f}, "
           f"step {r.time.total:.2f} s, {r.time.total / spec['best_step_s']:.2f}x the fastest "
           f"layout the search found")

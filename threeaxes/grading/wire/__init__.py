@@ -43,16 +43,19 @@ import json
 import pickle
 import secrets
 import sys
+from collections.abc import Callable, Iterable
+from types import ModuleType
+from typing import Any, TypeVar
 
 from threeaxes.grading.ranks import is_remote
 from threeaxes.grading.wire import data as wire_data
 from threeaxes.grading.wire.data import MAX_TENSOR_VALUES, Opaque, opaque  # noqa: F401  (re-exported)
 
 # -- inside the student's kernel ------------------------------------------------------------
-_handles: list = []   # objects the grader holds a Remote of, by index
+_handles: list[Any] = []   # objects the grader holds a Remote of, by index
 
 
-def encode(value, depth: int = 0):
+def encode(value: Any, depth: int = 0) -> Any:
     """A JSON-able description of `value` (see the module docstring)."""
     if depth > 20:
         return {"__opaque__": "a structure nested over 20 deep"}
@@ -92,7 +95,7 @@ def encode(value, depth: int = 0):
     return {"__opaque__": kind.__name__}
 
 
-def _record_path(kind) -> str | None:
+def _record_path(kind: type) -> str | None:
     """"module:qualname" of a course result type (`wire_data.RECORDS`), else None."""
     path = f"{getattr(kind, '__module__', '')}:{getattr(kind, '__qualname__', '')}"
     if path in wire_data.RECORDS and (dataclasses.is_dataclass(kind) or hasattr(kind, "_fields")
@@ -101,28 +104,28 @@ def _record_path(kind) -> str | None:
     return None
 
 
-def _is_model(value, torch) -> bool:
+def _is_model(value: object, torch: ModuleType | None) -> bool:
     """An nn.Module is callable, but it is a value (a model), not an answer's function."""
     return torch is not None and isinstance(value, torch.nn.Module)
 
 
-def _numel(value) -> int:
+def _numel(value: Any) -> int:
     n = 1
     for s in value.shape:
         n *= int(s)
     return n
 
 
-def _flat(values):
+def _flat(values: Any) -> list[Any]:
     if not isinstance(values, list):
         return [values]
-    out = []
+    out: list[Any] = []
     for v in values:
         out.extend(_flat(v) if isinstance(v, list) else [v])
     return out
 
 
-def reply(namespace: dict, request: str, nonce: str) -> None:
+def reply(namespace: dict[str, Any], request: str, nonce: str) -> None:
     """Answer one request from the grader; prints `nonce JSON nonce`."""
     req = json.loads(request)
     try:
@@ -147,11 +150,11 @@ def reply(namespace: dict, request: str, nonce: str) -> None:
     print(f"{nonce}{text}{nonce}")
 
 
-def _unpickle_args(text: str):
+def _unpickle_args(text: str) -> Any:
     """Arguments the grader sent (pickled by the grader, so safe to load here); a
     `Remote` among them is the kernel's own object again."""
     class Loader(pickle.Unpickler):
-        def persistent_load(self, pid):
+        def persistent_load(self, pid: Any) -> Any:
             return _handles[pid]
     return Loader(io.BytesIO(base64.b64decode(text))).load()
 
@@ -179,7 +182,7 @@ class Remote:
         self._answers, self._handle, self.__name__ = answers, handle, name
         self.__qualname__, self.__module__ = qualname or name, module
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._answers.run_code is None:
             raise KernelGone(f"{self.__name__} lives in a kernel this grader does not reach")
         return self._answers.request({"op": "call", "handle": self._handle,
@@ -193,10 +196,10 @@ class Answers:
     """The grader's side of the wire to one kernel. `run_code(code, timeout)` runs
     code there and returns what it printed (None if the kernel is gone)."""
 
-    def __init__(self, run_code, timeout: float = 90.0) -> None:
+    def __init__(self, run_code: Callable[[str, float], str | None] | None, timeout: float = 90.0) -> None:
         self.run_code, self.timeout = run_code, timeout
 
-    def get(self, names) -> dict:
+    def get(self, names: Iterable[str]) -> dict[str, Any]:
         """The notebook's values of `names`; a name it does not define is left out."""
         names = list(names)
         data = self.request({"op": "get", "names": names}, raw=True)
@@ -207,12 +210,14 @@ class Answers:
         return {name: self.decode(data[name]) for name in names     # asked for, nothing else
                 if name in data and not (type(data[name]) is dict and "__missing__" in data[name])}
 
-    def on_ranks(self, check, world_size: int, args: tuple, timeout: float):
+    def on_ranks(self, check: Callable[..., Any], world_size: int, args: tuple[Any, ...], timeout: float) -> Any:
         return self.request({"op": "on_ranks", "check": f"{check.__module__}:{check.__name__}",
                              "world_size": world_size, "args": self.pickle_args(args, {}),
                              "timeout": timeout}, timeout=timeout + 30)
 
-    def request(self, req: dict, raw: bool = False, timeout: float | None = None):
+    def request(self, req: dict[str, Any], raw: bool = False, timeout: float | None = None) -> Any:
+        if self.run_code is None:     # a decoder only (the oracle's): no kernel to ask
+            raise KernelGone("these answers were read with no kernel behind them; nothing can be asked of one")
         nonce = secrets.token_hex(8)
         code = ("import threeaxes.grading.wire as __threeaxes_wire\n"
                 f"__threeaxes_wire.reply(globals(), {json.dumps(json.dumps(req))}, {nonce!r})")
@@ -222,7 +227,7 @@ class Answers:
                              "hang or crash the kernel?)")
         return self.read(printed, nonce, raw)
 
-    def read(self, printed: str, nonce: str, raw: bool = False):
+    def read(self, printed: str, nonce: str, raw: bool = False) -> Any:
         """The reply between the two nonces, parsed if it is not too long, then decoded."""
         start = printed.find(nonce)
         end = printed.find(nonce, start + len(nonce)) if start >= 0 else -1
@@ -239,15 +244,15 @@ class Answers:
             raise KernelGone("the notebook's kernel sent no readable answer") from None
         return data if raw else self.decode(data)
 
-    def pickle_args(self, args, kwargs) -> str:
+    def pickle_args(self, args: Iterable[Any], kwargs: dict[str, Any]) -> str:
         class Pickler(pickle.Pickler):
-            def persistent_id(self, obj):
+            def persistent_id(self, obj: Any) -> Any:
                 return obj._handle if is_remote(obj) else None
         buf = io.BytesIO()
         Pickler(buf).dump((tuple(args), dict(kwargs)))
         return base64.b64encode(buf.getvalue()).decode()
 
-    def decode(self, data, depth: int = 0):
+    def decode(self, data: Any, depth: int = 0) -> Any:
         """Plain data from a reply's JSON (the module docstring); a raised error or a
         missing name at the top raises."""
         kind = type(data)
@@ -290,17 +295,21 @@ class Answers:
         return opaque("Opaque", "an unreadable value")
 
 
-_EXTRAS = {"__record__": {"fields"}, "__remote__": {"name", "module", "qualname"}}   # keys beside the tag
+# keys beside the tag
+_EXTRAS: dict[str, set[str]] = {"__record__": {"fields"}, "__remote__": {"name", "module", "qualname"}}
 
 
-def _label(text, default):
+_Default = TypeVar("_Default", str, None)
+
+
+def _label(text: object, default: _Default) -> str | _Default:
     """A name the kernel gave (a dotted Python name, for messages only), else `default`."""
     if type(text) is str and 0 < len(text) <= 200 and all(p.isidentifier() for p in text.split(".")):
         return text
     return default
 
 
-def _hashed(build, what: str):
+def _hashed(build: Callable[[], Any], what: str) -> Any:
     """A set or dict built by `build`, or an Opaque where a member cannot be hashed."""
     try:
         return build()
@@ -308,7 +317,7 @@ def _hashed(build, what: str):
         return opaque(what, f"a {what} whose members are not plain, hashable values")
 
 
-def _exception(names, message):
+def _exception(names: object, message: object) -> Exception:
     """The student's exception as the nearest builtin type of its class's MRO (a test
     may expect a ValueError, and a subclass of ValueError is one), else RuntimeError."""
     names = [str(n)[:100] for n in names][:50] if isinstance(names, list) else [str(names)[:100]]
@@ -326,7 +335,7 @@ def _exception(names, message):
 class LocalKernel:
     """`run_code` on a namespace in this process: the wire without the sandbox."""
 
-    def __init__(self, namespace: dict) -> None:
+    def __init__(self, namespace: dict[str, Any]) -> None:
         self.namespace = namespace
 
     def __call__(self, code: str, timeout: float) -> str:

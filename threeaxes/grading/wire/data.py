@@ -15,6 +15,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from fractions import Fraction
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:  # for the hints only: torch is imported where a tensor is built
+    import torch
 
 MAX_REPLY_CHARS = 16_000_000     # the JSON text of one reply; a longer one is refused unread
 MAX_TENSOR_VALUES = 500_000      # values of one tensor (about 12 MB of JSON at most)
@@ -65,7 +69,7 @@ class Opaque:
     def __init__(self, why: str = "it is not plain data") -> None:
         self.__dict__["why"] = why
 
-    def _fail(self, *args, **kwargs):
+    def _fail(self, *args: object, **kwargs: object) -> NoReturn:
         raise AssertionError(f"{type(self).__name__} from the notebook cannot be checked: {self.why}")
 
     __bool__ = __len__ = __iter__ = __contains__ = __call__ = __getitem__ = _fail
@@ -75,17 +79,17 @@ class Opaque:
     __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __pow__ = _fail
     __hash__ = object.__hash__   # by identity: it may sit in a set or be a dict's key
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> NoReturn:
         raise AttributeError(f"{type(self).__name__} from the notebook has no {name!r}: {self.why}")
 
-    def __setattr__(self, name, value) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("an Opaque placeholder cannot be changed")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} from the notebook: {self.why}>"
 
 
-_OPAQUE_TYPES: dict = {}
+_OPAQUE_TYPES: dict[str, type[Opaque]] = {}
 
 
 def opaque(type_name: str, why: str | None = None) -> Opaque:
@@ -102,7 +106,7 @@ def opaque(type_name: str, why: str | None = None) -> Opaque:
     return kind(why or f"a {name} is not plain data (numbers, strings, lists, dicts, tensors)")
 
 
-def tensor(body):
+def tensor(body: Any) -> torch.Tensor | Opaque:
     """A new tensor from a reply's {"dtype", "shape", "data"}: the values checked, flat,
     against the shape; anything else an Opaque."""
     import torch
@@ -129,7 +133,7 @@ def tensor(body):
         return opaque("Tensor", f"a tensor torch could not build: {str(exc)[:200]}")
 
 
-def dtype_named(name):
+def dtype_named(name: object) -> torch.dtype | Opaque:
     """A torch dtype by one of the names in `DTYPES`."""
     import torch
 
@@ -138,19 +142,19 @@ def dtype_named(name):
     return opaque("dtype", f"dtype {str(name)[:40]!r} is not one of {', '.join(DTYPES)}")
 
 
-def fraction(body):
+def fraction(body: Any) -> Fraction | Opaque:
     if type(body) is list and len(body) == 2 and all(type(v) is int for v in body) and body[1] != 0:
         return Fraction(*body)
     return opaque("Fraction", "a Fraction that is not two whole numbers")
 
 
-def record_class(path: str):
+def record_class(path: str) -> type:
     """The class `RECORDS` names by `path`, from the grader's own package."""
     module, _, name = path.partition(":")
     return getattr(importlib.import_module(module), name)
 
 
-def record_fields(cls) -> tuple:
+def record_fields(cls: Any) -> tuple[str, ...]:   # a NamedTuple class, a dataclass or a constructor
     """The declared fields of a record: of a NamedTuple or a dataclass, in order, else its
     constructor's (`CONSTRUCTOR_FIELDS`)."""
     declared = CONSTRUCTOR_FIELDS.get(f"{cls.__module__}:{cls.__qualname__}")
@@ -161,7 +165,7 @@ def record_fields(cls) -> tuple:
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
-def record(path, fields: dict):
+def record(path: object, fields: dict[str, Any]) -> Any:
     """The record `path` names, built by its constructor from `fields` (already decoded);
     an Opaque when the name is not in `RECORDS`, the fields are not exactly its own, a
     value is not data, or the constructor refuses them."""
@@ -189,7 +193,7 @@ def record(path, fields: dict):
         return opaque(cls.__name__, f"{cls.__name__}(...) refused its fields: {str(exc)[:200]}")
 
 
-def is_data(value, depth: int = 0) -> bool:
+def is_data(value: Any, depth: int = 0) -> bool:
     """True for what the decoder builds as data: no Opaque, no Remote, no callable."""
     import torch
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from typing import Any
 
 ENV = "THREEAXES_ORACLE"       # the socket's path, set in a graded kernel's environment
 
@@ -26,7 +27,7 @@ class NotInGradedRun(RuntimeError):
     """A stub was called where no grader listens (it should not happen outside grading)."""
 
 
-def call(path: str, args: tuple, kwargs: dict):
+def call(path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The grader's result of `path(*args, **kwargs)` ("module:qualname")."""
     from threeaxes.grading import wire
 
