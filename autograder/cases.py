@@ -30,7 +30,9 @@ import argparse
 import importlib
 import json
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
@@ -40,31 +42,32 @@ from threeaxes.grading import visible
 OUT = course.CASES
 
 
-def solution_code(nb, grade_id: str) -> str:
+def solution_code(nb: nbformat.NotebookNode, grade_id: str) -> str:
     """An answer cell's source with nbgrader's solution markers taken out."""
     cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
     return "\n".join(line for line in cell.source.splitlines()
                      if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
 
 
-def defined(code: str, name: str, setup=()):
+def defined(code: str, name: str, setup: Iterable[str] = ()) -> Any:
     """What `code`, run as a notebook cell would run it (after the notebook's `setup`
     lines), binds to `name`."""
-    namespace = {"__name__": "__main__"}     # functions travel to ranks by value, as a notebook's do
+    namespace: dict[str, Any] = {"__name__": "__main__"}     # functions travel to ranks by value, as a notebook's do
     exec(compile("\n".join(setup), f"<setup of {name}>", "exec"), namespace)
     exec(compile(code, f"<{name}>", "exec"), namespace)
     return namespace[name]
 
 
-def _value(vis: dict, answer, args: list):
+def _value(vis: dict, answer: object, args: list) -> Any:
     """A case's plain value of `answer` (a function, or a value), as the visible check sees it."""
     return visible.plain(visible._answer_for(vis, answer, args), vis["form"],
                          visible._call(vis, args))
 
 
-def exercise_cases(drop: str, nb, exercise: spec.Exercise) -> dict:
+def exercise_cases(drop: str, nb: nbformat.NotebookNode, exercise: spec.Exercise | dict) -> dict:
     if isinstance(exercise, dict):   # an entry as grading.json writes it (tests/checks/test_visible_cases.py)
         exercise = spec.exercise_from(exercise, f"source/{drop}/grading.json")
+    assert exercise.visible is not None, "drop_cases passes only the exercises with a visible check"
     vis = exercise.visible.as_dict()
     vis.setdefault("form", "raw" if vis.get("ranks") else "number")
     references = importlib.import_module(f"autograder.references.{drop}")
@@ -107,7 +110,7 @@ def exercise_cases(drop: str, nb, exercise: spec.Exercise) -> dict:
     return vis
 
 
-def _fraction(shape, fraction: bool):
+def _fraction(shape: Any, fraction: bool | None) -> Any:
     """A sealed answer's shape with each number a "fraction" (between 0 and 1: a percentage
     fails its form check) where the exercise says its numbers are shares."""
     if not fraction:
@@ -119,8 +122,8 @@ def _fraction(shape, fraction: bool):
     return "fraction" if shape in ("number", "positive number") else shape
 
 
-def _refuse_lookalikes(drop, answer, cases, names, rel=visible.REL) -> None:
-    def values(name):
+def _refuse_lookalikes(drop: str, answer: str, cases: list[dict], names: list[str], rel: float = visible.REL) -> None:
+    def values(name: str) -> list:
         return [case["mistakes"].get(name, "raises") for case in cases]
 
     for name in names:
@@ -145,7 +148,8 @@ def render(cases: dict) -> str:
     return json.dumps(cases, indent=1, sort_keys=True) + "\n"
 
 
-def generate(argv, description: str, collect, suffix: str, command: str) -> int:
+def generate(argv: list[str] | None, description: str, collect: Callable[[Path], dict], suffix: str,
+             command: str) -> int:
     """The command line of a generator of stored data: `collect(folder)` gives a drop's
     data ({} for none), written to OUT/dropNN<suffix>; `--check` only compares."""
     parser = argparse.ArgumentParser(description=description)
@@ -173,7 +177,7 @@ def generate(argv, description: str, collect, suffix: str, command: str) -> int:
     return 1 if stale else 0
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     return generate(argv, __doc__.splitlines()[0], drop_cases, ".json", "python -m autograder.cases")
 
 

@@ -77,7 +77,7 @@ def measure(number: int, root: Path = ROOT) -> dict:
     core, depth, uncollapsed = split(released)
     folded_in_jupyterlab = [k for k, _ in split(released, anywhere=True)[1]]
 
-    def graded(cells):
+    def graded(cells: list[tuple[int, dict]]) -> list[dict]:
         return [c for _, c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
 
     return {"drop": number, "folder": name, "promised": MINUTES[number],
@@ -97,7 +97,7 @@ def grade_ids(number: int, root: Path = ROOT) -> dict:
     name = folder(number)
     core, depth, _ = split(json.loads(course.notebook(name, root).read_text()))
 
-    def ids(cells):
+    def ids(cells: list[tuple[int, dict]]) -> list[str]:
         return [c["metadata"]["nbgrader"]["grade_id"] for _, c in cells
                 if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
 

@@ -26,6 +26,7 @@ import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from autograder.course import notebook_in
 from autograder.spec_checks import (
@@ -199,7 +200,7 @@ def _list(at: At, data: dict, key: str) -> list:
     return value
 
 
-def _exercise(at: At, e) -> Exercise:
+def _exercise(at: At, e: Any) -> Exercise:
     fields(at, e, required=("answer", "tests", "forbid", "why", "may"),
            optional=("mistakes", "visible", "visible_config"),
            moved={"in_kernel": "move its names into 'forbid' (every forbidden function is computed by "
@@ -226,7 +227,7 @@ def exercise_from(entry: dict, where: str = "grading.json") -> Exercise:
     return _exercise(At(where, "exercise"), entry)
 
 
-def _catalogued(at: At, m) -> Catalogued:
+def _catalogued(at: At, m: Any) -> Catalogued:
     fields(at, m, required=("name", "says", "code"), optional=("rule", "when", "part"))
     when = m.get("when", {})
     if not isinstance(when, dict):
@@ -236,7 +237,7 @@ def _catalogued(at: At, m) -> Catalogued:
                       text(at["part"], m["part"]) if "part" in m else None)
 
 
-def _mistake(at: At, m) -> Mistake:
+def _mistake(at: At, m: Any) -> Mistake:
     fields(at, m, required=("name", "answer", "code", "loses", "feedback"),
            optional=("why", "alone", "scores", "runs_out_of_time"))
     scores = m.get("scores", {})

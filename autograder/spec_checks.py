@@ -9,12 +9,18 @@ import difflib
 import importlib.util
 import json
 import re
+from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
+from typing import Any, NoReturn, TypeVar
 
 from threeaxes.grading.own_work import resolve
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_]*")   # a mistake's name: snake_case, what it gets wrong
+
+# autograder.spec's DropSpec, which cannot be imported here: spec imports this module
+DropSpec = Any
+Record = TypeVar("Record")   # the spec's record a check builds (Visible, VisibleConfig)
 
 
 class SpecError(ValueError):
@@ -31,26 +37,27 @@ class At:
         joiner = "" if not self.path or key.startswith("[") else "."
         return At(self.file, f"{self.path}{joiner}{key}")
 
-    def fail(self, what: str):
+    def fail(self, what: str) -> NoReturn:
         raise SpecError(f"{self.file}: {self.path + ' ' if self.path else ''}{what}")
 
-    def fail_value(self, value, what: str):
+    def fail_value(self, value: object, what: str) -> NoReturn:
         shown = json.dumps(value) if not isinstance(value, str) else repr(value)
         self.fail(f"= {shown[:80]}: {what}")
 
 
-def _hint(word: str, choices) -> str:
+def _hint(word: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f"did you mean {close[0]!r}? " if close else ""
 
 
-def fields(at: At, data, required, optional, moved=None) -> None:
+def fields(at: At, data: object, required: tuple[str, ...], optional: tuple[str, ...],
+           moved: dict[str, str] | None = None) -> None:
     """`data` is an object whose keys are `required`, and some of `optional`."""
     known = set(required) | set(optional)
     if not isinstance(data, dict):
         at.fail_value(data, f"should be an object with the keys {sorted(known)}")
     for key in data:
-        if key in (moved or {}):
+        if moved and key in moved:
             at.fail(f"has the key {key!r}: {moved[key]}")
         if key not in known:
             at.fail(f"has the key {key!r}: {_hint(key, known)}the keys are {sorted(required)}"
@@ -60,30 +67,30 @@ def fields(at: At, data, required, optional, moved=None) -> None:
                 f"{sorted(set(required) - set(data))}")
 
 
-def text(at: At, value) -> str:
+def text(at: At, value: object) -> str:
     if not isinstance(value, str):
         at.fail_value(value, "should be a string")
     return value
 
 
-def texts(at: At, value, what: str) -> tuple:
+def texts(at: At, value: object, what: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         at.fail_value(value, f"should be a list of {what}")
     return tuple(value)
 
 
-def lines(at: At, value) -> str:
+def lines(at: At, value: object) -> str:
     """A cell's source written one string per line (JSON has no multi-line strings)."""
     return "\n".join(texts(at, value, "strings, one per line of the cell"))
 
 
-def number(at: At, value) -> float:
+def number(at: At, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         at.fail_value(value, "should be a number")
     return float(value)
 
 
-def flag(at: At, value) -> bool:
+def flag(at: At, value: object) -> bool:
     if not isinstance(value, bool):
         at.fail_value(value, "should be true or false")
     return value
@@ -134,7 +141,7 @@ def _top_level_names(module: str) -> frozenset:
     return frozenset(found)
 
 
-def check_visible(at: At, v, record):
+def check_visible(at: At, v: Any, record: Callable[..., Record]) -> Record:
     from threeaxes.grading.visible import FORMS
 
     fields(at, v, required=("call", "args", "passed", "otherwise"),
@@ -161,7 +168,7 @@ def check_visible(at: At, v, record):
                   setup=texts(at["setup"], v.get("setup", []), "notebook lines"), **opt, **flags)
 
 
-def check_visible_config(at: At, v, record):
+def check_visible_config(at: At, v: Any, record: Callable[..., Record]) -> Record:
     fields(at, v, required=("name", "scenario", "passed"),
            optional=("margin", "micro_batch", "bubble_target", "setup"))
     _resolves(at["scenario"], text(at["scenario"], v["scenario"]), "a drop's scenario")
@@ -179,16 +186,19 @@ def rules() -> frozenset:
 
     found = set(PRINTED_ONLY)
     for module in ("threeaxes.cost.constraints", "threeaxes.cost.verdict"):
-        tree = ast.parse(Path(importlib.util.find_spec(module).origin).read_text())
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and spec.origin is not None, f"{module} is a module of this repository"
+        tree = ast.parse(Path(spec.origin).read_text())
         found |= {n.args[0].value for n in ast.walk(tree) if isinstance(n, ast.Call)
-                  and getattr(n.func, "id", None) == "Violation" and n.args and isinstance(n.args[0], ast.Constant)}
+                  and getattr(n.func, "id", None) == "Violation" and n.args and isinstance(n.args[0], ast.Constant)
+                  and isinstance(n.args[0].value, str)}
     return frozenset(found)
 
 
 def check_catalogue(at: At, catalogue: tuple, configuration: bool) -> None:
     from threeaxes.cost.verdict import CONFIG_KEYS
 
-    seen = set()
+    seen: set[str] = set()
     for i, m in enumerate(catalogue):
         here = at[f"mistakes[{i}]"]
         if not NAME.fullmatch(m.name) or m.name in seen:
@@ -209,7 +219,7 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
 
 
-def check_calls(at: At, spec) -> None:
+def check_calls(at: At, spec: DropSpec) -> None:
     """Each drop mistake's name is snake_case and new; a `calls_<function>` mistake names, in its
     name and its feedback, a function an exercise of the drop forbids."""
     forbidden = sorted({n for e in spec.exercises for n in e.forbid})
@@ -240,12 +250,12 @@ def _cells(notebook: Path) -> tuple[dict, set]:
     return tests, answers
 
 
-def _one_of(at: At, gid: str, known, what: str) -> None:
+def _one_of(at: At, gid: str, known: Iterable[str], what: str) -> None:
     if gid not in known:
         at.fail_value(gid, f"is no {what} of the notebook: {_hint(gid, known)}choose one of {sorted(known)}")
 
 
-def check_against_notebook(at: At, spec, notebook: Path) -> None:
+def check_against_notebook(at: At, spec: DropSpec, notebook: Path) -> None:
     """Every grade id names a cell of the drop's notebook, and `points` is its test cells' own."""
     if not notebook.is_file():
         at.fail(f"has no notebook beside it: the drop's notebook is source/{spec.name}/{notebook.name}")

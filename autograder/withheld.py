@@ -34,9 +34,9 @@ _KEPT_DECORATORS = {"staticmethod", "classmethod"}
 def _withhold(source: str, qualnames: set, module: str) -> str:
     """`source` with each function of `qualnames` turned into a stub, lines replaced bottom up."""
     lines = source.splitlines(keepends=True)
-    found = []
+    found: list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str]] = []
 
-    def visit(body, prefix):
+    def visit(body: list[ast.stmt], prefix: str) -> None:
         for node in body:
             if isinstance(node, ast.ClassDef):
                 visit(node.body, f"{prefix}{node.name}.")
@@ -68,6 +68,7 @@ def stub_package(paths: set, dest: Path) -> Path:
         by_module.setdefault(module, set()).add(qualname)
     for module, qualnames in by_module.items():
         spec = importlib.util.find_spec(module)
+        assert spec is not None and spec.origin is not None, f"{path} names a module of threeaxes"
         file = target / Path(spec.origin).relative_to(PACKAGE)
         file.write_text(_withhold(file.read_text(), qualnames, module))
     (target / WITHHELD_MARKER).write_text("This copy of threeaxes has the graded exercises' functions withheld.\n")

@@ -15,9 +15,14 @@ A written answer the instructor has not graded yet counts as 0 in both, as in nb
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autograder import drop_minutes
+
+if TYPE_CHECKING:
+    from nbgrader.api import Gradebook
 
 COLUMNS = ("core_score", "core_max", "extra_credit")
 
@@ -30,16 +35,17 @@ def add_columns(csv_path: Path, gradebook_url: str, course_id: str | None = None
         reader = csv.DictReader(f)
         fields = [c for c in reader.fieldnames or [] if c not in COLUMNS]
         rows = list(reader)
-    split = {}
+    split: dict[str, tuple[set, set] | None] = {}
     with Gradebook(gradebook_url, *([course_id] if course_id else [])) as gb:
         for row in rows:
             assignment, student = row["assignment"], row["student_id"]
             if assignment not in split:
                 split[assignment] = _split_of(assignment)
-            if split[assignment] is None:   # not one of the course's drops: all of it is the grade
+            parts = split[assignment]
+            if parts is None:   # not one of the course's drops: all of it is the grade
                 row.update(core_score=row["raw_score"], core_max=row["max_score"], extra_credit="0")
                 continue
-            core, extra = split[assignment]
+            core, extra = parts
             try:
                 grades = [g for nb in gb.find_submission(assignment, student).notebooks for g in nb.grades]
             except MissingEntry:   # a student with no submission of this drop: nothing earned
@@ -64,7 +70,7 @@ def _split_of(assignment: str) -> tuple[set, set] | None:
     return set(ids["core"]), set(ids["extra"])
 
 
-def _has_cell(gb, name: str, notebook: str, assignment: str) -> bool:
+def _has_cell(gb: Gradebook, name: str, notebook: str, assignment: str) -> bool:
     from nbgrader.api import MissingEntry
 
     try:
@@ -74,5 +80,5 @@ def _has_cell(gb, name: str, notebook: str, assignment: str) -> bool:
     return True
 
 
-def _points(values) -> str:
+def _points(values: Iterable[float | None]) -> str:
     return f"{sum(v or 0 for v in values):g}"

@@ -29,6 +29,7 @@ import re
 from pathlib import Path
 
 import nbformat
+from nbformat import NotebookNode
 from nbgrader.preprocessors import ClearHiddenTests, GetGrades, NbGraderPreprocessor
 from traitlets import List
 
@@ -46,14 +47,14 @@ class GetGradesSayingWhatWaits(GetGrades):
     course's feedback page (autograder/templates/course_feedback) says "waiting for your
     instructor" there, where nbgrader's would show 0 points."""
 
-    def preprocess(self, nb, resources):
+    def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
         nb, resources = super().preprocess(nb, resources)
         resources["nbgrader"]["waiting"] = sum(
             c.metadata.nbgrader.get("points") or 0 for c in nb.cells
             if c.get("metadata", {}).get("nbgrader", {}).get("waiting"))
         return nb, resources
 
-    def _get_score(self, cell, resources):
+    def _get_score(self, cell: NotebookNode, resources: dict) -> None:
         super()._get_score(cell, resources)
         grade = self.gradebook.find_grade(cell.metadata["nbgrader"]["grade_id"], self.notebook_id,
                                           self.assignment_id, self.student_id)
@@ -75,7 +76,7 @@ class ClearHiddenTestsQuietly(ClearHiddenTests):
 
 
 class StripTestTracebacks(CoursePreprocessor):
-    def preprocess_cell(self, cell, resources, index):
+    def preprocess_cell(self, cell: NotebookNode, resources: dict, index: int) -> tuple[NotebookNode, dict]:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
             for out in cell.get("outputs", []):
@@ -85,7 +86,7 @@ class StripTestTracebacks(CoursePreprocessor):
 
 
 class SanitizeStudentMarkup(CoursePreprocessor):
-    def preprocess(self, nb, resources):
+    def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
         nb.metadata.pop("widgets", None)   # saved widget state: rendered by the page's widget manager
         about = resources.get("nbgrader", {})
         # nbgrader runs in the course root; else the notebook's folder is <root>/<step>/<student>/<drop>
@@ -95,7 +96,7 @@ class SanitizeStudentMarkup(CoursePreprocessor):
                                                              about.get("notebook", "")))), set())
         return super().preprocess(nb, resources)
 
-    def preprocess_cell(self, cell, resources, index):
+    def preprocess_cell(self, cell: NotebookNode, resources: dict, index: int) -> tuple[NotebookNode, dict]:
         about = cell.get("metadata", {}).get("nbgrader")
         if isinstance(about, dict) and not _GRADE_ID.fullmatch(str(about.get("grade_id", "x"))):
             del cell.metadata["nbgrader"]    # no instructor's cell has it: the formgrader writes it unescaped
@@ -140,7 +141,7 @@ def _clean_outputs(outputs: list) -> list:
     return kept
 
 
-def _instructors(cell) -> bool:
+def _instructors(cell: NotebookNode) -> bool:
     """A cell nbgrader restores from the source notebook when it autogrades: locked, and no
     answer of the student's."""
     meta = cell.get("metadata", {}).get("nbgrader", {})

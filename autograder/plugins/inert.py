@@ -24,6 +24,7 @@ import html
 import math
 import re
 from html.parser import HTMLParser
+from typing import Any
 
 import bleach
 from bleach.sanitizer import ALLOWED_ATTRIBUTES, ALLOWED_TAGS
@@ -100,9 +101,9 @@ def clean_latex(text: str) -> str:
     return strip_tex(text)
 
 
-def clean_metadata(metadata) -> dict:
+def clean_metadata(metadata: object) -> dict:
     """An output's metadata reduced to a numeric width and height per image type."""
-    kept = {}
+    kept: dict[str, dict] = {}
     for mime in ("image/png", "image/jpeg", "image/gif"):
         entry = metadata.get(mime) if isinstance(metadata, dict) else None
         if isinstance(entry, dict):
@@ -112,16 +113,16 @@ def clean_metadata(metadata) -> dict:
     return kept
 
 
-def _size(value) -> bool:
+def _size(value: Any) -> bool:   # Any: the exact type() test below (no bool) is one mypy cannot narrow by
     return type(value) in (int, float) and math.isfinite(value) and 0 < value <= 100_000
 
 
 class _Checker(HTMLParser):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
-        self.problems = []
+        self.problems: list[str] = []
 
-    def handle_starttag(self, tag, attrs):
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag not in TAGS:
             self.problems.append(f"<{tag}>")
         for name, value in attrs:
@@ -130,7 +131,7 @@ class _Checker(HTMLParser):
 
     handle_startendtag = handle_starttag
 
-    def handle_data(self, data):
+    def handle_data(self, data: str) -> None:
         if _TEX.search(data):
             self.problems.append(f"TeX {data[:60]!r}")
 

@@ -24,8 +24,9 @@ from autograder import one_notebook
 
 class SafeCollect(ExchangeCollect):
     refused: list = []   # "student/drop: why", for each entry left out by the last collect
+    src_records: list[dict]   # nbgrader's: the inbound entries init_src found
 
-    def init_src(self):
+    def init_src(self) -> None:
         super().init_src()
         SafeCollect.refused = []
         notebooks = one_notebook.notebooks_of(Path(self.coursedir.root), self.coursedir.assignment_id)
@@ -42,7 +43,7 @@ class SafeCollect(ExchangeCollect):
                 kept.append(record)
         self.src_records = kept
 
-    def do_copy(self, src, dest, log=None):
+    def do_copy(self, src: str, dest: str, log: object = None) -> None:
         """The checked entry's regular files, read without following a link."""
         notebooks = one_notebook.notebooks_of(Path(self.coursedir.root), self.coursedir.assignment_id)
         why = one_notebook.refusal(Path(src), notebooks)
