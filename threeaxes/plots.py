@@ -12,11 +12,12 @@ displays a figure in a notebook, and the HTML tables live there too.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
-from matplotlib.figure import Figure
+from matplotlib.figure import Figure, SubFigure
 from matplotlib.patches import Patch, Rectangle
 
 from .cost.bubble import bubble_fraction
@@ -24,6 +25,12 @@ from .cost.memory import GB
 from .pipeline.schedules import make_plan
 from .pipeline.simulate import Simulation, simulate
 from .trace import COMM, COMPUTE, Event
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+    from .dims import ParallelDims
+    from .pipeline.schedules import Plan
 
 __all__ = ["draw_mesh", "gantt", "schedule_timeline", "measured_beside_predicted", "draw_memory_bars",
            "draw_measured_vs_predicted", "draw_time_breakdown", "MEMORY_TERMS", "TIME_TERMS"]
@@ -64,7 +71,7 @@ def schedule_timeline(pp: int, micro_batches: int, schedule: str = "1f1b",
     return simulate(plan, forward_cost=Fraction(1, v), backward_cost=Fraction(2, v))
 
 
-def _as_events(events) -> list:
+def _as_events(events: Any) -> list[Event]:   # anything a student passes: checked here
     """A list of trace.Event from a list, a Trace or a Simulation (or its
     rank -> events mapping); a TypeError or ValueError says what to pass."""
     hint = ("pass a list of threeaxes.trace.Event: a Trace's .events (`with trace.record() "
@@ -86,10 +93,10 @@ def _as_events(events) -> list:
     return events
 
 
-def _style(e: Event, chunk: int):
+def _style(e: Event, chunk: int) -> tuple[str, str, str]:
     """(box colour, legend entry, legend colour) of one event."""
     if e.kind == COMM:
-        color = COMM_COLORS.get(e.axis, OTHER_COMM)
+        color = COMM_COLORS.get(e.axis or "", OTHER_COMM)
         return color, f"{e.axis if e.axis in COMM_COLORS else 'other'} comm", color
     if e.op in ("forward", "backward"):
         shades = FORWARD if e.op == "forward" else BACKWARD
@@ -99,7 +106,7 @@ def _style(e: Event, chunk: int):
     return OTHER_COMPUTE, "other compute", OTHER_COMPUTE
 
 
-def gantt(events, *, ax=None, title: str | None = None, time_unit: str = "s"):
+def gantt(events: Any, *, ax: Axes | None = None, title: str | None = None, time_unit: str = "s") -> Figure:
     """One row per rank (rank 0 on top), time left to right, a box per Event.
 
     Compute boxes are coloured by op: forward blue, backward orange (darker
@@ -127,16 +134,20 @@ def gantt(events, *, ax=None, title: str | None = None, time_unit: str = "s"):
     lanes = {COMPUTE: (-0.42, 0.56) if has_comm else (-0.4, 0.8), COMM: (0.17, 0.25)}
     per_row = max(sum(e.rank == r for e in events) for r in ranks)
     if ax is None:
-        fig = Figure(figsize=(min(14.0, max(7.0, 0.35 * per_row + 3)), 0.42 * len(ranks) + 1.4),
-                     layout="constrained")
+        fig: Figure | SubFigure = Figure(figsize=(min(14.0, max(7.0, 0.35 * per_row + 3)),
+                                                 0.42 * len(ranks) + 1.4), layout="constrained")
         ax = fig.subplots()
     fig = ax.figure
+    if not isinstance(fig, Figure):
+        raise TypeError("gantt draws on axes of a Figure, not of a SubFigure: the Figure's size decides "
+                        "which labels fit; pass ax=Figure().subplots() or no ax")
     # the room in points (72 per inch) that the axes' share of the figure gives
     pts_per_unit = fig.get_figwidth() * 72 * ax.get_position().width / span
     pts_per_row = fig.get_figheight() * 72 * ax.get_position().height / len(ranks)
     # white edges separate boxes, but would wash out boxes only a few points wide
     edge = 0.5 if pts_per_unit * span / per_row >= 6 else 0
-    boxes, legend = {}, {}
+    boxes: dict[tuple[str, int, str], list[tuple[float, float]]] = {}
+    legend: dict[tuple[bool, str], str] = {}
     for e in events:
         color, name, key_color = _style(e, chunk.get((e.rank, e.stage), 0))
         lane = COMM if e.kind == COMM else COMPUTE
@@ -151,7 +162,7 @@ def gantt(events, *, ax=None, title: str | None = None, time_unit: str = "s"):
     # labels only where they fit: a character is ~0.6 of the font size wide. Boxes in
     # one lane can overlap (collectives in flight together): a label that would run
     # into the previous label of its lane is left out
-    label_end = {}   # (row, lane) -> where the last label drawn there ends, in x units
+    label_end: dict[tuple[int, str], float] = {}   # (row, lane) -> where the last label drawn there ends, in x units
     for e in sorted(events, key=lambda e: e.start):
         lane = COMM if e.kind == COMM else COMPUTE
         off, height = lanes[lane]
@@ -180,8 +191,8 @@ def gantt(events, *, ax=None, title: str | None = None, time_unit: str = "s"):
     return fig
 
 
-def measured_beside_predicted(events, plan, forward_s: float, backward_s: float, *,
-                              title: str = ""):
+def measured_beside_predicted(events: Any, plan: Plan, forward_s: float, backward_s: float, *,
+                              title: str = "") -> Figure:
     """One Figure: a measured pipeline step on top (`gantt` of its events), below it
     `simulate(plan)` with a stage's forward costing `forward_s` and its backward
     `backward_s` (seconds), both axes in milliseconds and the same span."""
@@ -197,7 +208,16 @@ def measured_beside_predicted(events, plan, forward_s: float, backward_s: float,
     return fig
 
 
-def draw_memory_bars(bars, capacity: float, *, ax=None, title: str | None = None):
+# drawn on axes of their own, the drawings return that Figure; on `ax`, the figure `ax` is in
+@overload
+def draw_memory_bars(bars: Sequence[tuple[str, Any]], capacity: float, *, ax: None = None,
+                     title: str | None = None) -> Figure: ...
+# drawn on axes of their own, the drawings return that Figure; on `ax`, the figure `ax` is in
+@overload
+def draw_memory_bars(bars: Sequence[tuple[str, Any]], capacity: float, *, ax: Axes,
+                     title: str | None = None) -> Figure | SubFigure: ...
+def draw_memory_bars(bars: Sequence[tuple[str, Any]], capacity: float, *, ax: Axes | None = None,
+                     title: str | None = None) -> Figure | SubFigure:
     """Stacked bars of bytes per GPU by term against the GPU's capacity.
 
     ``bars`` is a list of (label, terms) with terms a mapping (or an object
@@ -205,12 +225,12 @@ def draw_memory_bars(bars, capacity: float, *, ax=None, title: str | None = None
     rises above the capacity line is outlined in red and hatched: it does not fit.
     """
     if ax is None:
-        fig = Figure(figsize=(min(12.0, 3.0 + 0.7 * len(bars)), 3.8), layout="constrained")
+        fig: Figure | SubFigure = Figure(figsize=(min(12.0, 3.0 + 0.7 * len(bars)), 3.8), layout="constrained")
         ax = fig.subplots()
     fig = ax.figure
     cap = capacity / GB
 
-    def value(terms, key):
+    def value(terms: Any, key: str) -> float:
         return (terms[key] if isinstance(terms, dict) else getattr(terms, key)) / GB
 
     x = np.arange(len(bars))
@@ -234,8 +254,9 @@ def draw_memory_bars(bars, capacity: float, *, ax=None, title: str | None = None
     return fig
 
 
-def draw_measured_vs_predicted(rows, *, unit: float = 1e3, unit_name: str = "kB", ax=None,
-                               title: str | None = None):
+def draw_measured_vs_predicted(rows: Sequence[Sequence[Any]], *,
+                               unit: float = 1e3, unit_name: str = "kB", ax: Axes | None = None,
+                               title: str | None = None) -> Figure | SubFigure:
     """Pairs of stacked bars by memory term: what a rank measured (solid) beside what the
     cost model predicted (hatched), one pair per row.
 
@@ -243,7 +264,7 @@ def draw_measured_vs_predicted(rows, *, unit: float = 1e3, unit_name: str = "kB"
     `draw_memory_bars` (params, grads, optimizer, and activations if any) in bytes.
     """
     if ax is None:
-        fig = Figure(figsize=(min(13.0, 2.5 + 0.75 * len(rows)), 3.8), layout="constrained")
+        fig: Figure | SubFigure = Figure(figsize=(min(13.0, 2.5 + 0.75 * len(rows)), 3.8), layout="constrained")
         ax = fig.subplots()
     fig = ax.figure
     x = np.arange(len(rows))
@@ -264,13 +285,19 @@ def draw_measured_vs_predicted(rows, *, unit: float = 1e3, unit_name: str = "kB"
     return fig
 
 
-def draw_time_breakdown(rows, *, ax=None, title: str | None = None):
+@overload
+def draw_time_breakdown(rows: Sequence[tuple[str, Any]], *, ax: None = None, title: str | None = None) -> Figure: ...
+@overload
+def draw_time_breakdown(rows: Sequence[tuple[str, Any]], *, ax: Axes,
+                        title: str | None = None) -> Figure | SubFigure: ...
+def draw_time_breakdown(rows: Sequence[tuple[str, Any]], *, ax: Axes | None = None,
+                        title: str | None = None) -> Figure | SubFigure:
     """Horizontal stacked bars of step time by term (seconds).
 
     ``rows`` is a list of (label, time) with time a TimeBreakdown (or mapping).
     """
     if ax is None:
-        fig = Figure(figsize=(8.0, 0.5 * len(rows) + 1.4), layout="constrained")
+        fig: Figure | SubFigure = Figure(figsize=(8.0, 0.5 * len(rows) + 1.4), layout="constrained")
         ax = fig.subplots()
     fig = ax.figure
     y = np.arange(len(rows))
@@ -289,7 +316,7 @@ def draw_time_breakdown(rows, *, ax=None, title: str | None = None):
     return fig
 
 
-def draw_mesh(dims, *, title: str | None = None):
+def draw_mesh(dims: ParallelDims, *, title: str | None = None) -> Figure:
     """The layout's ranks as a grid: one panel per pipeline stage, dp down, tp across,
     each box labelled with its global rank and (dp, tp, pp) coordinates. tp partners
     share a row, dp partners a column, pp partners the same box in every panel."""

@@ -3,12 +3,14 @@ line for invalid combinations, and a plot."""
 from __future__ import annotations
 
 import html
+from typing import Any, Generic, TypeVar
 
 import ipywidgets as widgets
 from IPython.display import display
+from matplotlib.figure import Figure
 
 from ..cost import MODELS
-from ..cost.presets import MOE_MODELS
+from ..cost.presets import MOE_MODELS, Model
 from ..display import FigureDisplay
 
 _WIDE = {"description_width": "initial"}
@@ -21,23 +23,26 @@ _CP_CHOICES = [1, 2, 4, 8, 16]     # context-parallel degrees the explorers offe
 _EP_CHOICES = [1, 2, 4, 8]         # expert-parallel degrees (Mixtral has 8 experts)
 
 
-def _preset(key: str):
+def _preset(key: str) -> Model:
     """A dense preset (``MODELS``) or a mixture of experts (``MOE_MODELS``) by key."""
     return MODELS[key] if key in MODELS else MOE_MODELS[key]
 
 
-class _Explorer:
+Data = TypeVar("Data")    # what an explorer's compute() returns, for its summary() and draw()
+
+
+class _Explorer(Generic[Data]):
     """Controls, a message line and a plot; subclasses give compute/draw/summary."""
 
     title = ""
 
-    def __init__(self, controls: dict, rows: list, initial: dict) -> None:
+    def __init__(self, controls: dict[str, Any], rows: list[Any], initial: dict[str, Any]) -> None:
         self.controls = controls
         self.message = widgets.HTML()
         self.output = widgets.Output()
-        self.data = None          # what compute() returned last (None when invalid)
-        self.error = None         # the message shown instead, when invalid
-        self.figure = None        # the matplotlib Figure drawn last
+        self.data: Data | None = None          # what compute() returned last (None when invalid)
+        self.error: str | None = None         # the message shown instead, when invalid
+        self.figure: Figure | None = None        # the matplotlib Figure drawn last
         self._hold = False
         self.widget = widgets.VBox([widgets.HTML(f"<b>{self.title}</b>"), *rows,
                                     self.message, *self._extra_views(), self.output])
@@ -48,14 +53,14 @@ class _Explorer:
             raise ValueError(f"unknown controls {sorted(unknown)}; choose from {sorted(controls)}")
         self.set(**initial)
 
-    def _extra_views(self):
+    def _extra_views(self) -> list[Any]:
         return []
 
-    def _on_change(self, change) -> None:
+    def _on_change(self, change: dict[str, Any]) -> None:
         if not self._hold:
             self.update()
 
-    def set(self, **values) -> None:
+    def set(self, **values: Any) -> None:
         """Move several controls, then recompute and redraw once."""
         self._hold = True
         try:
@@ -65,8 +70,18 @@ class _Explorer:
             self._hold = False
         self.update()
 
-    def values(self) -> dict:
+    def values(self) -> dict[str, Any]:
         return {name: control.value for name, control in self.controls.items()}
+
+    # what each explorer defines
+    def compute(self) -> Data:
+        raise NotImplementedError
+
+    def summary(self, data: Data) -> str:
+        raise NotImplementedError
+
+    def draw(self, data: Data) -> Figure:
+        raise NotImplementedError
 
     def update(self) -> None:
         try:
@@ -88,5 +103,5 @@ class _Explorer:
     def _clear_extra(self) -> None:
         pass
 
-    def _repr_mimebundle_(self, **kwargs):
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)

@@ -22,7 +22,7 @@ class BubbleData(NamedTuple):
     timeline: Simulation  # the plan simulated with forward 1, backward 2 per micro-batch
 
 
-class BubbleExplorer(_Explorer):
+class BubbleExplorer(_Explorer[BubbleData]):
     """p, m, v and the schedule -> bubble fraction, overhead and the simulated plan."""
 
     title = "Pipeline bubble explorer"

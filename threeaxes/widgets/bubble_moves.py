@@ -5,26 +5,28 @@ the layout the run started from."""
 from __future__ import annotations
 
 import html
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
 from ..cost import RECOMPUTE, plan, violations
+from ..cost.evaluate import PlanResult
 from ..cost.memory import GB
+from ..cost.presets import Cluster, Model
 from ..plots import draw_memory_bars, draw_time_breakdown
 from .base import _WIDE, _Explorer
 
 
 class MoveData(NamedTuple):
-    result: object        # PlanResult of the layout the controls describe
-    baseline: object      # PlanResult of the layout the run started from
+    result: PlanResult    # PlanResult of the layout the controls describe
+    baseline: PlanResult  # PlanResult of the layout the run started from
     target: float         # the bubble fraction to get under
     under_target: bool    # result.bubble_fraction < target
     speedup: float        # baseline's predicted step time / result's
 
 
-class BubbleMovesExplorer(_Explorer):
+class BubbleMovesExplorer(_Explorer[MoveData]):
     """Fixed model, cluster, global batch and micro-batch; the layout -> m, bubble,
     memory and step time against ``baseline`` (keyword arguments of ``plan``).
 
@@ -37,9 +39,9 @@ class BubbleMovesExplorer(_Explorer):
 
     title = "Bubble moves: the batch and micro-batch are fixed, the layout is yours"
 
-    def __init__(self, model, cluster, global_batch: int, baseline: dict, *,
+    def __init__(self, model: Model, cluster: Cluster, global_batch: int, baseline: dict[str, Any], *,
                  bubble_target: float, seq_len: int | None = None,
-                 interleave: str = "flexible", **initial) -> None:
+                 interleave: str = "flexible", **initial: Any) -> None:
         if not 0 < bubble_target < 1:
             raise ValueError(f"bubble_target={bubble_target} must be a fraction in (0, 1)")
         self.model, self.cluster = model, cluster
@@ -65,7 +67,7 @@ class BubbleMovesExplorer(_Explorer):
         start = {k: v for k, v in self.baseline.items() if k in c}
         super().__init__(c, rows, {**start, **initial})
 
-    def _plan(self, config: dict):
+    def _plan(self, config: dict[str, Any]) -> PlanResult:
         config = {**config, "micro_batch": self.micro_batch}
         tp, pp = config["tp"], config["pp"]
         n = self.cluster.n_gpus

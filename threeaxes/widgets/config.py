@@ -3,14 +3,17 @@ with the sequence split over cp ranks or a mixture's experts over ep ranks if as
 from __future__ import annotations
 
 import html
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import ipywidgets as widgets
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ..cost import CP_MODES, context_violations, get_cluster, search
+from ..cost.evaluate import PlanResult, TimeBreakdown
 from ..cost.memory import GB
+from ..cost.presets import Cluster, Model
 from ..display import plan_table_html
 from ..plots import TIME_TERMS, draw_memory_bars, draw_time_breakdown
 from .base import _CLUSTERS, _CP_CHOICES, _EP_CHOICES, _MODEL_OPTIONS, _MOE_OPTIONS, _WIDE, _Explorer, _preset
@@ -21,17 +24,17 @@ EXTRA_TIME_TERMS = (("cp_comm", "CP comm", "#8172b3"), ("ep_comm", "EP comm", "#
 
 
 class ConfigData(NamedTuple):
-    rows: list           # the best fitting PlanResults, ranked
-    chosen: object       # the PlanResult whose breakdown is drawn
+    rows: list[PlanResult]  # the best fitting PlanResults, ranked
+    chosen: PlanResult   # the PlanResult whose breakdown is drawn
     n_valid: int         # configurations that satisfy every constraint
     n_fitting: int       # of those, how many fit in memory
-    model: object
-    cluster: object
+    model: Model
+    cluster: Cluster
     global_batch: int
     seq_len: int
 
 
-class ConfigExplorer(_Explorer):
+class ConfigExplorer(_Explorer[ConfigData]):
     """Model and cluster -> every valid (dp, tp, pp, ...) ranked; one's breakdown.
 
     ``cp`` and ``ep`` fix the context- and expert-parallel degrees of every row
@@ -41,7 +44,7 @@ class ConfigExplorer(_Explorer):
 
     title = "Configuration explorer"
 
-    def __init__(self, **initial) -> None:
+    def __init__(self, **initial: Any) -> None:
         c = {
             "model": widgets.Dropdown(options=_MODEL_OPTIONS + _MOE_OPTIONS, value="llama2-70b",
                                       description="model"),
@@ -68,30 +71,30 @@ class ConfigExplorer(_Explorer):
                 widgets.HBox([c["cp"], c["cp_mode"], c["ep"]]),
                 widgets.HBox([c["rows"], c["pick"]])]
         self.table = widgets.HTML()
-        self._cache = {}
+        self._cache: dict[tuple[Any, ...], tuple[Cluster, list[PlanResult]]] = {}
         c["pick"].max = c["rows"].value
 
-        def follow_rows(change) -> None:
+        def follow_rows(change: dict[str, Any]) -> None:
             c["pick"].max = change["new"]      # clamps "pick" into range
         c["rows"].observe(follow_rows, names="value")
 
-        def follow_cp(change) -> None:
+        def follow_cp(change: dict[str, Any]) -> None:
             c["cp_mode"].disabled = change["new"] == 1     # one rank exchanges nothing
         c["cp"].observe(follow_cp, names="value")
         follow_cp({"new": c["cp"].value})
         super().__init__(c, rows, initial)
 
-    def _extra_views(self):
+    def _extra_views(self) -> list[Any]:
         return [self.table]
 
     def _clear_extra(self) -> None:
         self.table.value = ""
 
-    def _search(self, key):
+    def _search(self, key: tuple[Any, ...]) -> tuple[Cluster, list[PlanResult]]:
         if key not in self._cache:
             model_key, cluster_key, n_gpus, batch, seq_len, cp, cp_mode, ep = key
             cluster = get_cluster(cluster_key, n_gpus=n_gpus)
-            beyond = {}
+            beyond: dict[str, Any] = {}
             if cp > 1:
                 beyond.update(cps=(cp,), cp_modes=(cp_mode,))
             if ep > 1:
@@ -165,7 +168,7 @@ class ConfigExplorer(_Explorer):
         return fig
 
 
-def _beyond_note(r) -> str:
+def _beyond_note(r: PlanResult) -> str:
     """The cp and ep terms of the chosen row, said only when it has them."""
     notes = []
     if r.cp > 1:
@@ -176,7 +179,7 @@ def _beyond_note(r) -> str:
     return "".join(notes)
 
 
-def _add_time_terms(ax, bars) -> None:
+def _add_time_terms(ax: Axes, bars: list[tuple[str, TimeBreakdown]]) -> None:
     """Stack cp's and ep's time after the three-axis terms ``draw_time_breakdown`` drew
     (none when every row has them at zero: the three-axis chart is left as it was)."""
     left = np.array([sum(getattr(t, key) for key, _, _ in TIME_TERMS) for _, t in bars])
@@ -191,7 +194,7 @@ def _add_time_terms(ax, bars) -> None:
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
 
 
-def candidate_breakdown(scenario: dict, config: dict, best=None) -> Figure:
+def candidate_breakdown(scenario: dict[str, Any], config: dict[str, Any], best: PlanResult | None = None) -> Figure:
     """One layout the student set, under the cost model (`plan`), term by term: memory per
     GPU by term against the GPU's capacity, step time by term; beside `best` (a
     PlanResult, the search's fastest) when given. Prints the same figures. It evaluates the

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import html
 import textwrap
+from os import PathLike
+from typing import IO, Any, overload
 
 import ipywidgets as widgets
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_pdf import PdfPages
-from matplotlib.figure import Figure
+from matplotlib.figure import Figure, SubFigure
 
 from ..cost import GB, MODELS, a100_cluster
-from ..cost.decide import SCHEMES, TreeWalk, model_of_size, walk_tree
+from ..cost.decide import SCHEMES, Decision, TreeWalk, model_of_size, walk_tree
 from .base import _MODEL_OPTIONS, _WIDE, _Explorer
 
 __all__ = ["DecisionTreeExplorer", "draw_tree", "print_cheatsheet", "CHEATSHEET_TABLE"]
@@ -56,11 +59,16 @@ CHEATSHEET_TABLE = (
 )
 
 
-def _key(decision) -> str:
+def _key(decision: Decision) -> str:
     return decision.question.split(":")[0]
 
 
-def draw_tree(walk: TreeWalk | None = None, ax=None, *, numbers: bool = True):
+# on axes of its own, the tree returns that Figure; on `ax`, the figure `ax` is in
+@overload
+def draw_tree(walk: TreeWalk | None = None, ax: None = None, *, numbers: bool = True) -> Figure: ...
+@overload
+def draw_tree(walk: TreeWalk | None, ax: Axes, *, numbers: bool = True) -> Figure | SubFigure: ...
+def draw_tree(walk: TreeWalk | None = None, ax: Axes | None = None, *, numbers: bool = True) -> Figure | SubFigure:
     """Draw the tree; with a walk, the branch taken in red with the numbers behind each
     decision beside its box and the configuration the planner evaluated under the leaf."""
     if ax is None:
@@ -94,6 +102,7 @@ def draw_tree(walk: TreeWalk | None = None, ax=None, *, numbers: bool = True):
                 bbox=dict(boxstyle="square", fc="#f6dcd7" if reached else "#f4f4f4",
                           ec=TAKEN if reached else IDLE, lw=2 if reached else 1))
         if reached and numbers:
+            assert walk is not None and walk.result is not None    # a walk that reaches a leaf has a plan
             r = walk.result
             ax.text(x, y - 0.075, f"{r.label}\n{r.memory.total / GB:.1f} GB per GPU, "
                     f"{r.time.total:.2f} s per step\n{walk.verdict.slowdown:.2f}x the planner's "
@@ -105,12 +114,12 @@ def draw_tree(walk: TreeWalk | None = None, ax=None, *, numbers: bool = True):
     return ax.figure
 
 
-class DecisionTreeExplorer(_Explorer):
+class DecisionTreeExplorer(_Explorer[TreeWalk]):
     """Model size (or a preset), GPUs per node, nodes, GPU memory -> the branch taken."""
 
     title = "The cheatsheet's decision tree, on your numbers"
 
-    def __init__(self, **initial) -> None:
+    def __init__(self, **initial: Any) -> None:
         c = {
             "model": widgets.Dropdown(options=[("by size (billions)", "size")] + _MODEL_OPTIONS,
                                       value="size", description="model"),
@@ -133,10 +142,10 @@ class DecisionTreeExplorer(_Explorer):
         self._toggle_size({"new": c["model"].value}, controls=c)
         super().__init__(c, rows, initial)
 
-    def _toggle_size(self, change, controls=None) -> None:
+    def _toggle_size(self, change: dict[str, Any], controls: dict[str, Any] | None = None) -> None:
         (controls or self.controls)["billions"].disabled = change["new"] != "size"
 
-    def _extra_views(self):
+    def _extra_views(self) -> list[Any]:
         return [self.path]
 
     def _clear_extra(self) -> None:
@@ -157,6 +166,8 @@ class DecisionTreeExplorer(_Explorer):
                         f"{html.escape(d.numbers)}</li>" for d in walk.decisions)
         self.path.value = f"<ol>{steps}</ol>"
         r = walk.result
+        # compute() refused a walk that ends nowhere: this one has its scheme, plan and verdict
+        assert walk.scheme is not None and r is not None and walk.verdict is not None
         return (f"{html.escape(str(walk.model))} on {walk.cluster.n_gpus} GPUs: "
                 f"<b>{html.escape(SCHEMES[walk.scheme])}</b>, {html.escape(r.label)}. "
                 f"The planner: {html.escape(walk.verdict.feedback)}")
@@ -165,13 +176,13 @@ class DecisionTreeExplorer(_Explorer):
         return draw_tree(walk)
 
 
-def print_cheatsheet(path) -> int:
+def print_cheatsheet(path: str | PathLike[str] | IO[bytes]) -> int:
     """The cheatsheet on one page (PDF): the schemes' table, the tree, the product rule
     and the bubble's fix. Returns the page count (1)."""
     fig = Figure(figsize=(8.5, 11))
     fig.text(0.5, 0.975, "Three Axes cheatsheet: which parallelism, when", ha="center",
              fontsize=15, weight="bold")
-    top = fig.add_axes([0.04, 0.72, 0.92, 0.23])
+    top = fig.add_axes((0.04, 0.72, 0.92, 0.23))
     top.set_axis_off()
     rows = [["\n".join(textwrap.wrap(cell, 28)) for cell in row] for row in CHEATSHEET_TABLE[1:]]
     table = top.table(cellText=rows, colLabels=list(CHEATSHEET_TABLE[0]), loc="center",
@@ -180,7 +191,7 @@ def print_cheatsheet(path) -> int:
     table.set_fontsize(7.5)
     for (row, _), cell in table.get_celld().items():
         cell.set_height(0.09 if row == 0 else 0.2)    # two wrapped lines a row
-    draw_tree(None, fig.add_axes([0.02, 0.2, 0.96, 0.52]))
+    draw_tree(None, fig.add_axes((0.02, 0.2, 0.96, 0.52)))
     fig.text(0.06, 0.15, "dp x tp x pp = GPUs:  tp = the GPUs of one node (fast links), "
              "pp = stages across nodes, dp = what is left (batch scale).", fontsize=9)
     fig.text(0.06, 0.115, "Bubble: a pipeline idles (p-1)/(m+p-1) of a step while it fills and "

@@ -5,25 +5,28 @@ predicted step time beside the configuration you started from."""
 from __future__ import annotations
 
 import html
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
 from ..cost import RECOMPUTE, divisors, plan, valid_tp
+from ..cost.evaluate import PlanResult
 from ..cost.memory import GB
+from ..cost.presets import Cluster, Model
 from ..plots import draw_memory_bars, draw_time_breakdown
 from .base import _WIDE, _Explorer
 
 
 class FixData(NamedTuple):
-    result: object        # PlanResult of the configuration the controls describe
-    baseline: object      # PlanResult of the starting configuration, same sequence length
+    result: PlanResult    # PlanResult of the configuration the controls describe
+    baseline: PlanResult  # PlanResult of the starting configuration, same sequence length
     global_batch: int     # sequences per step at this sequence length
     slowdown: float       # result's predicted step time / the baseline's
 
 
-class FixExplorer(_Explorer):
+class FixExplorer(_Explorer[FixData]):
     """Fixed model, cluster and tokens per step; the knobs -> memory and step time.
 
     ``baseline`` is the starting configuration (keyword arguments of ``plan``);
@@ -34,8 +37,8 @@ class FixExplorer(_Explorer):
 
     title = "Fix explorer: make it fit again, at the least slowdown"
 
-    def __init__(self, model, cluster, tokens_per_step: int, baseline: dict,
-                 seq_lens=(2048, 4096), **initial) -> None:
+    def __init__(self, model: Model, cluster: Cluster, tokens_per_step: int, baseline: dict[str, Any],
+                 seq_lens: Sequence[int] = (2048, 4096), **initial: Any) -> None:
         self.model, self.cluster, self.tokens_per_step = model, cluster, int(tokens_per_step)
         self.baseline = dict(baseline)
         n = cluster.n_gpus
@@ -61,7 +64,7 @@ class FixExplorer(_Explorer):
         start = {k: v for k, v in self.baseline.items() if k in c}
         super().__init__(c, rows, {**start, **initial})
 
-    def _plan(self, seq_len: int, config: dict):
+    def _plan(self, seq_len: int, config: dict[str, Any]) -> PlanResult:
         tp, pp = config["tp"], config.get("pp", 1)
         if self.cluster.n_gpus % (tp * pp):
             raise ValueError(f"tp({tp}) * pp({pp}) = {tp * pp} does not divide the "

@@ -10,31 +10,34 @@ and the layout's tp and pp (dp fills the GPUs).
 from __future__ import annotations
 
 import html
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
 from ..cost import GB, a100_cluster, get_model, group_link, plan
+from ..cost.evaluate import PlanResult
+from ..cost.network import Link
+from ..cost.presets import Cluster
 from ..plots import draw_time_breakdown
 from .base import _WIDE, _Explorer
 
 
 class LinkData(NamedTuple):
-    baseline: object      # PlanResult on 8-GPU nodes with the preset links
-    chosen: object        # PlanResult on the nodes and links the controls set
-    cluster: object       # the cluster the controls set
-    links: dict           # axis -> Link the axis's group uses on that cluster
+    baseline: PlanResult  # PlanResult on 8-GPU nodes with the preset links
+    chosen: PlanResult    # PlanResult on the nodes and links the controls set
+    cluster: Cluster      # the cluster the controls set
+    links: dict[str, Link]  # axis -> Link the axis's group uses on that cluster
     per_gpu_ratio: float  # chosen tokens/s over baseline tokens/s (same GPU count)
 
 
-class LinkExplorer(_Explorer):
+class LinkExplorer(_Explorer[LinkData]):
     """Node size and inter-node bandwidth -> step time by term, beside 8-GPU nodes."""
 
     title = "Node size and links explorer"
 
     def __init__(self, model: str = "175B", n_gpus: int = 256, global_batch: int = 512,
-                 config: dict | None = None, **initial) -> None:
+                 config: dict[str, Any] | None = None, **initial: Any) -> None:
         self.model = get_model(model)
         self.n_gpus, self.global_batch = n_gpus, global_batch
         # every setting of plan() other than dp, tp, pp (the controls)
@@ -59,7 +62,7 @@ class LinkExplorer(_Explorer):
                 widgets.HBox([c["tp"], c["pp"]])]
         super().__init__(c, rows, initial)
 
-    def _plan(self, cluster, tp, pp):
+    def _plan(self, cluster: Cluster, tp: int, pp: int) -> PlanResult:
         if self.n_gpus % (tp * pp):
             raise ValueError(f"tp({tp}) * pp({pp}) = {tp * pp} does not divide the "
                              f"{self.n_gpus} GPUs; choose a smaller tp or pp")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import html
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import ipywidgets as widgets
 from matplotlib.figure import Figure
@@ -18,19 +18,20 @@ from ..cost import (
 )
 from ..cost.cp_ep_terms import state_bytes
 from ..cost.memory import GB
+from ..cost.presets import Model
 from ..plots import draw_memory_bars
 from .base import _CP_CHOICES, _EP_CHOICES, _MODEL_OPTIONS, _MOE_OPTIONS, _WIDE, _Explorer, _preset
 
 
 class MemoryData(NamedTuple):
-    model: object                 # threeaxes.cost.Model
-    bars: list                    # [(label, MemoryBreakdown)] one per pipeline stage shown
+    model: Model                  # threeaxes.cost.Model
+    bars: list[tuple[str, MemoryBreakdown]]  # [(label, MemoryBreakdown)] one per pipeline stage shown
     capacity: float               # bytes per GPU
     fits: bool                    # every stage shown fits
     worst: MemoryBreakdown        # stage 0, the fullest
 
 
-class MemoryExplorer(_Explorer):
+class MemoryExplorer(_Explorer[MemoryData]):
     """Model, precision, dp/tp/pp, ZeRO, recompute, s, b -> bytes per GPU by term.
 
     Activations assume 1F1B with at least p micro-batches: stage r holds
@@ -48,7 +49,7 @@ class MemoryExplorer(_Explorer):
 
     title = "Memory per GPU explorer"
 
-    def __init__(self, **initial) -> None:
+    def __init__(self, **initial: Any) -> None:
         c = {
             "model": widgets.Dropdown(options=_MODEL_OPTIONS + _MOE_OPTIONS
                                       + [("custom shape", "custom")],
@@ -90,12 +91,12 @@ class MemoryExplorer(_Explorer):
         self._toggle_custom({"new": c["model"].value}, controls=c)
         super().__init__(c, rows, initial)
 
-    def _toggle_custom(self, change, controls=None) -> None:
+    def _toggle_custom(self, change: dict[str, Any], controls: dict[str, Any] | None = None) -> None:
         c = controls or self.controls
         for name in ("n_layers", "d_model", "n_heads"):
             c[name].disabled = change["new"] != "custom"
 
-    def _model(self):
+    def _model(self) -> Model:
         v = self.values()
         if v["model"] != "custom":
             return _preset(v["model"])
@@ -144,7 +145,7 @@ class MemoryExplorer(_Explorer):
                                 title=f"{d.model.name}: bytes per GPU by term")
 
 
-def _check_cp_ep(model, v):
+def _check_cp_ep(model: Model, v: dict[str, Any]) -> None:
     """The planner's rules for cp and ep (``constraints.violations``) that a layout without
     a GPU count can break; raises ValueError saying what to change."""
     cp, ep, tp = v["cp"], v["ep"], v["tp"]
@@ -170,7 +171,7 @@ def _check_cp_ep(model, v):
         raise ValueError("; ".join(found))
 
 
-def _beyond_note(model, v) -> str:
+def _beyond_note(model: Model, v: dict[str, Any]) -> str:
     """What cp and ep change, said only when they are on or the model has experts."""
     notes = []
     if v["cp"] > 1:
