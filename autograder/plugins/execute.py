@@ -10,8 +10,9 @@ What changes is who produces those outputs:
   forked from a host that ran the drop's opening cells once (`warm_start`);
 * each test cell runs in this process (`judge.judge_cell`), reading the
   notebook's answers through `threeaxes.grading.wire`;
-* the code cells after the last graded cell (a drop's depth) are not run: no grade
-  depends on them; each shows `NOT_RUN` instead of outputs.
+* the code cells after the last graded code cell (a drop's depth) are not run: no
+  autograded score depends on them, and a written answer is read by a person, not
+  computed; each shows `NOT_RUN` instead of outputs.
 
 Settings (nbgrader config, command line or environment):
 
@@ -128,15 +129,17 @@ def run_notebook(nb, kernel: KernelSession, timeout: float, guard=None, oracle=N
 
 
 # what a cell after the last graded one shows in the autograded notebook and the feedback
-NOT_RUN = ("Not run when grading: no grade depends on a cell after the last graded one. "
+NOT_RUN = ("Not run when grading: no score depends on a cell after the last graded code cell. "
            "Run it in your own notebook to see its output.\n")
 
 
 def _run_cells(nb, kernel, timeout, guard, oracle, opening, limits, recorder) -> None:
     count = place = 0
-    # a drop's depth after its exercises (PyTorch's own API, more traces) can change no
-    # grade: it runs under nbval in CI and in the student's notebook, not once per submission
-    last_graded = max((i for i, cell in enumerate(nb.cells) if is_graded(cell)), default=-1)
+    # a drop's depth after its last graded code cell (PyTorch's own API, more traces, the reveal)
+    # can change no autograded score, and the written answers among it are the student's words,
+    # graded by hand: it runs under nbval in CI and in the student's notebook, not per submission
+    last_graded = max((i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and is_graded(cell)),
+                      default=-1)
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue

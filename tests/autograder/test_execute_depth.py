@@ -1,4 +1,4 @@
-"""The grader runs no code cell after a notebook's last graded cell (autograder/plugins/execute.py):
+"""The grader runs no code cell after a notebook's last graded code cell (autograder/plugins/execute.py):
 a drop's depth can change no grade, so it is left to nbval and the student's own notebook,
 and the autograded notebook says so in each such cell."""
 
@@ -51,8 +51,9 @@ def test_the_depth_after_the_last_test_cell_is_not_run_and_says_so():
     assert nb.cells[5].execution_count is None
 
 
-def test_cells_before_a_later_written_answer_still_run():
-    # a written answer (a markdown cell nbgrader scores by hand) after the code keeps it graded
+def test_a_later_written_answer_does_not_run_the_cells_before_it():
+    # a written answer (a markdown cell nbgrader scores by hand) is the student's words: the code
+    # between the last graded code cell and it (the reveal, the explorers) changes no score
     written = nbformat.v4.new_markdown_cell("why?")
     written.metadata["nbgrader"] = {"schema_version": 3, "points": 1, "solution": True,
                                     "grade": True, "grade_id": "w", "locked": False}
@@ -60,7 +61,18 @@ def test_cells_before_a_later_written_answer_still_run():
                        _code("explore()"),
                        written,
                        _code("after()")])
-    assert ran == ["answer = 1", "explore()"]
+    assert ran == ["answer = 1"]
+    assert [o["text"] for o in nb.cells[1].outputs] == [NOT_RUN]
+    assert [o["text"] for o in nb.cells[3].outputs] == [NOT_RUN]
+
+
+def test_a_code_answer_graded_by_hand_keeps_the_cells_before_it_running():
+    # a code answer scored by hand (solution and grade, no test) shows its outputs to the grader
+    nb, ran = _graded([_code("answer = 1", solution=True, grade=False, grade_id="a"),
+                       _code("explore()"),
+                       _code("plot_mine()", solution=True, grade=True, grade_id="by_hand"),
+                       _code("after()")])
+    assert ran == ["answer = 1", "explore()", "plot_mine()"]
     assert [o["text"] for o in nb.cells[3].outputs] == [NOT_RUN]
 
 
