@@ -43,15 +43,15 @@ def submission(course: Course, name: str, rng: random.Random):
     if roll < 0.05:
         return course.released(name), "blank"
     nb, did = course.solved_release(name), "right"
-    exercises = report.exercises(course.root, name)
+    exercises = report.records(course.root, name)
     if roll < 0.10 and exercises:
-        return set_answer(nb, rng.choice(exercises)["answer"], LOOPS), "loops"
+        return set_answer(nb, rng.choice(exercises).answer, LOOPS), "loops"
     if roll < 0.15 and exercises:
-        return set_answer(nb, rng.choice(exercises)["answer"], CRASHES), "crashes"
+        return set_answer(nb, rng.choice(exercises).answer, CRASHES), "crashes"
     for exercise in exercises:
-        if exercise.get("mistakes") and rng.random() < 0.35:
-            mistake = rng.choice(exercise["mistakes"])
-            nb = set_answer(nb, exercise["answer"], "\n".join(mistake["code"]))
+        if exercise.mistakes and rng.random() < 0.35:
+            mistake = rng.choice(exercise.mistakes)
+            nb = set_answer(nb, exercise.answer, mistake.code)
             did = "mistakes"
     return nb, did
 

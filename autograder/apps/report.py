@@ -49,11 +49,6 @@ def records(course_root: Path, assignment: str) -> list[spec.Exercise]:
     return []
 
 
-def exercises(course_root: Path, assignment: str) -> list[dict]:
-    """`records`, each as grading.json writes it."""
-    return [e.entry for e in records(course_root, assignment) if e.entry is not None]   # spec.load sets each
-
-
 def name_of(said: dict | None, exercise: spec.Exercise, blank: bool = False) -> str | None:
     """The mistake a test cell named, in the report's terms; None when it said nothing
     wrong. `said`: the cell's error ("error") and what it printed ("printed"): a

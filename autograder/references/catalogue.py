@@ -13,7 +13,10 @@ equals, without showing the drawn case.
 from __future__ import annotations
 
 import importlib
+import random
+from collections.abc import Callable, Iterable, Sequence
 from functools import cache
+from typing import Any
 
 from autograder import course, spec
 from threeaxes.grading import visible
@@ -25,16 +28,19 @@ def record(drop: str, answer: str) -> spec.Exercise:
     return spec.load(course.grading_file(course.drop_named(drop))).exercise(answer)
 
 
-def exercise(drop: str, answer: str) -> dict:
-    """The exercise's entry as grading.json writes it (checked by autograder.spec)."""
-    return record(drop, answer).entry
+def _visible_check(drop: str, answer: str) -> spec.Visible:
+    found = record(drop, answer).visible
+    if found is None:
+        raise ValueError(f"{drop} {answer}: its grading.json entry has no 'visible' check, which the "
+                         "catalogue's cases need: add one")
+    return found
 
 
 def _visible(drop: str, answer: str) -> dict:
-    return record(drop, answer).visible.as_dict()
+    return _visible_check(drop, answer).as_dict()
 
 
-def _reference(drop: str, vis: dict):
+def _reference(drop: str, vis: dict) -> Callable[..., Any]:
     return getattr(importlib.import_module(f"autograder.references.{drop}"), vis["reference"])
 
 
@@ -42,27 +48,28 @@ def mistakes(drop: str, answer: str) -> dict:
     """{name: (the mistaken function or value, what the student is told)}."""
     from autograder.cases import defined
 
-    entry = record(drop, answer)
-    return {m.name: (defined(m.code, entry.visible.call, entry.visible.setup), m.says) for m in entry.mistakes}
+    entry, check = record(drop, answer), _visible_check(drop, answer)
+    return {m.name: (defined(m.code, check.call, check.setup), m.says) for m in entry.mistakes}
 
 
-def _value(vis, fn, args):
+def _value(vis: dict, fn: Callable[..., object], args: Sequence) -> Any:
     try:
         return visible.plain(fn(*args), vis["form"], vis["call"])
     except Exception:  # noqa: BLE001 - a mistake that raises here is told apart by raising
         return None
 
 
-def telling(drop: str, answer: str, draw, rng, n: int = 4, tries: int = 50) -> list:
+def telling(drop: str, answer: str, draw: Callable[[random.Random], Iterable[Sequence]], rng: random.Random,
+            n: int = 4, tries: int = 50) -> list:
     """At least `n` cases drawn with `draw(rng)` (a list of argument tuples a call) that
     together tell every catalogued mistake apart from the right answer, and from each
     other where a drawn case can: a case is kept while it separates a pair not yet apart."""
     vis = _visible(drop, answer)
     reference, wrong = _reference(drop, vis), mistakes(drop, answer)
     names = ["right"] + list(wrong)
-    apart = set()
+    apart: set[tuple[str, str]] = set()
     pairs = {(a, b) for i, a in enumerate(names) for b in names[i + 1:]}
-    kept = []
+    kept: list[tuple] = []
     for _ in range(tries):
         for args in draw(rng):
             values = {"right": visible.plain(reference(*args), vis["form"], "reference")}
@@ -81,7 +88,7 @@ def telling(drop: str, answer: str, draw, rng, n: int = 4, tries: int = 50) -> l
     raise RuntimeError(f"{drop} {answer}: no drawn case tells {missing} from the right answer")
 
 
-def judge(drop: str, answer: str, student, cases) -> None:
+def judge(drop: str, answer: str, student: Callable[..., object], cases: Sequence[Sequence]) -> None:
     """AssertionError naming the mistake (or saying what to check) on the first drawn
     case the student's function gets wrong; the case's values stay hidden."""
     vis = _visible(drop, answer)
@@ -107,7 +114,7 @@ def judge(drop: str, answer: str, student, cases) -> None:
                          f"{vis.get('otherwise', 'check it against the text above')}")
 
 
-def judge_fixed(drop: str, answer: str, student, part=None) -> None:
+def judge_fixed(drop: str, answer: str, student: object, part: str | int | None = None) -> None:
     """A fixed answer's value, checked here in the grader: its visible check stores only
     its form (threeaxes.grading.visible.shape), so the value and the catalogued mistakes'
     values are computed now, from the reference and the mistakes' code. AssertionError
@@ -131,7 +138,7 @@ def judge_fixed(drop: str, answer: str, student, part=None) -> None:
                              f"{vis.get('otherwise', 'check it against the text above')}")
 
 
-def _fixed_value(vis, fn, args):
+def _fixed_value(vis: dict, fn: object, args: list) -> Any:
     try:
         return visible.plain(visible._answer_for(vis, fn, args), vis["form"], vis["call"])
     except Exception:  # noqa: BLE001 - a mistake that raises here is told apart by raising

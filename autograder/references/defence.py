@@ -38,6 +38,7 @@ in tensor-parallel all-reduces).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any  # Any: a student's answer
 
 from threeaxes.cost import GB, bytes_sent_per_gpu, plan
 from threeaxes.grading.defence import KEYS, REASONS, plain_numbers, plain_rivals
@@ -47,10 +48,13 @@ from threeaxes.grading.defence import KEYS, REASONS, plain_numbers, plain_rivals
 from threeaxes.grading.defence_reveal import NUMBER_REL, RIVAL_REL, broken_rules, slow_link_bytes
 from threeaxes.grading.defence_reveal import numbers as numbers_reference
 
+if TYPE_CHECKING:
+    from threeaxes.cost.evaluate import PlanResult
+
 __all__ = ["NUMBER_REL", "KEYS", "REASONS", "numbers_reference", "slow_link_bytes", "rival_reference",
            "broken_rules", "judge_numbers", "judge_rivals"]
 
-def _plan(scenario: dict, config: dict):
+def _plan(scenario: dict, config: dict) -> PlanResult:
     return plan(scenario["model"], scenario["cluster"], scenario["global_batch"],
                 scenario.get("seq_len"), **config, **scenario.get("assumptions", {}))
 
@@ -67,7 +71,7 @@ def rival_reference(scenario: dict, config: dict) -> tuple:
         return "memory", r.memory.total / GB
     t = r.time
     terms = {"slow_links": t.dp_comm + t.pp_comm, "bubble": t.bubble, "tp_comm": t.tp_comm}
-    reason = max(terms, key=terms.get)
+    reason = max(terms, key=terms.__getitem__)
     return reason, {"slow_links": slow_link_bytes(scenario, config) / GB,
                     "bubble": r.bubble_fraction,
                     "tp_comm": _tp_bytes(scenario, config, r.micro_batches) / GB}[reason]
@@ -95,20 +99,19 @@ def _mistake_values(drop: str, answer: str, name: str) -> dict:
     from autograder.cases import defined
     from autograder.references import catalogue
 
-    entry = catalogue.exercise(drop, answer)
     setup = importlib.import_module(f"autograder.references.{drop}").DEFENCE_SETUP
     out = {}
-    for m in entry["mistakes"]:
-        if m.get("part") != name:
+    for m in catalogue.record(drop, answer).mistakes:
+        if m.part != name:
             continue
         try:
-            out[m["name"]] = (defined("\n".join(m["code"]), name, setup), m["says"])
+            out[m.name] = (defined(m.code, name, setup), m.says)
         except Exception:  # noqa: BLE001 - a mistake whose cell fails binds nothing to compare
-            out[m["name"]] = (None, m["says"])
+            out[m.name] = (None, m.says)
     return out
 
 
-def judge_numbers(drop: str, scenario: dict, my_config, my_defence,
+def judge_numbers(drop: str, scenario: dict, my_config: Any, my_defence: Any,
                   answer: str = "my_defence_answer") -> None:
     """AssertionError naming what is wrong in the student's numbers for their own config:
     the catalogued mistake whose cell gives the student's numbers (a mistake is named by
@@ -139,7 +142,7 @@ def judge_numbers(drop: str, scenario: dict, my_config, my_defence,
                          f"the cost model's figure for {config}; count it again with the formulas above")
 
 
-def judge_rivals(drop: str, scenario: dict, rival_configs: dict, rivals,
+def judge_rivals(drop: str, scenario: dict, rival_configs: dict, rivals: Any,
                  answer: str = "my_defence_answer") -> None:
     """AssertionError naming the first rival whose reason or number is wrong. A rival that
     breaks several rules may be answered with any of them, with that rule's number."""

@@ -15,6 +15,8 @@ otherwise a message naming the mistake in the student's terms:
 from __future__ import annotations
 
 import math
+import random
+from typing import Any  # a student's answer: any value
 
 from threeaxes.cost.memory import PRECISIONS, STATE_TERMS
 from threeaxes.grading import as_number
@@ -30,7 +32,7 @@ def expected_training_bytes(n_params: int, precision: str) -> dict:
     return {key: b * n_params for key, b in zip(STATE_TERMS, PRECISIONS[precision])}
 
 
-def training_bytes_mistake(got, n_params: int, precision: str) -> str | None:
+def training_bytes_mistake(got: Any, n_params: int, precision: str) -> str | None:
     """None when `got` (training_bytes(n_params, precision)) is right."""
     call = f"training_bytes({n_params:,}, {precision!r})"
     if type(got) is not dict or set(got) != set(STATE_TERMS):
@@ -74,7 +76,7 @@ def expected_largest_model_billion(memory_bytes: float = 80e9) -> float:
     return memory_bytes / sum(PRECISIONS["mixed"]) / 1e9
 
 
-def largest_model_mistake(got) -> str | None:
+def largest_model_mistake(got: Any) -> str | None:
     """None when `got` (largest_model_billion) is right for 80 GB under mixed-precision Adam."""
     value = as_number(got, "largest_model_billion")
     want = expected_largest_model_billion()
@@ -144,7 +146,7 @@ def axis_roles_mistake(split: dict, crosses: dict) -> str | None:
     return None
 
 
-def draw_training_cases(rng) -> list[tuple]:
+def draw_training_cases(rng: random.Random) -> list[tuple]:
     """Parameter counts drawn at grading (one, a small model, a large one), each precision."""
     return [(n, precision) for n in (rng.randint(2, 10**6), rng.randint(10**9, 10**11))
             for precision in ("fp32", "mixed")]

@@ -20,35 +20,44 @@ and from the notebook's solution run through the runner (`python -m autograder.c
 """
 from __future__ import annotations
 
+from typing import Any  # what a rank or a student sent: any value
+
 import torch
 
 from threeaxes.grading import same_as_reference
 from threeaxes.grading.drop02 import CHECK_CONFIG, EXAMPLES_PER_RANK, SEED, gradients_after_average
 from threeaxes.toy import ToyConfig, ToyTransformer, lm_loss, make_batch
 
+Grads = dict[str, torch.Tensor]   # a parameter's name: its gradient
 
-def reference_gradients(world_size, examples_per_rank=EXAMPLES_PER_RANK, seed=SEED):
+
+def reference_gradients(world_size: int, examples_per_rank: int = EXAMPLES_PER_RANK,
+                        seed: int = SEED) -> tuple[Grads, list[Grads]]:
     """In one process: (the whole batch's gradients, each rank's local gradients), by name."""
     inputs, targets = make_batch(CHECK_CONFIG, examples_per_rank * world_size, seed=seed)
 
-    def grads(rows):
+    def grads(rows: slice) -> Grads:
         model = ToyTransformer(CHECK_CONFIG, seed=0)
         lm_loss(model(inputs[rows]), targets[rows]).backward()
-        return {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+        out = {}
+        for name, p in model.named_parameters():
+            assert p.grad is not None, f"{name} takes part in the loss"
+            out[name] = p.grad.detach().clone()
+        return out
 
     local = [grads(slice(r * examples_per_rank, (r + 1) * examples_per_rank)) for r in range(world_size)]
     return grads(slice(None)), local
 
 
-def _close(got, want):
+def _close(got: Grads, want: Grads) -> bool:
     return all(same_as_reference(got[name], want[name]) for name in want)
 
 
-def _max_diff(got, want):
+def _max_diff(got: Grads, want: Grads) -> float:
     return max(float((got[name] - want[name]).abs().max()) for name in want)
 
 
-def _plain_grads(result, rank, want) -> tuple[dict | None, str | None]:
+def _plain_grads(result: Any, rank: int, want: Grads) -> tuple[Grads | None, str | None]:
     """The gradients one rank sent back (flattened floats) as {name: float64 tensor},
     or a message why not."""
     if type(result) is not dict or type(result.get("grads")) is not dict:
@@ -73,8 +82,8 @@ def _plain_grads(result, rank, want) -> tuple[dict | None, str | None]:
     return out, None
 
 
-def average_gradients_mistake(results, world_size, examples_per_rank=EXAMPLES_PER_RANK,
-                              seed=SEED) -> str | None:
+def average_gradients_mistake(results: Any, world_size: int, examples_per_rank: int = EXAMPLES_PER_RANK,
+                              seed: int = SEED) -> str | None:
     """None when every rank's gradients (from `gradients_after_average`) equal the
     whole batch's gradient computed here in one process; else the likely mistake."""
     expected, local = reference_gradients(world_size, examples_per_rank, seed)
@@ -85,6 +94,7 @@ def average_gradients_mistake(results, world_size, examples_per_rank=EXAMPLES_PE
         grads, why = _plain_grads(result, rank, expected)
         if why:
             return why
+        assert grads is not None, "_plain_grads gives the gradients or why not"
         got.append(grads)
     agree = all(_close(other, got[0]) for other in got)
     for rank, grads in enumerate(got):
@@ -94,7 +104,8 @@ def average_gradients_mistake(results, world_size, examples_per_rank=EXAMPLES_PE
     return None
 
 
-def _rank_mistake(rank, grads, expected, local, n, ranks_agree=True) -> str | None:
+def _rank_mistake(rank: int, grads: Grads, expected: Grads, local: Grads, n: int,
+                  ranks_agree: bool = True) -> str | None:
     """None when this rank's gradients are the whole batch's; else the likely mistake."""
     if _close(grads, expected):
         return None
@@ -123,7 +134,7 @@ def toy_parameter_count() -> int:
     return sum(p.numel() for p in ToyTransformer(ToyConfig()).parameters())
 
 
-def state_bytes_mistake(got, n_params: int, ranks: int = 4) -> str | None:
+def state_bytes_mistake(got: Any, n_params: int, ranks: int = 4) -> str | None:
     """None when `got` is the fp32 Adam training state one dp rank holds (16 B per parameter)."""
     from threeaxes.grading import as_number
 
@@ -159,7 +170,7 @@ def expected_dp_bytes(ranks: int = 4) -> dict:
             "ring_bytes_sent_per_rank": 2 * (ranks - 1) / ranks * (4 * n_params)}
 
 
-def ring_bytes_mistake(got, n_params: int, ranks: int = 4) -> str | None:
+def ring_bytes_mistake(got: Any, n_params: int, ranks: int = 4) -> str | None:
     """None when `got` is what one rank sends in a ring all-reduce of the fp32
     gradients over `ranks` ranks: 2 (n - 1) / n x S, S = 4 bytes x parameters."""
     import math

@@ -21,17 +21,20 @@ is what it measures, by formula, for the visible check's stored cases.
 """
 from __future__ import annotations
 
+from typing import Any  # what a rank or a student sent: any value
+
 import torch
 
 from threeaxes.grading import same_as_reference, tensor_of
 from threeaxes.grading.drop03 import column_split_outputs, exercise_tensors, tp_block_collectives
 
 
-def _max_diff(a, b):
+def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.to(torch.float64) - b).abs().max().item()
 
 
-def column_split_mistake(results, tp, tokens=3, d_in=4, d_out=6, seed=0) -> str | None:
+def column_split_mistake(results: Any, tp: int, tokens: int = 3, d_in: int = 4, d_out: int = 6,
+                         seed: int = 0) -> str | None:
     """None when every rank's (w_shard, y_local, y) from `column_split_outputs`
     equals the column split computed here in one process; else the mistake."""
     if d_out % tp or d_in % tp:
@@ -46,7 +49,7 @@ def column_split_mistake(results, tp, tokens=3, d_in=4, d_out=6, seed=0) -> str 
     return None
 
 
-def _rank_mistake(result, r, tp, x, w) -> str | None:
+def _rank_mistake(result: Any, r: int, tp: int, x: torch.Tensor, w: torch.Tensor) -> str | None:
     (tokens, d_in), d_out = x.shape, w.shape[1]
     c, k = d_out // tp, d_in // tp
     want_shard = w[:, r * c:(r + 1) * c]
@@ -67,6 +70,7 @@ def _rank_mistake(result, r, tp, x, w) -> str | None:
         if tensor is None:
             return f"{name} should be a torch.Tensor, got {value if type(value) is str else 'something else'}"
     w_shard, y_local, y = tensors
+    assert w_shard is not None and y_local is not None and y is not None   # the loop returned on a None
 
     # -- what this rank holds -------------------------------------------------------
     if not same_as_reference(w_shard, want_shard):
@@ -114,7 +118,7 @@ def expected_tp_block_allreduces(batch: int, seq: int, d_model: int, bytes_per_v
     return 2, 2, batch * seq * d_model * bytes_per_value
 
 
-def tp_counts_mistake(counts, measured=(2, 2)) -> str | None:
+def tp_counts_mistake(counts: Any, measured: tuple[int, int] = (2, 2)) -> str | None:
     """None when (forward, backward) all-reduce counts of one tensor-parallel
     block equal `measured` (the trace's: two each way); otherwise the mistake."""
     forward, backward = counts

@@ -22,7 +22,9 @@ cases take their right values from the `expected_*` functions
 """
 from __future__ import annotations
 
+import random
 from fractions import Fraction
+from typing import Any  # what a rank sent: any value
 
 from threeaxes.grading import same_as_reference, tensor_of
 from threeaxes.grading.drop04 import (
@@ -50,7 +52,7 @@ def expected_stage_layers(n_layers: int, pp: int) -> list[list[int]]:
     return [list(range(s * k, (s + 1) * k)) for s in range(pp)]
 
 
-def expected_stage_layers_or_refusal(n_layers: int, pp: int):
+def expected_stage_layers_or_refusal(n_layers: int, pp: int) -> list[list[int]] | str:
     """What the visible check expects of stage_layers(n_layers, pp): the stages where pp
     divides n_layers, else a refusal (ValueError), as the exercise's text asks."""
     return REFUSED if n_layers % pp else expected_stage_layers(n_layers, pp)
@@ -72,7 +74,8 @@ def expected_stage0_held(schedule: str, pp: int, m: int) -> int:
     return m if schedule == "gpipe" else min(pp, m)
 
 
-def stage_split_mistake(results, pp, n_layers=N_LAYERS, m=MICROBATCHES, seed=SEED) -> str | None:
+def stage_split_mistake(results: Any, pp: int, n_layers: int = N_LAYERS, m: int = MICROBATCHES,
+                        seed: int = SEED) -> str | None:
     """None when the ranks' stages (from `stage_split_params`) hold every layer once
     and every parameter they trained equals one process's training of the whole
     model, computed here; else what is wrong."""
@@ -194,12 +197,12 @@ def stage0_held_mistake(got: int, schedule: str, p: int, m: int) -> str | None:
             f"one_f_one_b({p}, {m}) (never more than m)")
 
 
-def draw_bubble_cases(rng) -> list[tuple[int, int]]:
+def draw_bubble_cases(rng: random.Random) -> list[tuple[int, int]]:
     """(p, m) drawn at grading, a deep pipeline with few micro-batches among them."""
     return [(rng.randint(2, 8), rng.randint(1, 32)) for _ in range(5)] + [(rng.randint(5, 8), rng.randint(1, 3))]
 
 
-def draw_stage0_cases(rng) -> list[tuple[str, int, int]]:
+def draw_stage0_cases(rng: random.Random) -> list[tuple[str, int, int]]:
     """(schedule, p, m) drawn at grading: both schedules, m below and above p."""
     p = rng.randint(2, 8)
     return [(s, p, m) for s in ("gpipe", "1f1b") for m in (rng.randint(1, p), rng.randint(p + 1, 4 * p))]

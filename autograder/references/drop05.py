@@ -20,15 +20,22 @@ returned could be forged; they return raw numbers and the grader decides.
 """
 from __future__ import annotations
 
+import random
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any  # Any: what a rank or a student sent
+
 from threeaxes.grading import as_int, same_as_reference
 from threeaxes.grading.drop05 import LAUNCH_BUCKET_CONFIG, launch_bucket_results, launch_bucket_setup
+
+if TYPE_CHECKING:
+    from torch import nn
 
 __all__ = ["plain_sizes", "expected_all_reduce_bytes", "bucket_mistake", "draw_bucket_cases",
            "first_bucket_layer", "first_reduced_layer", "layer_of", "LAUNCH_BUCKET_CONFIG",
            "launch_bucket_results", "reference_gradients", "judge_launch_bucket"]
 
 
-def plain_sizes(answer, name="all_reduce_sizes(...)") -> list[int]:
+def plain_sizes(answer: Any, name: str = "all_reduce_sizes(...)") -> list[int]:
     """The answer as a plain list of ints, or an AssertionError saying why not."""
     if type(answer) not in (list, tuple):
         raise AssertionError(f"{name} should be a plain list of ints (bytes per all-reduce), "
@@ -36,20 +43,20 @@ def plain_sizes(answer, name="all_reduce_sizes(...)") -> list[int]:
     return [as_int(v, f"{name}[{i}]") for i, v in enumerate(answer)]
 
 
-def _bucket_bytes(param_bytes, bucket_bytes, reverse=True):
+def _bucket_bytes(param_bytes: Iterable[int], bucket_bytes: int, reverse: bool = True) -> list[int]:
     from threeaxes.data_parallel import plan_buckets
 
     sizes = list(param_bytes)[::-1] if reverse else list(param_bytes)
     return [sum(sizes[i] for i in bucket) for bucket in plan_buckets(sizes, bucket_bytes)]
 
 
-def expected_all_reduce_bytes(param_bytes, bucket_bytes) -> list[int]:
+def expected_all_reduce_bytes(param_bytes: Iterable[int], bucket_bytes: int) -> list[int]:
     """Bytes of each all-reduce, in launch order: `plan_buckets` on the
     parameter sizes taken from the last parameter back to the first."""
     return _bucket_bytes(param_bytes, bucket_bytes)
 
 
-def bucket_mistake(got, param_bytes, bucket_bytes) -> str | None:
+def bucket_mistake(got: Any, param_bytes: list[int], bucket_bytes: int) -> str | None:
     """None when `got` is right; otherwise a message naming the mistake."""
     want = expected_all_reduce_bytes(param_bytes, bucket_bytes)
     if got == want:
@@ -69,7 +76,7 @@ def bucket_mistake(got, param_bytes, bucket_bytes) -> str | None:
     return f"{where}: the sizes or their order differ from the bucket plan"
 
 
-def draw_bucket_cases(rng) -> list[tuple[list[int], int]]:
+def draw_bucket_cases(rng: random.Random) -> list[tuple[list[int], int]]:
     """(param_bytes, bucket_bytes) pairs for the hidden test, drawn with `rng`: the
     parameters of a toy of random shape and a list of random sizes, each with caps
     that put every tensor alone, fill a bucket exactly, or hold everything at once."""
@@ -90,12 +97,12 @@ def draw_bucket_cases(rng) -> list[tuple[list[int], int]]:
     return cases
 
 
-def layer_of(param_name: str, layers) -> str:
+def layer_of(param_name: str, layers: Iterable[str]) -> str:
     """The layer (one of `layers`, e.g. trace.layers_of(model)) a parameter belongs to."""
     return next(layer for layer in layers if param_name.startswith(layer + "."))
 
 
-def first_bucket_layer(model) -> str:
+def first_bucket_layer(model: nn.Module) -> str:
     """The layer whose parameter opens the first bucket: the last trainable one registered."""
     from threeaxes.trace import layers_of
 
@@ -112,7 +119,8 @@ def first_reduced_layer() -> str:
 
 # -- exercise 3: the hook that sends a bucket ------------------------------------------------
 
-def reference_gradients(world_size, config=None, per_rank=2, seed=5):
+def reference_gradients(world_size: int, config: dict | None = None, per_rank: int = 2,
+                        seed: int = 5) -> tuple[dict, list[dict]]:
     """In one process: the dp-averaged gradients every rank should end with (the
     gradient of the whole batch's mean loss, since the slices are equal), and each
     rank's own gradient before averaging. Both {name: float64 tensor}."""
@@ -120,7 +128,7 @@ def reference_gradients(world_size, config=None, per_rank=2, seed=5):
 
     cfg, (inputs, targets) = launch_bucket_setup(config, per_rank, seed, world_size)
 
-    def grads(rows):
+    def grads(rows: slice) -> dict:
         model = ToyTransformer(cfg, seed=0)
         lm_loss(model(inputs[rows]), targets[rows]).backward()
         return {n: p.grad for n, p in model.named_parameters()}
@@ -130,7 +138,8 @@ def reference_gradients(world_size, config=None, per_rank=2, seed=5):
     return mean, own
 
 
-def judge_launch_bucket(results, world_size, bucket_bytes, config=None, per_rank=2, seed=5) -> str:
+def judge_launch_bucket(results: Any, world_size: int, bucket_bytes: int, config: dict | None = None,
+                        per_rank: int = 2, seed: int = 5) -> str:
     """The line to print when every rank's results from `launch_bucket_results`
     match the one-process reference; otherwise an AssertionError naming the mistake."""
 
@@ -145,7 +154,7 @@ def judge_launch_bucket(results, world_size, bucket_bytes, config=None, per_rank
     if type(results) is not list or len(results) != world_size:
         raise AssertionError(f"expected one result per rank {where}")
 
-    def close(got, want):
+    def close(got: dict, want: dict) -> bool:
         return all(same_as_reference(got[n], want[n]) for n in want)
 
     worst = 0.0
@@ -179,7 +188,7 @@ def judge_launch_bucket(results, world_size, bucket_bytes, config=None, per_rank
             f"which is what DDP gives (largest difference {worst:.1e})")
 
 
-def _gradients(grads, reference, rank, where) -> dict:
+def _gradients(grads: Any, reference: dict, rank: int, where: str) -> dict:
     """A rank's returned gradients as float64 tensors shaped like the reference's."""
     import torch
 

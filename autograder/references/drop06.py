@@ -20,10 +20,15 @@ returned could be forged; they return raw numbers and the grader decides.
 from __future__ import annotations
 
 import math
+import random
+from typing import TYPE_CHECKING, Any  # Any: what a rank or a student sent
 
 from threeaxes.cost.network import bytes_sent_per_gpu
 from threeaxes.grading import as_number
 from threeaxes.grading.drop06 import CUTS, one_process_mlp, sp_mlp_config, sp_mlp_results
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["SEQUENCE_PARALLEL_COLLECTIVES", "TENSOR_PARALLEL_COLLECTIVES", "expected_wire_bytes",
            "wire_bytes_mistake", "draw_wire_bytes_cases", "sp_mlp_results", "judge_sp_mlp"]
@@ -37,18 +42,20 @@ SEQUENCE_PARALLEL_COLLECTIVES = {"forward": ("all_gather", "reduce_scatter") * 2
                                  "backward": ("all_gather", "reduce_scatter") * 2}
 
 
-def expected_wire_bytes(b, s, h, t, bytes_per_element, sequence_parallel, passes=("forward", "backward")):
+def expected_wire_bytes(b: int, s: int, h: int, t: int, bytes_per_element: int, sequence_parallel: bool,
+                        passes: tuple[str, ...] = ("forward", "backward")) -> float:
     """Bytes one GPU sends (ring algorithms) for one block's tp collectives."""
     size = b * s * h * bytes_per_element  # S: one whole activation
     plan = SEQUENCE_PARALLEL_COLLECTIVES if sequence_parallel else TENSOR_PARALLEL_COLLECTIVES
     return sum(bytes_sent_per_gpu(op, size, t) for p in passes for op in plan[p])
 
 
-def _same(a, b) -> bool:
+def _same(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
 
 
-def wire_bytes_mistake(answer, b, s, h, t, bytes_per_element, sequence_parallel) -> str | None:
+def wire_bytes_mistake(answer: Any, b: int, s: int, h: int, t: int, bytes_per_element: int,
+                       sequence_parallel: bool) -> str | None:
     """None when the answer is right; otherwise a message naming the mistake."""
     args = f"tp_wire_bytes_per_block({b}, {s}, {h}, {t}, {bytes_per_element}, {sequence_parallel})"
     got = as_number(answer, args)
@@ -75,11 +82,11 @@ def wire_bytes_mistake(answer, b, s, h, t, bytes_per_element, sequence_parallel)
     return f"{args} = {got:g} is not what one GPU sends per block per step"
 
 
-def draw_wire_bytes_cases(rng) -> list[tuple]:
+def draw_wire_bytes_cases(rng: random.Random) -> list[tuple]:
     """Arguments (b, s, h, t, bytes_per_element, sequence_parallel) for the hidden
     test, drawn with `rng`: a toy-sized and a model-sized block, each with and
     without sequence parallelism, and one tp size of 1 (nothing to send)."""
-    cases = []
+    cases: list[tuple] = []
     for small in (True, False):
         b = rng.randint(1, 4) if small else rng.randint(1, 16)
         t = rng.choice([2, 3, 4]) if small else rng.choice([2, 4, 8])
@@ -94,7 +101,8 @@ def draw_wire_bytes_cases(rng) -> list[tuple]:
 
 # -- exercise 2: the MLP half of a sequence-parallel block ---------------------------
 
-def judge_sp_mlp(results, world_size, seq_len=8, batch=2, seed=0, d_model=32) -> str:
+def judge_sp_mlp(results: Any, world_size: int, seq_len: int = 8, batch: int = 2, seed: int = 0,
+                 d_model: int = 32) -> str:
     """The line to print when every rank's `sp_mlp_results` equal one process (the
     output slice, the gradient of x, of each shard, and of the whole tensors summed
     over the ranks); otherwise an AssertionError naming the mistake."""
@@ -136,20 +144,23 @@ def judge_sp_mlp(results, world_size, seq_len=8, batch=2, seed=0, d_model=32) ->
         grads.append(r["grads"])
     # the reference gradients, cut as the ranks hold them; whole tensors' are summed over the ranks
     worst = 0.0
-    for key, (name, d) in [("x", (None, 1))] + list(CUTS.items()):
-        full = x.grad if key == "x" else params[name].grad
+    cuts: list[tuple[str, tuple[str | None, int | None]]] = [("x", (None, 1)), *CUTS.items()]
+    for key, (name, d) in cuts:
+        full = x.grad if name is None else params[name].grad     # only x has no parameter's name
+        assert full is not None, f"{key} takes part in the one-process backward"
         if any(g.get(key) is None for g in grads):
             rank = next(i for i, g in enumerate(grads) if g.get(key) is None)
             raise AssertionError(f"rank {rank} {where}: {key} got no gradient; use every tensor of "
                                  f"`shard` and the provided maps")
+        pieces: list[tuple[str, torch.Tensor | int, torch.Tensor]]   # int: sum() over no rank is 0
         if d is None:   # LayerNorm and fc2.bias saw this rank's positions only: their sum is the gradient
             pieces = [(f"the sum over the ranks of {key}'s gradient",
                        sum(_floats(g[key], full, f"{key}'s gradient {where}") for g in grads), full)]
         else:
             pieces = [(f"rank {rank}'s gradient of {key}", _floats(g[key], want, f"{key}'s gradient {where}"),
                        want) for rank, (g, want) in enumerate(zip(grads, full.chunk(t, d)))]
-        for label, got, want in pieces:
-            gdiff = (got - want).abs().max().item()
+        for label, sent, want in pieces:
+            gdiff = (sent - want).abs().max().item()
             if gdiff > 1e-10:
                 raise AssertionError(f"{where}: the forward is right but {label} is off by {gdiff:.2e}: a "
                                      f"collective called directly has no backward; use the maps, whose "
@@ -159,7 +170,7 @@ def judge_sp_mlp(results, world_size, seq_len=8, batch=2, seed=0, d_model=32) ->
             f"(largest difference {worst:.1e})")
 
 
-def _floats(values, like, what):
+def _floats(values: Any, like: torch.Tensor, what: str) -> torch.Tensor:
     """Returned floats as a float64 tensor shaped like `like`, or an AssertionError."""
     import torch
 

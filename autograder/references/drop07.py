@@ -24,7 +24,10 @@ mistake in the student's terms.
 from __future__ import annotations
 
 import math
+import random
+from collections.abc import Callable
 from fractions import Fraction
+from typing import Any  # a student's answer: any value
 
 from threeaxes.cost.activations import in_flight_micro_batches
 from threeaxes.cost.bubble import bubble_fraction
@@ -37,7 +40,7 @@ __all__ = ["expected_prediction", "plain_prediction", "prediction_mistake", "che
            "draw_target_cases", "on_a_boundary"]
 
 
-def draw_schedule_cases(rng) -> list[tuple[str, int, int, int]]:
+def draw_schedule_cases(rng: random.Random) -> list[tuple[str, int, int, int]]:
     """(schedule, p, m, v) for the hidden test, drawn with `rng`: GPipe, 1F1B with
     fewer and with more microbatches than stages, and interleaving with m = p (every
     chunk forward first) and with m a larger multiple of p."""
@@ -57,10 +60,10 @@ def on_a_boundary(p: int, target: float, v: int = 1) -> bool:
     return any(abs((p - 1) / (v * m + p - 1) - target) < 1e-9 for m in range(step, last + step, step))
 
 
-def draw_target_cases(rng, n: int = 6) -> list[tuple[int, float, int]]:
+def draw_target_cases(rng: random.Random, n: int = 6) -> list[tuple[int, float, int]]:
     """(p, target, v) for the hidden test, drawn with `rng`: half without
     interleaving, half with v = 2 to 4; no target on a boundary (`on_a_boundary`)."""
-    cases = []
+    cases: list[tuple[int, float, int]] = []
     while len(cases) < n:
         v = 1 if len(cases) < n // 2 else rng.randint(2, 4)
         p, target = rng.randint(2, 16), round(rng.uniform(0.02, 0.4), 3)
@@ -86,7 +89,7 @@ def expected_prediction(schedule: str, p: int, m: int, v: int = 1) -> dict:
     return {"bubble": bubble, "stage0_in_flight": float(in_flight)}
 
 
-def plain_prediction(answer, name: str = "predict(...)") -> dict:
+def plain_prediction(answer: Any, name: str = "predict(...)") -> dict:
     """The answer as {"bubble": float, "stage0_in_flight": float}, or an AssertionError."""
     keys = ("bubble", "stage0_in_flight")
     if type(answer) is not dict or set(answer) != set(keys):
@@ -169,14 +172,14 @@ def smallest_m_mistake(got: int, p: int, target: float, v: int = 1) -> str | Non
     return f"{where}: m={got} still leaves a bubble of at least {target:g}"
 
 
-def check_smallest_m(smallest_m, p: int, target: float, v: int = 1) -> None:
+def check_smallest_m(smallest_m: Callable[[int, float, int], object], p: int, target: float, v: int = 1) -> None:
     """Raise AssertionError naming the mistake unless smallest_m(p, target, v) is right."""
     got = as_int(smallest_m(p, target, v), f"smallest_m({p}, {target}, {v})")
     mistake = smallest_m_mistake(got, p, target, v)
     assert mistake is None, mistake
 
 
-def check_predict(predict, schedule: str, p: int, m: int, v: int = 1) -> None:
+def check_predict(predict: Callable[[str, int, int, int], object], schedule: str, p: int, m: int, v: int = 1) -> None:
     """Raise AssertionError naming the mistake unless predict(...) is right."""
     args = (schedule, p, m, v)
     got = plain_prediction(predict(*args), f"predict{args}")

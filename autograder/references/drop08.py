@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import functools
 import itertools
+import random
+from collections.abc import Callable
+from typing import Any  # Any: a student's answer
 
 from threeaxes.grading import as_int, ask_student, check_on_ranks
 from threeaxes.grading.drop08 import mesh_layout_groups, traced_counts
@@ -36,7 +39,8 @@ __all__ = ["expected_layout_groups", "plain_layout_groups", "ask_layout_groups",
 KEYS = ("dp", "tp", "pp", "prev", "next")
 
 
-def _enumerate(dp, tp, pp, fastest_first=("tp", "dp", "pp")):
+def _enumerate(dp: int, tp: int, pp: int,
+               fastest_first: tuple[str, ...] = ("tp", "dp", "pp")) -> dict[int, tuple[int, int, int]]:
     """{rank: (dp, tp, pp) coordinates}, numbering ranks with `fastest_first[0]` fastest."""
     sizes = {"dp": dp, "tp": tp, "pp": pp}
     slow_to_fast = list(reversed(fastest_first))
@@ -47,11 +51,12 @@ def _enumerate(dp, tp, pp, fastest_first=("tp", "dp", "pp")):
     return coords
 
 
-def expected_layout_groups(dp, tp, pp, rank, fastest_first=("tp", "dp", "pp")) -> dict:
+def expected_layout_groups(dp: int, tp: int, pp: int, rank: int,
+                           fastest_first: tuple[str, ...] = ("tp", "dp", "pp")) -> dict:
     """The answer by enumeration: members of each group share every other coordinate."""
     coords = _enumerate(dp, tp, pp, fastest_first)
     mine = coords[rank]
-    out = {}
+    out: dict[str, Any] = {}   # each axis: its ranks; prev, next: a rank or None
     for i, axis in enumerate(("dp", "tp", "pp")):
         out[axis] = sorted(r for r, c in coords.items()
                            if all(c[j] == mine[j] for j in range(3) if j != i))
@@ -62,11 +67,11 @@ def expected_layout_groups(dp, tp, pp, rank, fastest_first=("tp", "dp", "pp")) -
     return out
 
 
-def plain_layout_groups(answer, name="layout_groups(...)") -> dict:
+def plain_layout_groups(answer: Any, name: str = "layout_groups(...)") -> dict:
     """The answer as plain lists of ints and int-or-None, or an AssertionError saying why not."""
     if type(answer) is not dict or set(answer) != set(KEYS):
         raise AssertionError(f"{name} should return a dict with exactly the keys {list(KEYS)}")
-    plain = {}
+    plain: dict[str, Any] = {}   # as expected_layout_groups's
     for axis in ("dp", "tp", "pp"):
         if type(answer[axis]) not in (list, tuple, range):
             raise AssertionError(f"{name}[{axis!r}] should be a list of global ranks")
@@ -76,13 +81,13 @@ def plain_layout_groups(answer, name="layout_groups(...)") -> dict:
     return plain
 
 
-def ask_layout_groups(layout_groups, dp, tp, pp, rank) -> dict:
+def ask_layout_groups(layout_groups: Callable[..., object], dp: int, tp: int, pp: int, rank: int) -> dict:
     """The answer for one rank as plain values; any error names the call."""
     call = f"layout_groups({dp}, {tp}, {pp}, {rank})"
     return plain_layout_groups(ask_student(layout_groups, call, dp, tp, pp, rank), call)
 
 
-def layout_mistake(got: dict, dp, tp, pp, rank) -> str | None:
+def layout_mistake(got: dict, dp: int, tp: int, pp: int, rank: int) -> str | None:
     """None when `got` is right; otherwise a message naming the mistake."""
     want = expected_layout_groups(dp, tp, pp, rank)
     if got == want:
@@ -102,11 +107,11 @@ def layout_mistake(got: dict, dp, tp, pp, rank) -> str | None:
 
 
 @functools.cache
-def _mesh(dp, tp, pp):
+def _mesh(dp: int, tp: int, pp: int) -> tuple:
     return tuple(check_on_ranks(mesh_layout_groups, dp * tp * pp, dp, tp, pp))
 
 
-def device_mesh_layout_groups(dp, tp, pp, rank) -> dict:
+def device_mesh_layout_groups(dp: int, tp: int, pp: int, rank: int) -> dict:
     """The visible cases' answer: what the DeviceMesh built for `rank`, read on fresh
     ranks (the enumeration `expected_layout_groups` must agree, tests/drops/test_grading_drop08.py)."""
     real = dict(_mesh(dp, tp, pp)[rank])
@@ -114,7 +119,7 @@ def device_mesh_layout_groups(dp, tp, pp, rank) -> dict:
     return real
 
 
-def draw_layouts(rng, n: int = 3, max_world: int = 16) -> list[tuple[int, int, int]]:
+def draw_layouts(rng: random.Random, n: int = 3, max_world: int = 16) -> list[tuple[int, int, int]]:
     """`n` random (dp, tp, pp) layouts of 2 to `max_world` ranks; the first has all three
     axes above 1 (every usual mistake shows there), the others any shape, a 1 included."""
     full = [(d, t, p) for d in (2, 3) for t in (2, 3) for p in (2, 3) if d * t * p <= max_world]
@@ -123,13 +128,14 @@ def draw_layouts(rng, n: int = 3, max_world: int = 16) -> list[tuple[int, int, i
     return [rng.choice(full)] + rng.sample(other, n - 1)
 
 
-def plain_counts(answer, name="collectives_per_step(...)") -> dict:
+def plain_counts(answer: Any, name: str = "collectives_per_step(...)") -> dict:
     if type(answer) is not dict or set(answer) != {"tp", "dp", "pp"}:
         raise AssertionError(f"{name} should return a dict with exactly the keys 'tp', 'dp', 'pp'")
     return {k: as_int(answer[k], f"{name}[{k!r}]") for k in ("tp", "dp", "pp")}
 
 
-def count_mistake(got: dict, want: dict, dp, tp, pp, m, n_layers, stage) -> str | None:
+def count_mistake(got: dict, want: dict, dp: int, tp: int, pp: int, m: int, n_layers: int,
+                  stage: int) -> str | None:
     """None when right; otherwise what was probably miscounted."""
     if got == want:
         return None
@@ -148,11 +154,11 @@ def count_mistake(got: dict, want: dict, dp, tp, pp, m, n_layers, stage) -> str 
 
 
 @functools.cache
-def _traced(run):
+def _traced(run: tuple[int, int, int, int, int]) -> tuple:
     return tuple(check_on_ranks(traced_counts, run[0] * run[1] * run[2], [run]))
 
 
-def traced_collectives(dp, tp, pp, m, n_layers, stage, n_tensors) -> dict:
+def traced_collectives(dp: int, tp: int, pp: int, m: int, n_layers: int, stage: int, n_tensors: int) -> dict:
     """The visible cases' answer: the collectives a rank of `stage` counted in one real
     `train_3d` step of the run (dp, tp, pp, m, n_layers) on fresh ranks."""
     measured = [r[0] for r in _traced((dp, tp, pp, m, n_layers)) if r[0]["stage"] == stage]
@@ -161,11 +167,12 @@ def traced_collectives(dp, tp, pp, m, n_layers, stage, n_tensors) -> dict:
     return dict(measured[0]["counts"])
 
 
-def counts_mistake(collectives_per_step, runs, traced) -> str | None:
+def counts_mistake(collectives_per_step: Callable[..., object], runs: list[tuple[int, int, int, int, int]],
+                   traced: list) -> str | None:
     """Call the answer once for each rank's arguments in each run and compare it with what
     `traced_counts` measured there; None when all agree, else the first mistake."""
     for i, (dp, tp, pp, m, n_layers) in enumerate(runs):
-        asked = {}
+        asked: dict[tuple, dict] = {}
         for rank, per_run in enumerate(traced):
             measured = per_run[i]
             args = (dp, tp, pp, m, n_layers, measured["stage"], measured["n_tensors"])
@@ -179,7 +186,7 @@ def counts_mistake(collectives_per_step, runs, traced) -> str | None:
     return None
 
 
-def draw_count_runs(rng) -> list[tuple[int, int, int, int, int]]:
+def draw_count_runs(rng: random.Random) -> list[tuple[int, int, int, int, int]]:
     """Three random runs (dp, tp, pp, m, n_layers) on 4 ranks: tp x pp, one with dp > 1, and
     tp = 4 or pp = 4 (middle stages); m from 1 to 3, one or two blocks per stage."""
     layouts = [(1, 2, 2), rng.choice([(2, 1, 2), (2, 2, 1), (4, 1, 1)]), rng.choice([(1, 1, 4), (1, 4, 1)])]

@@ -19,14 +19,21 @@ Two exercises:
 """
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any  # Any: what a rank or a student sent
+
 from threeaxes.cost.memory import STATE_TERMS, ZERO_REGIMES
 from threeaxes.grading import as_number, ask_student
 from threeaxes.grading.drop09 import shard_gather_raw
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["expected_bytes", "plain_bytes", "ask_bytes", "bytes_mistake", "draw_bytes_cases",
            "draw_flat_vectors", "shard_mistake", "shard_gather_raw", "gather_mistake"]
 
-def expected_bytes(n_params, regime, dp) -> dict:
+def expected_bytes(n_params: int, regime: str, dp: int) -> dict:
     """The reference, through the cost model: {"params", "grads", "optimizer"} in bytes."""
     from threeaxes.cost import model_state_bytes
 
@@ -34,24 +41,24 @@ def expected_bytes(n_params, regime, dp) -> dict:
     return {term: float(getattr(states, term)) for term in STATE_TERMS}
 
 
-def plain_bytes(answer, name="bytes_per_gpu(...)") -> dict:
+def plain_bytes(answer: Any, name: str = "bytes_per_gpu(...)") -> dict:
     """The answer as a dict of three plain floats, or an AssertionError saying why not."""
     if type(answer) is not dict or set(answer) != set(STATE_TERMS):
         raise AssertionError(f"{name} should return a dict with exactly the keys {list(STATE_TERMS)}")
     return {term: as_number(answer[term], f"{name}[{term!r}]") for term in STATE_TERMS}
 
 
-def ask_bytes(bytes_per_gpu, n_params, regime, dp) -> dict:
+def ask_bytes(bytes_per_gpu: Callable[..., object], n_params: int, regime: str, dp: int) -> dict:
     """The answer for one case as plain floats; any error names the call."""
     call = f"bytes_per_gpu({n_params!r}, {regime!r}, {dp})"
     return plain_bytes(ask_student(bytes_per_gpu, call, n_params, regime, dp), call)
 
 
-def _close(a, b):
+def _close(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1.0)
 
 
-def bytes_mistake(got: dict, n_params, regime, dp) -> str | None:
+def bytes_mistake(got: dict, n_params: int, regime: str, dp: int) -> str | None:
     """None when `got` is right; otherwise a message naming the mistake."""
     want = expected_bytes(n_params, regime, dp)
     if all(_close(got[t], want[t]) for t in STATE_TERMS):
@@ -77,7 +84,7 @@ def bytes_mistake(got: dict, n_params, regime, dp) -> str | None:
     return f"{where} {', '.join(wrong)} not right: expected {want}, got {got}"
 
 
-def draw_bytes_cases(rng) -> list[tuple]:
+def draw_bytes_cases(rng: random.Random) -> list[tuple]:
     """Random (n_params, regime, dp) cases: a small model, one in the billions and one given
     as a float (7e9-style), each under every regime over two dp sizes above 1."""
     sizes = [rng.randint(1, 10**6), rng.randint(10**9, 2 * 10**11), rng.randint(1, 500) * 1e9]
@@ -87,7 +94,7 @@ def draw_bytes_cases(rng) -> list[tuple]:
 
 # -- shard and gather a flat parameter, on ranks ---------------------------------------
 
-def _reference_shard(flat, dp_rank, dp):
+def _reference_shard(flat: torch.Tensor, dp_rank: int, dp: int) -> torch.Tensor:
     import torch
 
     per_rank = -(-flat.numel() // dp)   # ceil: pad the tail with zeros up to dp equal shards
@@ -98,7 +105,7 @@ def _reference_shard(flat, dp_rank, dp):
 
 # -- the hidden test: raw values from the ranks, judged in the grader ----------------------
 
-def draw_flat_vectors(rng) -> tuple[int, list[list[float]]]:
+def draw_flat_vectors(rng: random.Random) -> tuple[int, list[list[float]]]:
     """A dp size from 2 to 4 and three flat vectors of random numbers (exact in float32, so a
     float32 buffer is no mistake here): a length that is not a multiple of dp, one that is,
     and one shorter than dp (some shards are all padding)."""
@@ -107,12 +114,12 @@ def draw_flat_vectors(rng) -> tuple[int, list[list[float]]]:
     return dp, [[rng.randint(-800, 800) / 8 for _ in range(n)] for n in sizes]
 
 
-def _where(values, dp) -> str:
+def _where(values: list[float], dp: int) -> str:
     shown = f" {values}" if len(values) <= 12 else ""
     return f"a flat parameter of {len(values)} numbers{shown} over dp={dp}"
 
 
-def shard_mistake(shard_flat, dp, vectors) -> str | None:
+def shard_mistake(shard_flat: Callable[..., object], dp: int, vectors: list[list[float]]) -> str | None:
     """Call `shard_flat` for every dp rank and vector (no communication: one process) and
     compare with the zero-padded reference cut here; None when all are right."""
     import torch
@@ -136,7 +143,7 @@ def shard_mistake(shard_flat, dp, vectors) -> str | None:
     return None
 
 
-def gather_mistake(raw, dp, vectors) -> str | None:
+def gather_mistake(raw: Any, dp: int, vectors: list[list[float]]) -> str | None:
     """Judge what `shard_gather_raw` sent back from dp ranks against the drawn vectors and the
     reference shards; None when every rank shows the right shard, the whole vector back
     without padding, and exactly one all-gather over dp."""

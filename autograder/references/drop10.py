@@ -28,6 +28,10 @@ The scenario (`SCENARIO`, `CRASHED`, ...) is the package's `threeaxes.scenarios.
 """
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
+from typing import Any  # a student's answer: any value
+
 from threeaxes.grading import as_number, ask_student
 from threeaxes.scenarios.drop10 import (  # noqa: F401
     ATTENTION,
@@ -62,7 +66,7 @@ def oom_terms_gb() -> dict:
             "scores": model.n_layers * layer.attention / 1e9}
 
 
-def _terms(seq_len, micro_batch) -> dict:
+def _terms(seq_len: int, micro_batch: int) -> dict:
     """The reference and its pieces, in bytes, through the cost model."""
     from threeaxes.cost import activation_bytes, model_state_bytes, stage_memory
 
@@ -90,17 +94,17 @@ def formula_gb(seq_len: int, micro_batch: int) -> float:
     return (t["states"].total + t["n_layers"] * t["layer"].per_layer) / 1e9
 
 
-def plain_gb(answer, name: str = "gb_per_gpu(...)") -> float:
+def plain_gb(answer: Any, name: str = "gb_per_gpu(...)") -> float:
     return as_number(answer, name)
 
 
-def ask_gb(gb_per_gpu, seq_len: int, micro_batch: int) -> float:
+def ask_gb(gb_per_gpu: Callable[[int, int], object], seq_len: int, micro_batch: int) -> float:
     """The answer at one point as a plain float; any error names the call."""
     call = f"gb_per_gpu({seq_len}, {micro_batch})"
     return plain_gb(ask_student(gb_per_gpu, call, seq_len, micro_batch), call)
 
 
-def _slips(t) -> list:
+def _slips(t: dict) -> list:
     """(value in GB, what went wrong) for each usual slip, computed from the same terms."""
     dp, tp = CRASHED["dp"], CRASHED["tp"]
     total, st, layer, L = t["total"], t["states"], t["layer"], t["n_layers"]
@@ -170,6 +174,6 @@ def gb_cases() -> list[tuple[int, int]]:
     return cases
 
 
-def draw_gb_cases(rng, n: int = 4) -> list[tuple[int, int]]:
+def draw_gb_cases(rng: random.Random, n: int = 4) -> list[tuple[int, int]]:
     """`n` distinct points of `gb_cases`, drawn with `rng`."""
     return rng.sample(gb_cases(), n)

@@ -25,8 +25,11 @@ answers with it:
 from __future__ import annotations
 
 import math
+import random
+from collections.abc import Callable
+from typing import Any  # Any: a student's answer
 
-from threeaxes.cost import bytes_sent_per_gpu, group_inside_node
+from threeaxes.cost import Cluster, bytes_sent_per_gpu, group_inside_node
 from threeaxes.cost.network import group_strides
 from threeaxes.grading import as_choice, as_number
 from threeaxes.scenarios.drop11 import (  # noqa: F401
@@ -48,6 +51,10 @@ __all__ = ["TP_AFTER_REL", "tp_after_seconds", "moved_axes", "moved_axis", "AXIS
            "plain_bytes", "draw_bytes_case"]
 TP_AFTER_REL = 0.1      # relative, as the notebook states; latency is 4% of the term here
 
+Dims = tuple[int, int, int]                  # (dp, tp, pp)
+Strides = Callable[[int, int, int], dict]   # (dp, tp, pp) -> {axis: (stride, size)}: group_strides
+Inside = Callable[..., bool]   # (stride, size, GPUs per node): group_inside_node; called with a (stride, size) unpacked
+
 
 def tp_after_seconds() -> float:
     """The planner's tensor-parallel term of one step: the old layout on the new cluster."""
@@ -57,13 +64,14 @@ def tp_after_seconds() -> float:
     return result.time.tp_comm
 
 
-def moved_axes(old_cluster, new_cluster, old_dims: tuple, new_dims: tuple) -> list:
+def moved_axes(old_cluster: Cluster, new_cluster: Cluster, old_dims: Dims, new_dims: Dims) -> list:
     """Axes whose group ran inside one node before and crosses nodes after."""
     return _moved(old_dims, new_dims, old_cluster.gpus_per_node, new_cluster.gpus_per_node,
                   group_strides, group_inside_node)
 
 
-def _moved(old_dims, new_dims, old_gpn, new_gpn, strides, inside) -> list:
+def _moved(old_dims: Dims, new_dims: Dims, old_gpn: int, new_gpn: int, strides: Strides,
+           inside: Inside) -> list:
     before, after = strides(*old_dims), strides(*new_dims)
     return [axis for axis in AXES_BY_STRIDE
             if inside(*before[axis], old_gpn) and not inside(*after[axis], new_gpn)]
@@ -73,15 +81,16 @@ def _first(moved: list) -> str:
     return moved[0] if moved else "none"
 
 
-def moved_axis(old_dims, new_dims, old_gpus_per_node, new_gpus_per_node) -> str:
+def moved_axis(old_dims: Dims, new_dims: Dims, old_gpus_per_node: int, new_gpus_per_node: int) -> str:
     """The reference: the axis whose group left the node ("none" when no group did)."""
     return _first(_moved(old_dims, new_dims, old_gpus_per_node, new_gpus_per_node,
                          group_strides, group_inside_node))
 
 
 # The catalogued mistakes (grading.json), as functions: what each wrong rule answers.
-def _slip(strides=group_strides, inside=group_inside_node, ignore_before=False):
-    def answer(old_dims, new_dims, old_gpn, new_gpn):
+def _slip(strides: Strides = group_strides, inside: Inside = group_inside_node,
+          ignore_before: bool = False) -> Callable[[Dims, Dims, int, int], str]:
+    def answer(old_dims: Dims, new_dims: Dims, old_gpn: int, new_gpn: int) -> str:
         if ignore_before:        # any axis that crosses now, whether or not it did before
             after = strides(*new_dims)
             return _first([a for a in AXES_BY_STRIDE if not inside(*after[a], new_gpn)])
@@ -115,13 +124,13 @@ AXIS_SLIPS = {
 NODE_SIZES = ((16, 8), (8, 8), (8, 4), (8, 2), (4, 4), (4, 2))     # GPUs per node, before and after
 
 
-def draw_axis_cases(rng, n: int = 6) -> list:
+def draw_axis_cases(rng: random.Random, n: int = 6) -> list:
     """`n` (old_dims, new_dims, old_gpus_per_node, new_gpus_per_node) for the hidden test, drawn
     from `rng` at grading time: powers of two, at most one group moving, and on the n
     together every slip of `AXIS_SLIPS` answers differently from the reference and from
     every other slip somewhere."""
     while True:
-        cases = []
+        cases: list[tuple[Dims, Dims, int, int]] = []
         while len(cases) < n:
             old_gpn, new_gpn = rng.choice(NODE_SIZES)
             tp, pp = rng.choice((1, 2, 4, 8)), rng.choice((1, 2, 4, 8, 16))
@@ -136,7 +145,7 @@ def draw_axis_cases(rng, n: int = 6) -> list:
             return cases
 
 
-def plain_axis(answer, name: str = "moved_axis(...)") -> str:
+def plain_axis(answer: Any, name: str = "moved_axis(...)") -> str:
     return as_choice(answer, {*AXES_BY_STRIDE, "none"}, name)
 
 
@@ -155,8 +164,8 @@ def axis_mistake(got: list, cases: list) -> str | None:
             "after; work out each group's stride and size before and after")
 
 
-def tp_wire_bytes(n_layers, d_model, seq_len, micro_batch, micro_batches, tp, pp,
-                  bytes_per_value=2) -> float:
+def tp_wire_bytes(n_layers: int, d_model: int, seq_len: int, micro_batch: int, micro_batches: int, tp: int, pp: int,
+                  bytes_per_value: int = 2) -> float:
     """Bytes one GPU sends in its tensor-parallel all-reduces in one step.
 
     Each layer all-reduces the (micro_batch, seq_len, d_model) activation twice
@@ -198,11 +207,11 @@ def tp_bytes_mistake(got: float, args: tuple) -> str | None:
             f"{activation:g} bytes")
 
 
-def plain_bytes(answer, name: str) -> float:
+def plain_bytes(answer: Any, name: str) -> float:
     return as_number(answer, name)
 
 
-def draw_bytes_case(rng) -> tuple:
+def draw_bytes_case(rng: random.Random) -> tuple:
     """A (n_layers, d_model, seq_len, micro_batch, micro_batches, tp, pp) for the hidden
     test, drawn from `rng` (a `random.Random`) at grading time: pp divides the layers
     (each stage holds n_layers / pp of them) and tp >= 2 (tp = 1 sends nothing)."""
@@ -213,6 +222,6 @@ def draw_bytes_case(rng) -> tuple:
             rng.randint(1, 64), rng.choice((2, 4, 8)), pp)
 
 
-def draw_bytes_cases(rng, n: int = 3) -> list[tuple]:
+def draw_bytes_cases(rng: random.Random, n: int = 3) -> list[tuple]:
     """`n` cases of `draw_bytes_case`, for catalogue.telling, the last with 4-byte values."""
     return [draw_bytes_case(rng) for _ in range(n - 1)] + [draw_bytes_case(rng) + (4,)]

@@ -32,6 +32,9 @@ The exercise graded by value:
 from __future__ import annotations
 
 import math
+import random
+from collections.abc import Callable
+from typing import Any  # Any: a student's answer
 
 from threeaxes.cost import bubble_fraction, plan
 from threeaxes.grading import as_number
@@ -52,14 +55,14 @@ def lever_bubbles() -> dict:
     """The planner's 1F1B bubble, as a share of the step, of each lever's layout."""
     out = {}
     for name, shape in LEVERS.items():
-        layout = {**CURRENT, **shape}
+        layout: dict[str, Any] = {**CURRENT, **shape}
         result = plan(SCENARIO["model"], SCENARIO["cluster"], SCENARIO["global_batch"], SCENARIO["seq_len"],
                       **layout, **SCENARIO["assumptions"])
         out[name] = result.bubble_fraction
     return out
 
 
-def draw_bubble_case(rng, interleaved: bool) -> tuple:
+def draw_bubble_case(rng: random.Random, interleaved: bool) -> tuple:
     """A (p, m, v) that 1F1B can run, drawn from `rng` (a `random.Random`) at grading
     time: plain (v = 1), or interleaved with 2 to 4 chunks per GPU and m a multiple of p."""
     p = rng.randint(2, 16)
@@ -68,13 +71,13 @@ def draw_bubble_case(rng, interleaved: bool) -> tuple:
     return p, m, v
 
 
-def draw_bad_interleave_case(rng) -> tuple:
+def draw_bad_interleave_case(rng: random.Random) -> tuple:
     """A (p, m, v) with v > 1 and m not a multiple of p: Megatron's interleaved schedule cannot run."""
     p, v = rng.randint(2, 16), rng.randint(2, 4)
     return p, p * rng.randint(0, 5) + rng.randint(1, p - 1), v
 
 
-def draw_relaxed_only_case(rng) -> tuple:
+def draw_relaxed_only_case(rng: random.Random) -> tuple:
     """A (p, m, v) that Megatron's interleaved schedule refuses and PyTorch's
     `ScheduleInterleaved1F1B` runs: v > 1, m not a multiple of p, and m a
     multiple of its max(1, m // p) rounds (PyTorch's rule)."""
@@ -89,13 +92,13 @@ def reference_bubble(p: int, m: int, v: int = 1) -> float:
     return bubble_fraction(p, m, schedule="1f1b", virtual_stages=v)
 
 
-def bubble_outcome(p: int, m: int, v: int = 1):
+def bubble_outcome(p: int, m: int, v: int = 1) -> float | str:
     """The visible check's right value: the idle share, or `REFUSED` where Megatron's
     interleaved schedule cannot run (what `value_or_refusal` makes of a right answer)."""
     return REFUSED if v > 1 and m % p else reference_bubble(p, m, v)
 
 
-def plain_bubble(answer, name="bubble(...)") -> float:
+def plain_bubble(answer: Any, name: str = "bubble(...)") -> float:
     return as_number(answer, name)
 
 
@@ -123,7 +126,7 @@ def bubble_mistake(got: float, p: int, m: int, v: int = 1) -> str | None:
     return f"{where}, expected {want:.4g}: idle time over the step's wall time"
 
 
-def raises_for_bad_interleave(student_bubble, p: int, m: int, v: int) -> str | None:
+def raises_for_bad_interleave(student_bubble: Callable[[int, int, int], object], p: int, m: int, v: int) -> str | None:
     """None when the student's function refuses an interleaved plan Megatron cannot run."""
     try:
         got = student_bubble(p, m, v)

@@ -27,11 +27,16 @@ visible check stores (`threeaxes.scenarios.drop13.model_from`, `cluster_from`).
 from __future__ import annotations
 
 import math
+import random
+from collections.abc import Iterable, Iterator
+from typing import Any  # Any: a student's answer
 
 from threeaxes.cost import (
     CLUSTERS,
     MODELS,
+    Cluster,
     GiB,
+    Model,
     custom_model,
     divisors,
     get_cluster,
@@ -60,7 +65,7 @@ DEFENCE_SETUP = [
 DRAWN_HEADS = (12, 20, 24, 25, 32, 40, 48, 52, 56, 64, 96)
 
 
-def draw_floor_case(rng) -> tuple:
+def draw_floor_case(rng: random.Random) -> tuple:
     """A (model, cluster, how) for the hidden test, drawn from `rng` (a `random.Random`) at
     grading time: a preset model or a custom one (any layer count, heads that 8 may not
     divide, grouped key/value heads or not) on 4 to 256 A100s or H100s, redrawn until its
@@ -88,7 +93,7 @@ def draw_floor_case(rng) -> tuple:
         return model, cluster, f"{how} on get_cluster({kind!r}, n_gpus={n_gpus})"
 
 
-def _splits(model, cluster, allow_tp_across_nodes=False):
+def _splits(model: Model, cluster: Cluster, allow_tp_across_nodes: bool = False) -> Iterator[tuple[int, int]]:
     """Every (tp, pp) the rules allow: tp from `valid_tp`, pp dividing the layers and GPUs / tp."""
     for tp in valid_tp(model, cluster, allow_tp_across_nodes):
         for pp in divisors(cluster.n_gpus // tp):
@@ -96,7 +101,7 @@ def _splits(model, cluster, allow_tp_across_nodes=False):
                 yield tp, pp
 
 
-def model_parallel_floor(model, cluster) -> int:
+def model_parallel_floor(model: Model, cluster: Cluster) -> int:
     """The reference: smallest allowed tp * pp whose model-state share fits one GPU."""
     fitting = [tp * pp for tp, pp in _splits(model, cluster)
                if model_state_bytes(model.n_params, tp=tp, pp=pp).total <= cluster.hbm_bytes]
@@ -106,20 +111,21 @@ def model_parallel_floor(model, cluster) -> int:
     return min(fitting)
 
 
-def floor_reference(model_spec, cluster_spec) -> int:
+def floor_reference(model_spec: str | dict, cluster_spec: tuple[str, int] | list) -> int:
     """`model_parallel_floor` on the visible check's plain specs."""
     return model_parallel_floor(model_from(model_spec), cluster_from(cluster_spec))
 
 
-def _floor_with(model, cluster, bytes_per_param, capacity=None, allow_tp_across_nodes=False,
-                splits=None):
+def _floor_with(model: Model, cluster: Cluster, bytes_per_param: float, capacity: float | None = None,
+                allow_tp_across_nodes: bool = False, splits: Iterable[tuple[int, int]] | None = None) -> int | None:
     capacity = cluster.hbm_bytes if capacity is None else capacity
     splits = _splits(model, cluster, allow_tp_across_nodes) if splits is None else splits
     fitting = [tp * pp for tp, pp in splits if bytes_per_param * model.n_params / (tp * pp) <= capacity]
     return min(fitting) if fitting else None
 
 
-def _loose_splits(model, cluster, kv_heads=True, gpus=True):
+def _loose_splits(model: Model, cluster: Cluster, kv_heads: bool = True,
+                  gpus: bool = True) -> Iterator[tuple[int, int]]:
     """The splits with one rule left out: tp dividing the key/value heads, or tp * pp the GPUs."""
     for tp in divisors(cluster.gpus_per_node):
         if model.n_heads % tp or (kv_heads and model.kv_heads % tp):
@@ -129,11 +135,11 @@ def _loose_splits(model, cluster, kv_heads=True, gpus=True):
                 yield tp, pp
 
 
-def plain_floor(answer, name="model_parallel_floor(...)") -> int:
+def plain_floor(answer: Any, name: str = "model_parallel_floor(...)") -> int:
     return as_int(answer, name)
 
 
-def floor_mistake(got: int, model, cluster) -> str | None:
+def floor_mistake(got: int, model: Model, cluster: Cluster) -> str | None:
     """None when `got` is right; otherwise a message naming the mistake."""
     want = model_parallel_floor(model, cluster)
     if got == want:

@@ -21,6 +21,9 @@ and `JOB_CHANGES` are the package's `threeaxes.scenarios.drop14`.
 """
 from __future__ import annotations
 
+import random
+from typing import Any  # Any: a student's answer
+
 from threeaxes.cost import GB, GiB, model_state_bytes
 from threeaxes.grading import as_number
 from threeaxes.scenarios.drop14 import JOB_CHANGES, RIVALS, SCENARIO, changed_scenario  # noqa: F401
@@ -40,7 +43,7 @@ DEFENCE_SETUP = [
 ]
 
 
-def draw_state_case(rng, zero_stage: int) -> tuple:
+def draw_state_case(rng: random.Random, zero_stage: int) -> tuple:
     """A (n_params, dp, tp, pp, zero_stage) for the hidden test, drawn from `rng` (a
     `random.Random`) at grading time: 1M to 200B parameters (not a round number), dp of
     2 to 64 (so ZeRO shards something), tp a power of 2 up to 8, pp of 1 to 16."""
@@ -48,27 +51,28 @@ def draw_state_case(rng, zero_stage: int) -> tuple:
     return (n_params, rng.randint(2, 64), rng.choice((1, 2, 4, 8)), rng.randint(1, 16), zero_stage)
 
 
-def _gb(n_params, dp, tp, pp, zero_stage, p=2, g=2, k=12, split=None, shard=True):
+def _gb(n_params: int, dp: int, tp: int, pp: int, zero_stage: int, p: float = 2, g: float = 2, k: float = 12,
+        split: int | None = None, shard: bool = True) -> float:
     psi = n_params / (tp * pp if split is None else split)
     d = dp if shard else 1
     return (p * psi / (d if zero_stage >= 3 else 1) + g * psi / (d if zero_stage >= 2 else 1)
             + k * psi / (d if zero_stage >= 1 else 1)) / GB
 
 
-def expected_state_gb(n_params, dp, tp, pp, zero_stage) -> float:
+def expected_state_gb(n_params: int, dp: int, tp: int, pp: int, zero_stage: int) -> float:
     """The reference, through the cost model, in GB (1e9 bytes)."""
     return model_state_bytes(n_params, dp=dp, tp=tp, pp=pp, zero_stage=zero_stage).total / GB
 
 
-def plain_state_gb(answer, name="state_gb_per_gpu(...)") -> float:
+def plain_state_gb(answer: Any, name: str = "state_gb_per_gpu(...)") -> float:
     return as_number(answer, name)
 
 
-def _close(a, b):
+def _close(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1e-12)
 
 
-def state_mistake(got, n_params, dp, tp, pp, zero_stage) -> str | None:
+def state_mistake(got: float, n_params: int, dp: int, tp: int, pp: int, zero_stage: int) -> str | None:
     """None when `got` is right; otherwise a message naming the mistake."""
     want = expected_state_gb(n_params, dp, tp, pp, zero_stage)
     if _close(got, want):
@@ -95,6 +99,6 @@ def state_mistake(got, n_params, dp, tp, pp, zero_stage) -> str | None:
     return f"{where}; expected 16 bytes per parameter split over tp * pp, then ZeRO over dp"
 
 
-def draw_state_cases(rng) -> list[tuple]:
+def draw_state_cases(rng: random.Random) -> list[tuple]:
     """One case of `draw_state_case` for each ZeRO stage, for catalogue.telling."""
     return [draw_state_case(rng, zero_stage=stage) for stage in range(4)]

@@ -10,21 +10,23 @@ hidden cases, a toy-sized and a model-sized layer under each way.
 """
 from __future__ import annotations
 
+import random
+
 from threeaxes.cost.context import context_parallel_bytes
 
 __all__ = ["expected_cp_bytes", "draw_cp_bytes_cases"]
 
 
-def expected_cp_bytes(method, b, s, h, cp, bytes_per_value) -> float:
+def expected_cp_bytes(method: str, b: int, s: int, h: int, cp: int, bytes_per_value: float) -> float:
     """Bytes one rank sends for one attention layer, forward + backward."""
     return context_parallel_bytes(s, b, h, cp, mode=method, dtype_bytes=bytes_per_value).total
 
 
-def draw_cp_bytes_cases(rng) -> list[tuple]:
+def draw_cp_bytes_cases(rng: random.Random) -> list[tuple]:
     """Arguments (method, b, s, h, cp, bytes_per_value) for the hidden test, drawn with `rng`:
     s a multiple of 2 cp (the load-balanced split), a toy-sized and a model-sized layer, each
     under both ways."""
-    cases = []
+    cases: list[tuple] = []
     for small in (True, False):
         cp = rng.choice([2, 3, 4]) if small else rng.choice([2, 4, 8, 16])
         s = 2 * cp * (rng.randint(1, 8) if small else rng.randint(64, 1024))

@@ -9,6 +9,8 @@ grading.json (`catalogue.telling` / `catalogue.judge`).
 """
 from __future__ import annotations
 
+import random
+
 from threeaxes.expert_parallel.traffic import moe_all_to_all_bytes
 
 __all__ = ["CAPACITY_FACTORS", "expected_moe_bytes", "draw_moe_bytes_cases"]
@@ -18,14 +20,15 @@ __all__ = ["CAPACITY_FACTORS", "expected_moe_bytes", "draw_moe_bytes_cases"]
 CAPACITY_FACTORS = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 
 
-def expected_moe_bytes(tokens, d_model, n_experts, top_k, capacity_factor, ep, bytes_per_element):
+def expected_moe_bytes(tokens: int, d_model: int, n_experts: int, top_k: int, capacity_factor: float, ep: int,
+                       bytes_per_element: int) -> float:
     """Bytes one ep rank sends for one MoE layer in one step: four padded all-to-alls."""
     return moe_all_to_all_bytes(tokens, d_model, n_experts, ep, top_k=top_k,
                                 capacity_factor=capacity_factor,
                                 bytes_per_element=bytes_per_element)["sent_per_layer"]
 
 
-def draw_moe_bytes_cases(rng) -> list[tuple]:
+def draw_moe_bytes_cases(rng: random.Random) -> list[tuple]:
     """(tokens, d_model, n_experts, top_k, capacity_factor, ep, bytes_per_element) for the
     hidden test: a toy-sized and a model-sized layer, the even share k T / E made uneven on
     purpose in one (so that rounding up and down differ), and one with ep = 1."""

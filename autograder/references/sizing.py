@@ -12,13 +12,19 @@ number that a test cell ends with as that cell's score (partial credit).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from threeaxes.grading.sizing import plain_config
 from threeaxes.scenarios import scenario
+
+if TYPE_CHECKING:
+    from threeaxes.cost.evaluate import PlanResult
+    from threeaxes.cost.verdict import Verdict
 
 __all__ = ["scenario", "judge_scenario", "best_in_scenario", "plain_config", "grade_configuration"]
 
 
-def best_in_scenario(scenario: dict):
+def best_in_scenario(scenario: dict) -> PlanResult:
     """The search's fastest fitting configuration in the scenario (a PlanResult)."""
     from threeaxes.cost import best_configuration
 
@@ -27,7 +33,7 @@ def best_in_scenario(scenario: dict):
                               **scenario.get("assumptions", {}))
 
 
-def judge_scenario(scenario: dict, config: dict, **judge_options):
+def judge_scenario(scenario: dict, config: dict, **judge_options: float) -> Verdict:
     """`threeaxes.cost.judge` of `config` in the scenario (margin, partial as options)."""
     from threeaxes.cost import judge
 
@@ -37,7 +43,7 @@ def judge_scenario(scenario: dict, config: dict, **judge_options):
                  **scenario.get("assumptions", {}))
 
 
-def grade_configuration(answer, scenario: dict, points: float, name: str = "my_config",
+def grade_configuration(answer: object, scenario: dict, points: float, name: str = "my_config",
                         margin: float = 0.10, partial: float = 0.5) -> float:
     """Judge the answer for the scenario; print the verdict; return the points it earns.
 
@@ -49,6 +55,7 @@ def grade_configuration(answer, scenario: dict, points: float, name: str = "my_c
     if not verdict.feasible:
         raise AssertionError(f"{name} is {verdict.feedback}")
     r = verdict.result
+    assert r is not None, "a feasible verdict holds its result"
     print(f"{name}: {r.label}: {r.memory.total / GB:.1f} GB per GPU, step {r.time.total:.2f} s, "
           f"{r.tokens_per_second / scenario['cluster'].n_gpus:,.0f} tokens/s per GPU")
     print(verdict.feedback)

@@ -34,12 +34,12 @@ def test_the_pattern_finds_the_hidden_tests_that_use_the_catalogue():
 @pytest.mark.parametrize("path, drop, answer, module, draw", USES, ids=lambda v: str(v)[-30:])
 def test_solution_passes_and_each_mistake_is_named_without_the_case(path, drop, answer, module, draw):
     nb = nbformat.read(path, as_version=4)
-    spec = catalogue.exercise(drop, answer)["visible"]
+    check = catalogue.record(drop, answer).visible
     draw = getattr(importlib.import_module(f"autograder.references.{module}"), draw)
     rng = random.Random(1234)
     drawn = catalogue.telling(drop, answer, draw, rng)
     assert len(drawn) >= 3
-    solution = cases.defined(cases.solution_code(nb, answer), spec["call"], spec.get("setup", []))
+    solution = cases.defined(cases.solution_code(nb, answer), check.call, check.setup)
     catalogue.judge(drop, answer, solution, drawn)
     for name, (wrong, says) in catalogue.mistakes(drop, answer).items():
         with pytest.raises(AssertionError) as caught:
@@ -65,7 +65,7 @@ def _fixed_answers():
                  for c in nbformat.read(path, as_version=4).cells}
         for answer, spec in stored.items():
             if spec.get("sealed"):
-                found += [(path, drop, answer, cells[test]) for test in catalogue.exercise(drop, answer)["tests"]]
+                found += [(path, drop, answer, cells[test]) for test in catalogue.record(drop, answer).tests]
     return found
 
 
@@ -82,8 +82,8 @@ def test_a_fixed_answers_hidden_test_checks_its_value_and_names_each_mistake(pat
     part = re.search(r'part="(\w+)"', call.group(0))
     part = part.group(1) if part else None
     nb = nbformat.read(path, as_version=4)
-    spec = catalogue.exercise(drop, answer)["visible"]
-    solution = cases.defined(cases.solution_code(nb, answer), spec["call"], spec.get("setup", []))
+    check = catalogue.record(drop, answer).visible
+    solution = cases.defined(cases.solution_code(nb, answer), check.call, check.setup)
     catalogue.judge_fixed(drop, answer, solution, part=part)
     named = 0
     for name, (wrong, says) in catalogue.mistakes(drop, answer).items():

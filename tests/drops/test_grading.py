@@ -206,14 +206,14 @@ def test_the_report_counts_each_planted_mistake_under_its_name(course, report_ro
     named = {(r["drop"], r["exercise"], r["student"]): r["mistake"] for r in rows}
     expected = {}
     for drop in DROPS:
-        catalogue = {e["answer"]: e.get("mistakes", []) for e in report.exercises(course.root, drop.name)}
+        catalogue = {e.answer: e.mistakes for e in report.records(course.root, drop.name)}
         for answer in catalogue:
             expected[(drop.name, answer, FULL)] = None
             expected[(drop.name, answer, ZERO)] = "blank"
         for student in drop.students()[2:]:
             for m in drop.mistakes_of(student):
-                same = [c["name"] for c in catalogue.get(m.answer, [])
-                        if c["name"] == m.name or "\n".join(c["code"]) == m.code]
+                same = [c.name for c in catalogue.get(m.answer, ())
+                        if c.name == m.name or c.code == m.code]
                 if same:
                     expected[(drop.name, m.answer, student)] = same[0]
                 elif m.name.startswith("calls_"):
