@@ -23,11 +23,12 @@ step time.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .compute import megatron_flops
+from .evaluate import PlanResult
 from .planner import SHAPES, plan, search
-from .presets import a100_cluster, custom_model
+from .presets import Cluster, Model, a100_cluster, custom_model
 
 __all__ = ["PublishedRun", "NARAYANAN_2021_TABLE1", "OtherRun", "OTHER_RUNS", "predict_other",
            "takeaway1_fastest_split", "NARAYANAN_2021_TABLE2_PTDP",
@@ -93,23 +94,23 @@ NARAYANAN_2021_TABLE2_PTDP = (
 # fp16 gradients beside the fp32 master weights and Adam's moments; Megatron
 # Core User Guide, "Distributed Optimizer"); layers timed from their shapes
 # (threeaxes.cost.kernel_time).
-MEGATRON_2021 = dict(compute_efficiency=SHAPES, pp_scatter_gather=True, dp_overlap=0.0,
+MEGATRON_2021: dict[str, Any] = dict(compute_efficiency=SHAPES, pp_scatter_gather=True, dp_overlap=0.0,
                      recomputes=("full",), sequence_parallel=(False,), zero_stages=(0,),
                      flash_attention=False, interleave="group_p", precision="megatron-fp16")
 
 
-def table1_model(run: PublishedRun):
+def table1_model(run: PublishedRun) -> Model:
     """The GPT model of one row: GPT-2 style layers, V = 51,200, s = 2048."""
     return custom_model(f"GPT {run.params_billion}B", run.layers, run.hidden, run.heads,
                         vocab_size=VOCAB, seq_len=SEQ_LEN)
 
 
-def table1_cluster(run: PublishedRun):
+def table1_cluster(run: PublishedRun) -> Cluster:
     """Selene's DGX A100 nodes, as many as the row used."""
     return a100_cluster(run.n_gpus // 8)
 
 
-def achieved_tflops(result, run: PublishedRun) -> float:
+def achieved_tflops(result: PlanResult, run: PublishedRun) -> float:
     """teraFLOP/s per GPU as the paper counts them: eq. 3 over the step time."""
     flops = megatron_flops(run.batch, SEQ_LEN, run.layers, run.hidden, VOCAB,
                            recompute="full").total
@@ -118,8 +119,8 @@ def achieved_tflops(result, run: PublishedRun) -> float:
 
 class Prediction(NamedTuple):
     run: PublishedRun
-    published: object          # PlanResult: the published (dp, tp, pp), best mbs and v
-    best: object               # PlanResult: the planner's best of everything
+    published: PlanResult      # PlanResult: the published (dp, tp, pp), best mbs and v
+    best: PlanResult           # PlanResult: the planner's best of everything
     tflops_per_gpu: float      # predicted for the published configuration
 
     @property
@@ -133,7 +134,7 @@ class Prediction(NamedTuple):
         return self.published.tokens_per_second / self.best.tokens_per_second
 
 
-def predict(run: PublishedRun, **assumptions) -> Prediction:
+def predict(run: PublishedRun, **assumptions: Any) -> Prediction:
     """Search the row's model, cluster and batch under ``MEGATRON_2021``
     (override any of it with ``assumptions``); return the fastest fitting
     configuration with the published (dp, tp, pp) beside the best overall."""
@@ -177,13 +178,13 @@ KORTHIKANTI_2022_TABLE5 = (
 )
 
 
-def predict_iteration(run: PublishedIteration) -> tuple:
+def predict_iteration(run: PublishedIteration) -> tuple[PlanResult, PlanResult]:
     """(full recomputation, sequence parallel + selective) PlanResults for the
     published configuration, timed as ``MEGATRON_2021`` times layers."""
     model = custom_model(f"GPT {run.name}", run.layers, run.hidden, run.heads,
                          vocab_size=VOCAB, seq_len=SEQ_LEN)
     cluster = a100_cluster(max(1, run.n_gpus // 8))
-    kw = dict(dp=run.n_gpus // (run.tp * run.pp), tp=run.tp, pp=run.pp,
+    kw: dict[str, Any] = dict(dp=run.n_gpus // (run.tp * run.pp), tp=run.tp, pp=run.pp,
               micro_batch=run.micro_batch, virtual_stages=run.virtual_stages,
               compute_efficiency=SHAPES, pp_scatter_gather=True, flash_attention=False)
     return (plan(model, cluster, run.batch, recompute="full", **kw),
@@ -195,15 +196,15 @@ class OtherRun(NamedTuple):
     techniques (``MEGATRON_2021`` plus ``assumptions``): attention that stores its
     scores, no sequence parallelism, ZeRO at most 1, full recomputation."""
     name: str
-    model: object              # custom_model(...)
-    cluster: object            # Cluster
+    model: Model               # custom_model(...)
+    cluster: Cluster           # Cluster
     batch: int                 # sequences per step
     dp: int
     tp: int
     pp: int
     tflops_per_gpu: float | None   # published, where the paper gives it
     source: str
-    assumptions: dict = {}
+    assumptions: dict[str, Any] = {}
 
 
 OTHER_RUNS = (
@@ -231,7 +232,7 @@ OTHER_RUNS = (
 )
 
 
-def predict_other(run: OtherRun, **assumptions) -> Prediction:
+def predict_other(run: OtherRun, **assumptions: Any) -> Prediction:
     """As ``predict``, for one of ``OTHER_RUNS``: the fastest fitting configuration
     with the published (dp, tp, pp) beside the best of the era's search. Its
     ``tflops_per_gpu`` counts eq. 3's FLOPs for that model (NaN where the paper
@@ -252,13 +253,14 @@ def predict_other(run: OtherRun, **assumptions) -> Prediction:
     return Prediction(proxy, same[0], results[0], tflops)
 
 
-def takeaway1_fastest_split(model, cluster, batch: int, model_parallel: int, **assumptions):
+def takeaway1_fastest_split(model: Model, cluster: Cluster, batch: int, model_parallel: int,
+                            **assumptions: Any) -> dict[int, PlanResult]:
     """{tp: fastest fitting PlanResult} over the splits tp * pp = ``model_parallel``
     with no data parallelism, under ``MEGATRON_2021`` with one chunk per GPU (plain
     1F1B): the experiment behind Narayanan et al. 2021's Takeaway #1 (Section 5.4.1,
     Figure 13: tensor parallelism up to the GPUs of a server, then pipelining)."""
     options = {**MEGATRON_2021, "max_virtual_stages": 1, **assumptions}
-    out = {}
+    out: dict[int, PlanResult] = {}
     for r in search(model, cluster, batch, only_fitting=True, **options):
         if r.dp == 1 and r.tp * r.pp == model_parallel:
             out.setdefault(r.tp, r)

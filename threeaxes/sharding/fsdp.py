@@ -27,13 +27,15 @@ update it) and their peak; `accounting.held_bytes` counts what stays.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable, Set
+from typing import Any, cast
 
 import torch
 import torch.nn as nn
 
 from threeaxes import comms
 from threeaxes.data_parallel.torch_options import check_options, group_of_mesh
-from threeaxes.dims import dp_layout
+from threeaxes.dims import ParallelDims, dp_layout
 from threeaxes.sharding.flat import FlatLayout, check_shardable
 
 __all__ = ["fully_shard", "units_of", "ShardedUnit", "GatheredBytes", "GATHERED"]
@@ -64,12 +66,17 @@ _LIVE: dict[int, ShardedUnit] = {}   # storage address of each gathered buffer a
 
 def units_of(model: nn.Module) -> list[ShardedUnit]:
     """The sharded units inside `model` (itself included), outermost first."""
-    return [m._sharding_unit for m in model.modules() if hasattr(m, "_sharding_unit")]
+    # set by ShardedUnit; nn.Module types an attribute it does not know as Tensor | Module
+    return [cast(ShardedUnit, m._sharding_unit) for m in model.modules() if hasattr(m, "_sharding_unit")]
 
 
 # -- saved tensors: a view of a gathered buffer is saved as a note, re-gathered on use --------
 
-def _pack(tensor):
+# what a saved tensor becomes: itself, or (unit, size, stride, storage offset) of a gathered view
+_Packed = torch.Tensor | tuple["ShardedUnit", torch.Size, tuple[int, ...], int | torch.SymInt]
+
+
+def _pack(tensor: torch.Tensor) -> _Packed:
     storage = tensor.untyped_storage()
     unit = _LIVE.get(storage.data_ptr()) if storage.nbytes() else None
     if unit is None:
@@ -77,7 +84,7 @@ def _pack(tensor):
     return unit, tensor.size(), tensor.stride(), tensor.storage_offset()
 
 
-def _unpack(packed):
+def _unpack(packed: _Packed) -> torch.Tensor:
     if isinstance(packed, torch.Tensor):
         return packed
     unit, size, stride, offset = packed
@@ -89,19 +96,20 @@ class _TieToShard(torch.autograd.Function):
     Backward: the whole gradient reduce-scattered into the shard's gradient."""
 
     @staticmethod
-    def forward(ctx, shard, unit):
+    def forward(ctx: Any, shard: torch.Tensor, unit: ShardedUnit) -> torch.Tensor:
         ctx.unit = unit
+        assert unit.gathered is not None   # applied right after the unit's gather
         return unit.gathered.detach()   # (padded_numel,), the same memory
 
     @staticmethod
-    def backward(ctx, grad_whole):
+    def backward(ctx: Any, grad_whole: torch.Tensor) -> tuple[torch.Tensor, None]:
         return ctx.unit.post_backward(grad_whole), None
 
 
 class ShardedUnit:
     """One `fully_shard`ed module: its flat shard, gather and free, and its hooks."""
 
-    def __init__(self, module: nn.Module, dims, prefetch: bool, ignored=frozenset()) -> None:
+    def __init__(self, module: nn.Module, dims: ParallelDims, prefetch: bool, ignored: Set[int] = frozenset()) -> None:
         self.module, self.dims, self.prefetch = module, dims, prefetch
         n, index = dims.size("dp"), dims.coord("dp")
         self.nested = units_of(module)
@@ -110,7 +118,8 @@ class ShardedUnit:
         # (submodule, name, full name, k) of every place a trainable parameter not already
         # inside a nested unit is registered; k numbers the distinct parameters, so a tied
         # parameter (one tensor registered in two places) is in the flat buffer once
-        self.places, params = [], []
+        self.places: list[tuple[nn.Module, str, str, int]] = []
+        params: list[nn.Parameter] = []
         for prefix, sub in module.named_modules():
             for name, p in list(sub._parameters.items()):
                 if p is None or id(p) in inner or not p.requires_grad or id(p) in ignored:
@@ -126,14 +135,15 @@ class ShardedUnit:
                 self.places.append((sub, name, full_name, k))
         # what this unit took, so that an outer unit refuses a tie it cannot keep (weak: the
         # originals are freed once sharded, unless registered somewhere else)
-        first = {}
+        first: dict[int, str] = {}
         for _, _, full_name, k in self.places:
             first.setdefault(k, full_name)
-        self.taken = {id(p): (weakref.ref(p), first[k]) for k, p in enumerate(params)}
+        self.taken: dict[int, tuple[weakref.ref[nn.Parameter], str]] = {
+            id(p): (weakref.ref(p), first[k]) for k, p in enumerate(params)}
         if not params and not self.nested and not any(True for _ in module.parameters()):
             raise ValueError(f"{type(module).__name__} has no parameters to shard; "
                              f"apply fully_shard to a module that holds some")
-        self.shard = None
+        self.shard: nn.Parameter | None = None
         if params:
             check_shardable(params, what=f"{type(module).__name__}'s parameters")
             self.layout = FlatLayout([p.shape for p in params], n)
@@ -147,11 +157,13 @@ class ShardedUnit:
             module.register_parameter("flat_shard", self.shard)
         self.gathered: torch.Tensor | None = None   # the whole parameters, while gathered
         self._pending: comms.Pending | None = None
-        self._saving = None
-        self.root, self.order, self._recording = None, [], False
+        self._saving: torch.autograd.graph.saved_tensors_hooks | None = None
+        self.root: ShardedUnit | None = None
+        self.order: list[ShardedUnit] = []
+        self._recording = False
         for unit in self.nested:
             unit.root = self   # the outermost fully_shard call coordinates the order
-        module._sharding_unit = self
+        module._sharding_unit = self   # type: ignore[assignment]  # torch types setattr as Tensor | Module; any value is kept
         module.register_forward_pre_hook(self._pre_forward)
         module.register_forward_hook(self._post_forward)
 
@@ -173,6 +185,7 @@ class ShardedUnit:
         if self.gathered is None:
             if self._pending is None:
                 GATHERED.add(self.gathered_bytes)
+                assert self.shard is not None   # a unit with nothing sharded is never gathered
                 # communication: all-gather every rank's range of this unit over dp
                 self.gathered = comms.all_gather(self.shard.detach(), "dp", dims=self.dims)
             else:
@@ -198,7 +211,7 @@ class ShardedUnit:
         return grad.div_(self.dims.size("dp"))   # the mean over the dp ranks, as in DP
 
     # -- hooks ----------------------------------------------------------------------------
-    def _neighbour(self, step: int):
+    def _neighbour(self, step: int) -> ShardedUnit | None:
         order = (self.root or self).order
         if self not in order:
             return None
@@ -206,7 +219,7 @@ class ShardedUnit:
         # backward of the first unit (the root) is followed by the last unit's: wrap around
         return order[k % len(order)] if 0 <= k < len(order) or step < 0 else None
 
-    def _pre_forward(self, module, args) -> None:
+    def _pre_forward(self, module: nn.Module, args: tuple[Any, ...]) -> None:
         # phase: before this unit's forward, gather it (and start the next one's, prefetching)
         root = self.root or self
         if root is self and not self.order:
@@ -214,19 +227,19 @@ class ShardedUnit:
         if root._recording:
             root.order.append(self)
         if self.shard is not None:
-            self.gather()
+            gathered = self.gather()
             if torch.is_grad_enabled():
                 # backward will not find these buffers: it asks _unpack, which gathers again
                 self._saving = torch.autograd.graph.saved_tensors_hooks(_pack, _unpack)
                 self._saving.__enter__()
-            whole = _TieToShard.apply(self.shard, self) if torch.is_grad_enabled() else self.gathered
+            whole = _TieToShard.apply(self.shard, self) if torch.is_grad_enabled() else gathered
             views = self.layout.views(whole)
             for sub, name, _, k in self.places:
                 setattr(sub, name, views[k])   # a tied parameter: the same view in each place
         if self.prefetch and (nxt := self._neighbour(+1)) is not None:
             nxt.start_gather()
 
-    def _post_forward(self, module, args, output) -> None:
+    def _post_forward(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         # phase: after this unit's forward, free it; its backward starts with a gather
         if self._saving is not None:
             self._saving.__exit__(None, None, None)
@@ -239,7 +252,7 @@ class ShardedUnit:
         if self.root is None:
             self._recording = False
 
-    def _pre_backward(self, grad) -> None:
+    def _pre_backward(self, grad: torch.Tensor) -> None:
         # phase: before this unit's backward (its output's gradient is in), gather it again
         # (and start the gather of the unit whose backward comes next, prefetching)
         if self.shard is not None:
@@ -248,7 +261,7 @@ class ShardedUnit:
             prev.start_gather()
 
 
-def _tensors(output):
+def _tensors(output: Any) -> list[torch.Tensor]:
     if isinstance(output, torch.Tensor):
         return [output]
     if isinstance(output, (list, tuple)):
@@ -258,8 +271,8 @@ def _tensors(output):
     return []
 
 
-def fully_shard(module: nn.Module, dims=None, prefetch: bool = False, *, mesh=None,
-                ignored_params=None, **fsdp2_options) -> nn.Module:
+def fully_shard(module: nn.Module, dims: ParallelDims | None = None, prefetch: bool = False, *, mesh: Any = None,
+                ignored_params: Iterable[torch.Tensor] | None = None, **fsdp2_options: Any) -> nn.Module:
     """Shard `module`'s parameters (those not in a nested unit) over the dp ranks; in place.
 
     Apply it to each block first, then to the root. Returns the module; its
@@ -293,7 +306,7 @@ def fully_shard(module: nn.Module, dims=None, prefetch: bool = False, *, mesh=No
     return module
 
 
-def _fsdp2_options() -> dict:
+def _fsdp2_options() -> dict[str, tuple[tuple[Any, ...], str]]:
     """FSDP2's options (PyTorch 2.13) -> (values that behave as here, what to do instead).
     Built when asked: importing torch.distributed.fsdp costs time a notebook need not spend."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, OffloadPolicy
