@@ -16,13 +16,10 @@ Each exercise of a drop's `grading.json` with a "visible" entry gets its cases:
                 "reveal": true,  # a sealed answer's mistakes' sentences stored too, for its reveal cell
                 "fraction": true}  # a sealed answer's numbers are shares: stored as "fraction" forms
 
-and the exercise's catalogue of mistakes ("mistakes": [{"name", "says", "code"}],
-each the answer cell as a student who made it would write it). The right value
-of a case is the reference's (for an exercise that runs on ranks: what the
-runner sends back when the notebook's own solution runs, which the reference's
-judge must accept); each mistake's value is what its code gives. A case set in
-which a mistake is never told apart from the right answer, or two mistakes from
-each other, is refused: it could not name them.
+How each case's right value and each catalogued mistake's are computed, and which case sets are
+refused: CONTRIBUTING.md ("The visible checks' cases and the catalogue of mistakes"). For an
+exercise run on ranks the right value is what the runner sends back when the notebook's own
+solution runs (which the reference's judge must accept).
 """
 from __future__ import annotations
 

@@ -3,14 +3,10 @@
     why = refusal(folder, notebooks)     # None, or why the folder is not graded
     data = read_regular(path)            # a regular file's bytes; OSError for a link or anything else
 
-What is graded is the notebook, as a regular file. A submission's folder
-(submitted/<student>/<drop>/, or an exchange inbound/ entry) may hold the drop's notebook(s),
-named as in the instructor's source/<drop>/, and the two files nbgrader submit writes beside
-them (NBGRADER_FILES); a link (the notebook itself included), a device, a pipe, a folder or
-any other file refuses the whole submission before anything runs or is copied.
-Every check uses `lstat`: a link is looked at, never through. The folders themselves are the
-instructor's (nbgrader collect makes them) or the student's (inbound/): a folder that is a link is
-refused too.
+The rule (the drop's notebook(s), named as in source/<drop>/, and the two files nbgrader submit
+writes beside them, NBGRADER_FILES; nothing else) is CONTRIBUTING.md's "A submission is its
+notebook". Every check uses `lstat`: a link is looked at, never through, a folder that is a link
+included.
 """
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
     python -m autograder.apps.config_cases            # writes threeaxes/grading/cases/dropNN.config.json
     python -m autograder.apps.config_cases --check    # exit 1 if a stored file is not what this computes
 
-An exercise of a drop's `grading.json` with a "visible_config" entry:
+What a configuration exercise stores for its visible check, and why: CONTRIBUTING.md ("The
+visible checks' cases and the catalogue of mistakes"). Its entry in a drop's `grading.json`:
 
     "visible_config": {"name": "fix_config",
                        "scenario": "threeaxes.scenarios.drop10.SCENARIO",
@@ -11,13 +12,8 @@ An exercise of a drop's `grading.json` with a "visible_config" entry:
                        "setup": ["from threeaxes.cost import get_model", ...],
                        "passed": "..."}
 
-and its catalogue, "mistakes": [{"name", "rule", "when", "says", "code"}], each
-the answer cell as a student who made it would write it. Stored for the
-student's side (`threeaxes.grading.visible_config`): the fastest fitting
-layout's step time, found by the search (not the layout), the margin, and the
-catalogue without its code. Refused: a solution the check does not pass, or
-a mistake it does not name (a layout may break two rules at once, tp=16 both
-the node and the heads: the check names each).
+Refused: a solution the check does not pass, or a catalogued mistake it does not name (a
+layout may break two rules at once, tp=16 both the node and the heads: the check names each).
 """
 from __future__ import annotations
 

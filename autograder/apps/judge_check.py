@@ -3,11 +3,9 @@
     python -m autograder.apps.judge_check source/drop05-data-parallel-trace/drop05-data-parallel-trace.ipynb
     python -m autograder.apps.judge_check --no-isolate ...    # no sandbox (quicker to debug)
 
-The notebook's own cells run in a (sandboxed) kernel, its test cells in this
-process against the kernel's answers (autograder/plugins/execute.py), with the drop's
-withheld functions answered and guarded as in grading (autograder/judging/borrowed.py). For a drop's
-author: a solved notebook must pass every test cell here, as it does in
-JupyterLab.
+How grading runs it: CONTRIBUTING.md, "Test cells run in the grader, not in the student's kernel"
+(with the drop's withheld functions answered and guarded, autograder/judging/borrowed.py). For a
+drop's author: a solved notebook must pass every test cell here, as it does in JupyterLab.
 """
 from __future__ import annotations
 

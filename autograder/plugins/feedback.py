@@ -11,11 +11,10 @@ needs: the messages the checks raise say what to change without quoting the test
 and its markdown cells whatever the student typed; the feedback page (and the
 formgrader's view of the autograded notebook, which the instructor opens while
 logged in to Jupyter) would render them as the page's own HTML and run their
-scripts. Every code cell's outputs are cleaned (they all come from the
-student's kernel, or from test cells reading its answers) by the allowlist of
-`autograder.plugins.inert`: HTML, markdown and TeX made inert, each output's metadata
-reduced to an image's numeric width and height; JavaScript, widget views, SVG
-and every other rich type dropped, text, JSON, PNG and JPEG kept. A markdown or
+scripts. Every code cell's outputs (all from the student's kernel, or from test cells
+reading its answers) keep text, JSON, PNG and JPEG as they are, HTML, markdown and TeX
+cleaned by the allowlist of `autograder.plugins.inert` (what it lets through: its
+docstring), and drop every other type (JavaScript, widget views, SVG). A markdown or
 raw cell's source is cleaned the same way unless it is the instructor's: a
 locked cell (nbgrader puts those back from the source notebook when it
 autogrades) or one whose text is a cell of the drop's source notebook

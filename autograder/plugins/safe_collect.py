@@ -1,14 +1,11 @@
 """nbgrader's collect, with links never followed (what `python -m autograder.apps.exchange collect` runs).
 
-Students write into the exchange's inbound/: an entry there may be a link (to the instructor's
-source folder, the gradebook, a root-only file), or a folder holding links, devices, folders or
-files beside the notebook. nbgrader's own collect copies an entry with `shutil.copytree`, which
-reads through every link as the instructor (often root). Here an entry is taken only when it is a
-real folder that holds the drop's notebook(s) and the files nbgrader submit writes beside
-them, each a regular file
-(autograder/one_notebook.py); each file is copied from a descriptor opened with O_NOFOLLOW, so a
-link swapped in after the check is refused, not read. Any other entry is left where it is, copied
-nowhere, and named in `SafeCollect.refused` (the exchange's report prints it).
+nbgrader's own collect copies an inbound/ entry with `shutil.copytree`, reading through every link
+a student wrote there as the instructor (often root). Here an entry is taken only when
+`autograder.one_notebook` accepts it (the rule: CONTRIBUTING.md, "A submission is its notebook"),
+and each file is copied from a descriptor opened with O_NOFOLLOW, so a link swapped in after the
+check is refused, not read. Any other entry stays where it is, named in `SafeCollect.refused`
+(the exchange's report prints it).
 
     c.ExchangeFactory.collect = "autograder.plugins.safe_collect.SafeCollect"   # exchange.py sets it
 """

@@ -1,22 +1,15 @@
 """References for drop 2 (data parallelism): the instructor's side.
 
-Grading `average_gradients(model, dims)` takes two steps, so that nothing the
-student's kernel sends back can decide the grade by itself:
-
-1. On the ranks (which start in the student's kernel when a submission is
-   graded): `threeaxes.grading.drop02.gradients_after_average` builds the layout
-   (`ParallelDims.init(dp=world_size)`), runs backward on this rank's slice of
-   a batch, calls the student's function, and returns the raw gradients.
-2. Here, in the grader: `average_gradients_mistake` rebuilds the same model and
-   batch in one process, computes the whole batch's gradient with plain
-   autograd, and compares every rank's gradients with it (float64, 1e-12),
-   naming the likely mistake (no division, no all-reduce, both)::
+`average_gradients(model, dims)` is judged on raw values (CONTRIBUTING.md, "Test cells run in
+the grader"): `threeaxes.grading.drop02.gradients_after_average` runs it on fresh ranks and
+sends back each rank's gradients; `average_gradients_mistake` compares them here with the whole
+batch's gradient from one process (float64, 1e-12) and names the likely mistake::
 
     results = check_on_ranks(drop02.gradients_after_average, 4, average_gradients, 2, seed)
     assert drop02.average_gradients_mistake(results, 4, 2, seed) is None
 
-The visible checks' stored cases take their right values from `expected_dp_bytes`
-and from the notebook's solution run through the runner (`python -m autograder.cases drop02`).
+The visible checks' stored cases take their right values from `expected_dp_bytes` and from the
+notebook's solution run through the runner (`python -m autograder.cases drop02`).
 """
 from __future__ import annotations
 

@@ -1,23 +1,15 @@
 """References for drop 3, "Cut the matmul, not the batch": the instructor's side.
 
-`column_parallel_matmul(x, w, dims)` is graded in two steps, so that nothing
-the student's kernel sends back can decide the grade by itself:
-
-1. On the ranks (which start in the student's kernel when a submission is
-   graded): `threeaxes.grading.drop03.column_split_outputs` builds the layout
-   (`ParallelDims.init(tp=world_size)`) and the exercise's tensors (fixed
-   seed, float64), calls the student's function, and returns what it
-   returned, as plain numbers, with the collectives it made.
-2. Here, in the grader: `column_split_mistake` rebuilds x and w, slices the
-   reference in one process (w[:, r*c:(r+1)*c], x @ that block, x @ w) and
-   compares every rank's tensors with it (1e-12), naming the mistake::
+`column_parallel_matmul(x, w, dims)` is judged on raw values (CONTRIBUTING.md, "Test cells run
+in the grader"): `threeaxes.grading.drop03.column_split_outputs` runs it on fresh ranks and
+sends back its tensors and collectives; `column_split_mistake` compares them here with the
+column split computed in one process (1e-12) and names the mistake::
 
     results = check_on_ranks(drop03.column_split_outputs, 4, column_parallel_matmul, 5, 8, 12, seed)
     assert drop03.column_split_mistake(results, 4, 5, 8, 12, seed) is None
 
-`tp_block_collectives` (in the package: the grader runs it on ranks of its own)
-measures the all-reduces of one tensor-parallel block; `expected_tp_block_allreduces`
-is what it measures, by formula, for the visible check's stored cases.
+`expected_tp_block_allreduces` is what `tp_block_collectives` measures of one tensor-parallel
+block, by formula, for the visible check's stored cases.
 """
 from __future__ import annotations
 

@@ -1,24 +1,17 @@
 """References for drop 4 (pipeline parallelism): the instructor's side.
 
-`stage_layers(n_layers, pp)` is run for real in two steps, so that nothing the
-student's kernel sends back can decide the grade by itself:
-
-1. On the ranks (which start in the student's kernel when a submission is
-   graded): `threeaxes.grading.drop04.stage_split_params` cuts the toy model
-   with the student's boundaries, trains one step with the course's pipeline
-   trainer (`threeaxes.train.pipeline_train`, layout `ParallelDims.init(pp=world_size)`)
-   and returns the stages and this rank's trained parameters, as plain numbers.
-2. Here, in the grader: `stage_split_mistake` trains the whole model for the same
-   step in one process and compares every parameter with it (float64, 1e-12)::
+`stage_layers(n_layers, pp)` is judged on raw values (CONTRIBUTING.md, "Test cells run in the
+grader"): `threeaxes.grading.drop04.stage_split_params` cuts the toy model with the student's
+boundaries on fresh ranks, trains one pipeline step and sends back the stages and each rank's
+parameters; `stage_split_mistake` compares them here with one process's step (float64, 1e-12)::
 
     results = check_on_ranks(drop04.stage_split_params, 4, stage_layers, 8, 2, seed)
     assert drop04.stage_split_mistake(results, 4, 8, 2, seed) is None
 
-The pure answers (a bubble fraction, a count of microbatches) are compared
-with `expected_bubble_fraction` and `expected_stage0_held`, written from the
-formulas, and with what the plans themselves count. The visible checks' stored
-cases take their right values from the `expected_*` functions
-(`python -m autograder.cases drop04`).
+The pure answers (a bubble fraction, a count of microbatches) are compared with
+`expected_bubble_fraction` and `expected_stage0_held`, written from the formulas and checked
+against what the plans count; the visible checks' stored cases come from the `expected_*`
+functions (`python -m autograder.cases drop04`).
 """
 from __future__ import annotations
 

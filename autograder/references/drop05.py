@@ -14,9 +14,6 @@ Three exercises:
   it inside `DataParallel` on fresh ranks and sends back the raw gradients; `judge_launch_bucket` compares them, in the
   grader, with `reference_gradients` computed in one process (the mean of the
   ranks' gradients, which is what DistributedDataParallel leaves in `.grad`).
-
-Ranks started from a student's notebook run there, so whatever verdict they
-returned could be forged; they return raw numbers and the grader decides.
 """
 from __future__ import annotations
 

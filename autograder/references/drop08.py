@@ -15,11 +15,9 @@ Two exercises, each judged by value against real ranks:
   trace; `counts_mistake` compares the answer for every rank with them, and
   `traced_collectives` gives one stage's counts for the visible cases.
 
-The rank functions the grader trusts run no student code and send back raw
-plain values (they live in `threeaxes.grading.drop08`, since `check_on_ranks`
-starts only functions of `threeaxes.grading`); the grader compares the answers
-with them itself. `draw_layouts` and `draw_count_runs` pick the hidden tests'
-inputs at grading time.
+The rank functions the grader trusts run no student code and send back raw values
+(`threeaxes.grading.drop08`: `check_on_ranks` starts only functions of `threeaxes.grading`).
+`draw_layouts` and `draw_count_runs` pick the hidden tests' inputs at grading time.
 """
 from __future__ import annotations
 

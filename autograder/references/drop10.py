@@ -1,8 +1,7 @@
 """References for drop 10 (a 13B run that runs out of memory at step 4,000).
 
-The story and its scenario live with the student's side (`threeaxes/scenarios/drop10.py`:
-`SCENARIO`, `CRASHED`, `ATTENTION`); the notebook asserts its facts, so a change of the
-cost model that breaks the story fails loudly.
+The story and its scenario (`SCENARIO`, `CRASHED`, `ATTENTION`) are the package's
+`threeaxes.scenarios.drop10`.
 
 Three autograded exercises:
 
@@ -23,8 +22,6 @@ Three autograded exercises:
 * `fix_config`: a configuration that fits at 4,096 tokens, judged by
   `autograder.references.sizing.grade_configuration` against `SCENARIO` (any
   feasible tuple scores, full marks within 10% of the search's best).
-
-The scenario (`SCENARIO`, `CRASHED`, ...) is the package's `threeaxes.scenarios.drop10`.
 """
 from __future__ import annotations
 

@@ -1,20 +1,10 @@
 """References for drop 12 (a 35% pipeline bubble, and the micro-batch count is stuck).
 
-The scenario: GPT-3 175B on sixteen DGX A100-style nodes (128 A100 80GB
-GPUs), trained with Megatron-LM, a global batch of 52 sequences of its
-2,048-token context (a small recipe: GPT-3 itself used about 3.2M tokens a
-step, Brown et al. 2020, Table 2.1), one sequence per micro-batch. The team
-runs `CURRENT`: dp=4, tp=4, pp=8 with ZeRO-1, selective recomputation and
-sequence parallelism, so each replica
-gets 52 / 4 = 13 micro-batches and 1F1B idles (8 - 1)/(13 + 8 - 1) = 35% of
-every step. The batch is fixed by the training recipe and a micro-batch of one
-sequence cannot shrink, so m = 52 / dp moves only with dp.
-
-`SCENARIO` (the package's `threeaxes.scenarios.drop12`, with `CURRENT`,
-`MICRO_BATCH`, `BUBBLE_TARGET`) is what `autograder.references.sizing.grade_configuration`
-judges a student's configuration against (feasibility, then closeness to the search's
-best, computed at grading time). `target_mistake` adds this drop's two rules:
-the micro-batch stays one sequence and the bubble falls under `BUBBLE_TARGET`.
+The story and its scenario (`SCENARIO`, `CURRENT`, `MICRO_BATCH`, `BUBBLE_TARGET`) are the
+package's `threeaxes.scenarios.drop12`. `autograder.references.sizing.grade_configuration` judges
+a student's configuration against `SCENARIO` (feasibility, then closeness to the search's best,
+computed at grading time); `target_mistake` adds this drop's two rules: the micro-batch stays
+one sequence and the bubble falls under `BUBBLE_TARGET`.
 
 The exercise graded by value:
 

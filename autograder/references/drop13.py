@@ -1,8 +1,6 @@
 """References for drop 13 (choose (dp, tp, pp) for a 30B model on 32 GPUs).
 
-The scenario: LLaMA's 33B model ("30B") on four DGX A100-style nodes of 8
-A100 80GB GPUs, a global batch of 512 sequences of its 2,048-token context.
-`SCENARIO` (the package's `threeaxes.scenarios.drop13`) is what
+The story and its scenario are the package's `threeaxes.scenarios.drop13`; `SCENARIO` is what
 `autograder.references.sizing.grade_configuration` judges a student's
 configuration against (feasibility, then closeness to the search's best,
 computed at grading time).

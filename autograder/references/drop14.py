@@ -1,10 +1,8 @@
 """References for drop 14 (defend a (dp, tp, pp) tuple for a 70B model on 64 GPUs).
 
-The scenario: Llama 2 70B on eight DGX A100-style nodes of 8 A100 80GB
-GPUs, a global batch of 1,024 sequences of its 4,096-token context (the
-4M-token batch of Touvron et al. 2023b, Table 1). `SCENARIO` (the package's
-`threeaxes.scenarios.drop14`) is what `autograder.references.sizing.grade_configuration`
-judges a configuration against.
+The story and its scenario (`SCENARIO`, `RIVALS`, `JOB_CHANGES`) are the package's
+`threeaxes.scenarios.drop14`; `autograder.references.sizing.grade_configuration` judges a
+configuration against `SCENARIO`.
 
 The exercise graded by value:
 
@@ -16,8 +14,7 @@ The exercise graded by value:
   test asks about layouts it draws at grading time (`draw_state_case`).
 
 The defence (`my_defence` for the student's own configuration, `rivals` for `RIVALS`) is
-judged by `autograder.references.defence` against this scenario. The scenario, `RIVALS`
-and `JOB_CHANGES` are the package's `threeaxes.scenarios.drop14`.
+judged by `autograder.references.defence` against this scenario.
 """
 from __future__ import annotations
 

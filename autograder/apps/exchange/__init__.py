@@ -10,20 +10,14 @@
                                                                runs `nbgrader fetch_feedback DROP`)
 
 Run it in the course root (this repository): nbgrader reads the course from its
-nbgrader_config.py, and the exchange's folder from `c.Exchange.root` in one of
-nbgrader's config files (/etc/jupyter/ or ~/.jupyter/nbgrader_config.py).
-The students use nbgrader's own commands (fetch_assignment, submit,
-fetch_feedback). The instructor's nbgrader steps run through nbgrader's Python
-API (`nbgrader.apps.api.NbGraderAPI`, what the formgrader calls) in this one
-process, so each costs no new interpreter and nbgrader import (seconds each on
-2 cores). Collect never follows a link a student wrote into the exchange, and takes
-a submission only when it is the notebook alone (autograder/plugins/safe_collect.py). Bad
-input is refused with what to do about it, and no step deletes a
-submission: one that cannot be graded stays in submitted/ (and in the
-exchange) and is named in the report, with its cause and the log file under
-.graded/.logs/ that holds the rest (autograder/apps/grade/); an earlier grading's
-autograded notebook and feedback page of it are removed, so that no stale page
-is released. The others are graded, get their feedback pages and grades.csv.
+nbgrader_config.py, and the exchange's folder from `c.Exchange.root` in one of nbgrader's
+config files (/etc/jupyter/ or ~/.jupyter/nbgrader_config.py); students use nbgrader's own
+commands (fetch_assignment, submit, fetch_feedback). The steps call nbgrader's Python API
+(`NbGraderAPI`, what the formgrader calls) in this one process. Collect takes a submission
+only as autograder/plugins/safe_collect.py allows. No step deletes a submission: one that
+cannot be graded stays in submitted/ (and in the exchange), named in the report with its
+cause and its log under .graded/.logs/ (autograder/apps/grade/), and its earlier autograded
+notebook and feedback page are removed, so that no stale page is released.
 """
 from autograder.apps.exchange.checks import check_submissions, problem, roster
 from autograder.apps.exchange.course import Course, load_course
