@@ -110,7 +110,7 @@ def generate(course_root: Path, out_root: Path, names: list[str] | None = None,
     recorded in `gradebook` (a course that will autograde them), or in a throwaway one."""
     check_grading_data(course_root, names)
     # every assignment in one nbgrader call (it reads the id "*" as a glob): nbgrader's
-    # start-up, about 3 s, is paid once rather than once per drop
+    # start-up is paid once rather than once per drop
     with tempfile.TemporaryDirectory() as tmp:
         db = gradebook or Path(tmp) / "gradebook.db"
         for pattern in (names or ["*"]):
