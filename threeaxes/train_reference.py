@@ -43,6 +43,9 @@ exact. So `dp_api="ddp"` raises NotImplementedError.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -51,6 +54,9 @@ from threeaxes.data_parallel import shard_batch
 from threeaxes.dims import ParallelDims
 from threeaxes.pipeline.stages import build_stage
 from threeaxes.toy import ToyConfig, lm_loss, make_optimizer
+
+if TYPE_CHECKING:  # for the hints only: torch.distributed.tensor is imported where it is used
+    from torch.distributed.tensor.parallel import ParallelStyle
 
 __all__ = ["torch_train_3d", "tp_plan", "tp_local", "DP_APIS", "DDP_PIPELINING_ERROR"]
 
@@ -68,19 +74,19 @@ DDP_PIPELINING_ERROR = ("RuntimeError: params_.size() == rebuilt_param_indices_.
                         "model parameters size")
 
 
-def tp_plan(layers) -> dict:
+def tp_plan(layers: Iterable[int]) -> dict[str, ParallelStyle]:
     """parallelize_module's plan for the blocks `layers` of a stage (keys are the
     full model's names, which StageModule keeps)."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
-    plan = {}
+    plan: dict[str, ParallelStyle] = {}
     for i in layers:
         plan.update({f"blocks.{i}.{name}": ColwiseParallel() for name in COLWISE})
         plan.update({f"blocks.{i}.{name}": RowwiseParallel() for name in ROWWISE})
     return plan
 
 
-def tp_local(param) -> torch.Tensor:
+def tp_local(param: torch.Tensor) -> torch.Tensor:
     """This rank's tp shard of a parameter as a plain CPU tensor: the layout of
     our TP (see tensor_parallel.shard). A DTensor keeps its tp placement and is
     made whole along every other mesh axis (fully_shard cuts it along dp too)."""
@@ -89,13 +95,15 @@ def tp_local(param) -> torch.Tensor:
     param = param.detach()
     if isinstance(param, DTensor):
         names = param.device_mesh.mesh_dim_names
+        assert names is not None   # the meshes here are ParallelDims.init's, their axes named
         placements = [p if names[i] == "tp" else Replicate() for i, p in enumerate(param.placements)]
         # communication: all-gather over dp where fully_shard sharded it (a no-op for replicate)
         param = param.redistribute(placements=placements).to_local()
     return param.cpu().clone()
 
 
-def _check_args(dp, m, schedule, dp_api, batches):
+def _check_args(dp: int, m: int, schedule: str, dp_api: str,
+                batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
     if schedule not in REFERENCE_RUN_SCHEDULES:
         raise ValueError(f"schedule={schedule!r}; torch.distributed.pipelining here runs "
                          f"one of {REFERENCE_RUN_SCHEDULES}")
@@ -119,19 +127,21 @@ def _data_parallel(module: nn.Module, dims: ParallelDims, dp_api: str) -> nn.Mod
     """Wrap a (tp-parallel) stage so its gradients are averaged over the dp group."""
     if dims.dp == 1:
         return module
+    assert dims.mesh is not None   # ParallelDims.init builds it
     if dp_api == "replicate":
         from torch.distributed._composable.replicate_with_fsdp import replicate
 
-        return replicate(module, mesh=dims.mesh["dp"])
+        # the module itself comes back, its class mixed with ReplicateModule (the stubs name only the mixin)
+        return replicate(module, mesh=dims.mesh["dp"])  # type: ignore[return-value]
     from torch.distributed.fsdp import fully_shard
 
-    return fully_shard(module, mesh=dims.mesh["dp"])
+    return fully_shard(module, mesh=dims.mesh["dp"])  # type: ignore[return-value]  # as replicate: FSDPModule
 
 
-def torch_train_3d(rank: int, world_size: int, cfg: ToyConfig, batches, *, dp: int = 1,
-                   tp: int = 1, pp: int = 1, schedule: str = "1f1b", m: int = 1,
+def torch_train_3d(rank: int, world_size: int, cfg: ToyConfig, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                   *, dp: int = 1, tp: int = 1, pp: int = 1, schedule: str = "1f1b", m: int = 1,
                    lr: float = 1e-2, seed: int = 0, optimizer: str = "sgd",
-                   dp_api: str = "replicate") -> dict:
+                   dp_api: str = "replicate") -> dict[str, Any]:
     """`train.train_3d` from PyTorch's pieces; a `launch` target on dp x tp x pp ranks.
 
         launch(torch_train_3d, 8, cfg, batches, dp=2, tp=2, pp=2, m=2)
@@ -141,31 +151,32 @@ def torch_train_3d(rank: int, world_size: int, cfg: ToyConfig, batches, *, dp: i
     rank's tp shard, a plain CPU tensor}}, which `train.full_state` reassembles.
     Schedule1F1B needs m >= pp.
     """
-    _check_args(dp, m, schedule, dp_api, batches)  # before any import or process group
+    _check_args(dp, m, schedule, dp_api, batches)  # before any import or process group (a Sequence: read twice)
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
     from torch.distributed.tensor.parallel import parallelize_module
 
     dims = ParallelDims.init(dp, tp, pp).check_model(cfg)
     device = (torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl"
               else torch.device("cpu"))
-    module = build_stage(cfg, dims.coord("pp"), pp, seed=seed).to(device)
+    stage_module = build_stage(cfg, dims.coord("pp"), pp, seed=seed).to(device)
     if tp > 1:
+        assert dims.mesh is not None   # ParallelDims.init builds it
         # communication (inside every forward and backward): all-reduce over the tp group
-        parallelize_module(module, dims.mesh["tp"], tp_plan(module.layers))
-    module = _data_parallel(module, dims, dp_api)
+        parallelize_module(stage_module, dims.mesh["tp"], tp_plan(stage_module.layers))
+    module = _data_parallel(stage_module, dims, dp_api)
     # communication: activations forward and gradients back between pp neighbours
     stage = PipelineStage(module, dims.coord("pp"), pp, device, group=dims.group("pp"))
     pipe = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule](
         stage, n_microbatches=m, loss_fn=lm_loss)
     opt = make_optimizer(module, lr, optimizer)  # the parameters as wrapped: DTensors
-    losses = []
+    losses: list[float] = []
     for inputs, targets in batches:
         # Data: this dp coordinate's slice, rows [d * B/dp, (d+1) * B/dp)
         inputs, targets = (t.to(device) for t in shard_batch(inputs, targets, dims))
         opt.zero_grad()
         args = (inputs,) if stage.is_first else ()
         if stage.is_last:
-            microbatch_losses: list = []
+            microbatch_losses: list[torch.Tensor] = []
             # scale_grads=True divides the summed gradients by m; replicate averages over dp
             pipe.step(*args, target=targets, losses=microbatch_losses)
             losses.append(torch.stack(microbatch_losses).mean().item())

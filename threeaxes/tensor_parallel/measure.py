@@ -17,6 +17,8 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, cast
 
 import torch
 
@@ -26,6 +28,7 @@ from threeaxes.dims import ParallelDims
 from threeaxes.tensor_parallel.block import tensor_parallel_toy
 from threeaxes.tensor_parallel.sequence import allreduce_sequence_parallel_grads, sequence_parallel_toy
 from threeaxes.toy import ToyConfig, ToyTransformer, lm_loss
+from threeaxes.trace import Event, Trace
 
 SUBLAYERS = ("ln1", "attn", "ln2", "mlp")
 
@@ -33,7 +36,7 @@ __all__ = ["SUBLAYERS", "saved_bytes_by_module", "tp_step", "comms_by_layer", "c
 
 
 @contextlib.contextmanager
-def saved_bytes_by_module(model: torch.nn.Module, names):
+def saved_bytes_by_module(model: torch.nn.Module, names: Iterable[str]) -> Iterator[dict[str, dict[str, int]]]:
     """Count, per named submodule, the bytes autograd saves for backward while
     it runs forward (`torch.autograd.graph.saved_tensors_hooks`), and the bytes
     of its input.
@@ -45,10 +48,10 @@ def saved_bytes_by_module(model: torch.nn.Module, names):
     names = list(names)
     counts = {name: {"saved": 0, "input": 0} for name in names}
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[str, set] = {name: set() for name in names}
+    seen: dict[str, set[tuple[int, int | torch.SymInt, tuple[int, ...]]]] = {name: set() for name in names}
     inside: list[str] = []
 
-    def pack(t):
+    def pack(t: torch.Tensor) -> torch.Tensor:
         if t.untyped_storage().data_ptr() not in params:
             key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
             for name in set(inside):  # a block and the sublayer inside it both count it
@@ -57,17 +60,17 @@ def saved_bytes_by_module(model: torch.nn.Module, names):
                     counts[name]["saved"] += t.numel() * t.element_size()
         return t
 
-    def enter(name):
-        def hook(_module, args) -> None:
+    def enter(name: str) -> Callable[[torch.nn.Module, tuple[Any, ...]], None]:
+        def hook(_module: torch.nn.Module, args: tuple[Any, ...]) -> None:
             inside.append(name)
             counts[name]["input"] += sum(a.numel() * a.element_size() for a in args
                                          if isinstance(a, torch.Tensor))
         return hook
 
-    def leave(_module, _args, _output) -> None:
+    def leave(_module: torch.nn.Module, _args: tuple[Any, ...], _output: Any) -> None:
         inside.pop()
 
-    handles = []
+    handles: list[torch.utils.hooks.RemovableHandle] = []
     for name in names:
         module = model.get_submodule(name)
         handles += [module.register_forward_pre_hook(enter(name)), module.register_forward_hook(leave)]
@@ -79,7 +82,7 @@ def saved_bytes_by_module(model: torch.nn.Module, names):
             h.remove()
 
 
-def _sgd(model, lr) -> None:
+def _sgd(model: torch.nn.Module, lr: float) -> None:
     # what torch.optim.SGD without momentum does; torch.optim's first import costs seconds per rank
     with torch.no_grad():
         for p in model.parameters():
@@ -87,8 +90,8 @@ def _sgd(model, lr) -> None:
                 p.add_(p.grad, alpha=-lr)
 
 
-def tp_step(rank: int, world_size: int, cfg: ToyConfig, batches, *, sequence_parallel: bool = False,
-            lr: float = 0.1, seed: int = 0) -> dict:
+def tp_step(rank: int, world_size: int, cfg: ToyConfig, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], *,
+            sequence_parallel: bool = False, lr: float = 0.1, seed: int = 0) -> dict[str, Any]:
     """Train the toy on `batches` (one SGD step each) with tp = world_size.
 
     Returns, per rank: "losses" (one per step), "traces" (one Trace per step:
@@ -102,7 +105,7 @@ def tp_step(rank: int, world_size: int, cfg: ToyConfig, batches, *, sequence_par
     model = (sequence_parallel_toy if sequence_parallel else tensor_parallel_toy)(full, dims)
     blocks = [f"blocks.{i}" for i in range(cfg.n_layers)]
     regions = blocks + [f"{b}.{part}" for b in blocks for part in SUBLAYERS]
-    out = {"losses": [], "traces": [], "grads": None, "state": None, "activations": None}
+    out: dict[str, Any] = {"losses": [], "traces": [], "grads": None, "state": None, "activations": None}
     for inputs, targets in batches:
         model.zero_grad(set_to_none=True)
         with trace_module.record() as t:
@@ -113,7 +116,8 @@ def tp_step(rank: int, world_size: int, cfg: ToyConfig, batches, *, sequence_par
                 with trace_module.span("grad sync", module="sequence-parallel params"):
                     allreduce_sequence_parallel_grads(model, dims)
             if out["grads"] is None:
-                out["grads"] = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+                # every parameter has a gradient after the backward just run
+                out["grads"] = {n: cast(torch.Tensor, p.grad).detach().clone() for n, p in model.named_parameters()}
                 out["activations"] = held
             with trace_module.span("optimizer"):
                 _sgd(model, lr)
@@ -123,11 +127,11 @@ def tp_step(rank: int, world_size: int, cfg: ToyConfig, batches, *, sequence_par
     return out
 
 
-def _inside(c, span) -> bool:
+def _inside(c: Event, span: Event) -> bool:
     return c.start >= span.start and c.end <= span.end
 
 
-def comms_by_layer(trace, rank: int, layers=None) -> list[dict]:
+def comms_by_layer(trace: Trace, rank: int, layers: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """One row per (layer, pass) compute span of `rank` in `trace`, in time order.
 
     Each row: "layer", "pass" ("forward"/"backward"), "seconds" (the span),
@@ -139,7 +143,7 @@ def comms_by_layer(trace, rank: int, layers=None) -> list[dict]:
     spans = [e for e in trace.compute(rank=rank) if e.op in ("forward", "backward")
              and e.module is not None and (layers is None or e.module in layers)]
     comms = trace.comms(rank=rank)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for span in sorted(spans, key=lambda e: e.start):
         mine = [c for c in comms if _inside(c, span)]
         comm_s = sum(c.seconds for c in mine)
@@ -151,7 +155,7 @@ def comms_by_layer(trace, rank: int, layers=None) -> list[dict]:
     return rows
 
 
-def comms_outside_layers(trace, rank: int, layers) -> list:
+def comms_outside_layers(trace: Trace, rank: int, layers: Iterable[str]) -> list[Event]:
     """The collectives of `rank` that ran inside none of the given layers' spans
     (e.g. the sequence-parallel toy's gather before ln_f)."""
     spans = [e for e in trace.compute(rank=rank) if e.module in set(layers)]
