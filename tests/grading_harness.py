@@ -157,10 +157,25 @@ def released_course(base: Path) -> Path:
     return course
 
 
+def share_cell_seconds(course_root: Path, shared: Path) -> None:
+    """The model solutions' cell times (autograder/judging/cell_seconds.py) measured once for
+    every course of the run: the course's folder for them is a link to one in `shared`, which
+    every pytest worker sees. The grader keys them by the digest of the notebook measured and
+    locks the folder while it measures, so the first course to grade a drop measures it and
+    every later one reads it, as a second `make grade` of one course does."""
+    from autograder.judging.cell_seconds import FOLDER
+
+    (Path(shared) / FOLDER.name).mkdir(parents=True, exist_ok=True)
+    (Path(course_root) / FOLDER).parent.mkdir(parents=True, exist_ok=True)
+    (Path(course_root) / FOLDER).symlink_to(Path(shared) / FOLDER.name, target_is_directory=True)
+
+
 class Course:
-    def __init__(self, tmp_path: Path, assignments: list[str], released: Path | None = None):
+    def __init__(self, tmp_path: Path, assignments: list[str], released: Path | None = None,
+                 share_limits: bool = False):
         """A course of `assignments` copied from source/; `released` (from
-        `released_course`) gives their release and gradebook as well."""
+        `released_course`) gives their release and gradebook as well, and with `share_limits`
+        the model solutions' cell times of every course of the run (`share_cell_seconds`)."""
         self.root = Path(tmp_path) / "course"
         (self.root / "source").mkdir(parents=True)
         shutil.copy(ROOT / "nbgrader_config.py", self.root)
@@ -170,6 +185,8 @@ class Course:
                 shutil.copytree(drop_folder(name, released, of="release"), drop_folder(name, self.root, of="release"))
         if released:
             shutil.copy(released / "gradebook.db", self.root)
+        if share_limits and released:   # graded by this account only: the shared folder is private to it
+            share_cell_seconds(self.root, released.parent)
         self.assignments = list(assignments)
         self.is_released = released is not None
         self.autograde_seconds: dict = {}   # (assignment, student): seconds, over every autograde
@@ -288,7 +305,7 @@ def graded_course(tmp_path: Path, all_drops: list[Drop], timings: dict | None = 
     """One course with every drop released (or taken from `released`, see
     `released_course`), submitted by every student, autograded, with feedback and
     grades.csv; `timings` (if given) receives seconds per step."""
-    course = Course(tmp_path, [d.name for d in all_drops], released)
+    course = Course(tmp_path, [d.name for d in all_drops], released, share_limits=True)
     looping = [(d.name, s) for d in all_drops for s in d.students() if d.runs_out_of_time(s)]
 
     def autograde():

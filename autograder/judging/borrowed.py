@@ -321,16 +321,23 @@ def guard_for(assignment: str, instructors, course_root: Path) -> Guard | None:
     return Guard(exercises, instructors) if exercises else None
 
 
+def source_notebook(assignment: str, notebook: str, course_root: Path) -> Path | None:
+    """The drop's source notebook (the instructor's), None where it has no source folder."""
+    folder = _source_folder(assignment, course_root)
+    path = folder / f"{notebook}.ipynb" if folder else None
+    return path if path and path.is_file() else None
+
+
 def instructors_cells_of(assignment: str, notebook: str, course_root: Path) -> tuple[Place, ...]:
     """The instructor's cells of the drop's source notebook, with their places (none where it
     has no source folder)."""
-    folder = _source_folder(assignment, course_root)
-    path = folder / f"{notebook}.ipynb" if folder else None
-    return instructor_cells(path) if path and path.is_file() else ()
+    path = source_notebook(assignment, notebook, course_root)
+    return instructor_cells(path) if path else ()
 
 
 __all__ = ["ENAME", "Guard", "Place", "guard_for", "instructor_cells", "instructor_places",
-           "instructors_cells_of", "message_for", "opening_is_instructors", "package_data", "place_of"]
+           "instructors_cells_of", "message_for", "opening_is_instructors", "package_data", "place_of",
+           "source_notebook"]
 
 
 if __name__ == "__main__":   # after editing a grading.json's "exercises"

@@ -47,11 +47,38 @@ def opening_cells(nb) -> list[str]:
     return sources
 
 
+def imported_modules(nb) -> tuple[str, ...]:
+    """The modules the instructor's code cells of `nb` import at their top level, up to its last
+    graded code cell (the grader runs none after it): `import a.b` gives a.b, `from a import b`
+    gives a and a.b (b may be a module). A cell Python cannot parse (a line magic) gives none."""
+    import ast
+
+    cells = [c for c in nb.cells if c.cell_type == "code"]
+    last = max((i for i, c in enumerate(cells) if is_graded(c)), default=-1)
+    names: dict[str, None] = {}
+    for cell in cells[:last + 1]:
+        if is_graded(cell):
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Import):
+                names.update(dict.fromkeys(alias.name for alias in node.names))
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names[node.module] = None
+                names.update(dict.fromkeys(f"{node.module}.{alias.name}" for alias in node.names
+                                           if alias.name != "*"))
+    return tuple(names)
+
+
 class OpeningHost:
-    """A kernel host that has run `sources`; `session()` forks a submission's kernel from it."""
+    """A kernel host that has run `sources`, then imported `imports` (each kernel forked from it
+    finds them loaded); `session()` forks a submission's kernel from it."""
 
     def __init__(self, sources: list[str], *, isolate: bool, files: dict[str, bytes], withheld: set | None,
-                 timeout: float):
+                 timeout: float, imports: tuple[str, ...] = ()):
         self._scratch = tempfile.TemporaryDirectory(prefix="threeaxes-oracle-")
         self.withheld = set(withheld or ())
         # the modules imported once, in an unprivileged process each kernel's worker is forked from
@@ -64,7 +91,8 @@ class OpeningHost:
                                    oracle_name=Path(opening.socket_path).name if opening else None)
             self.sandbox = self.host.sandbox
             self.outputs = [self.host.run_cell(source, timeout) for source in sources if self.host.alive]
-            self.host.request({"warm": True}, timeout)   # once here, not in each kernel (kernel_host.py)
+            # once here, not in each kernel (kernel_host.py)
+            self.host.request({"warm": True, "imports": list(imports)}, timeout)
         except BaseException:
             if self._workers:
                 self._workers.close()
@@ -101,23 +129,25 @@ _hosts: OrderedDict[tuple, OpeningHost] = OrderedDict()
 
 
 def host_for(nb, *, instructors: set[str], isolate: bool, files: dict[str, bytes], withheld: set | None,
-             timeout: float) -> OpeningHost:
+             timeout: float, imports: tuple[str, ...] = ()) -> OpeningHost:
     """The host for this notebook's opening cells, made (and run) on first use. Only the
     instructor's cells run in a host: where a student changed one, the opening is empty
-    and every cell runs in the submission's own kernel."""
+    and every cell runs in the submission's own kernel. `imports`: the instructor's modules
+    (`imported_modules` of the source notebook), loaded in the host after the opening."""
     sources = opening_cells(nb)
     if not all(source.strip() in instructors for source in sources):
         sources = []
     digest = hashlib.sha256()
     for name, data in sorted(files.items()):
         digest.update(name.encode() + b"\0" + data + b"\0")
-    key = (isolate, tuple(sources), digest.hexdigest(), tuple(sorted(withheld or ())), timeout)
+    key = (isolate, tuple(sources), digest.hexdigest(), tuple(sorted(withheld or ())), timeout, imports)
     host = _hosts.pop(key, None)
     if host is None or not host.ready:
         if host is not None:
             host.close()
         with phases.timed("opening"):
-            host = OpeningHost(sources, isolate=isolate, files=files, withheld=withheld, timeout=timeout)
+            host = OpeningHost(sources, isolate=isolate, files=files, withheld=withheld, timeout=timeout,
+                               imports=imports)
     _hosts[key] = host
     while len(_hosts) > KEPT:
         _hosts.popitem(last=False)[1].close()

@@ -56,6 +56,8 @@ class JudgedExecute(Execute):
         assignment, notebook = about.get("assignment", ""), about.get("notebook", "")
         with phases.timed("setup"):
             instructors = borrowed.instructors_cells_of(assignment, notebook, Path.cwd())
+            source = borrowed.source_notebook(assignment, notebook, Path.cwd())
+            imports = warm_start.imported_modules(nbformat.read(source, as_version=4)) if source else ()
             guard = borrowed.guard_for(assignment, instructors, Path.cwd())
             # the shared opening only where each of its cells is the instructor's at its own place
             # (place, cell id, grade id and code): a copy of one elsewhere is the student's
@@ -69,7 +71,7 @@ class JudgedExecute(Execute):
             limits.seconds = cell_seconds.measured(Path.cwd(), assignment, notebook,
                                                    lambda model: self._model_seconds(model, host))
         opening = warm_start.host_for(nb, instructors=shared, isolate=isolate, files=files,
-                                      withheld=guard.paths if guard else None, timeout=self.timeout)
+                                      withheld=guard.paths if guard else None, timeout=self.timeout, imports=imports)
         if opening.sandbox.get("refused"):
             self.log.warning("grading without a sandbox: %s", opening.sandbox["refused"])
         with phases.timed("fork"):
@@ -97,7 +99,7 @@ def model_seconds(model, *, timeout: float, **host) -> dict[str, float] | None:
     (a kernel forked from the worker's host for its opening, test cells judged here, no guard:
     the instructor's solutions may call what the students may not); None if no kernel started."""
     opening = warm_start.host_for(model, instructors={s.strip() for s in warm_start.opening_cells(model)},
-                                  timeout=timeout, **host)
+                                  timeout=timeout, imports=warm_start.imported_modules(model), **host)
     recorder = cell_seconds.Recorder()
     with phases.quiet(), opening.session(timeout) as kernel:
         if not kernel.alive:   # the grader's trouble: measured another time

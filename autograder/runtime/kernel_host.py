@@ -7,7 +7,7 @@ one JSON line at a time on stdin:
 
     {"source": "...", "timeout": 90}  ->  {"outputs": [...], "status": "ok" | "dead"}
     {"fork": true}                    ->  {"forked": true | false}
-    {"warm": true}                    ->  {"warmed": true | false}
+    {"warm": true, "imports": [...]}  ->  {"warmed": true | false}
     {"end": true}                     ->  {"ended": true}
 
 Before its first fork it runs cells itself: a drop's opening cells, the same
@@ -117,6 +117,7 @@ class Host:
                 reply = {"forked": self.kernel.pid is not None}
             elif "warm" in request:   # the opening's last step (autograder/judging/warm_start.py)
                 if not self.forked:
+                    import_ahead(request.get("imports"))
                     self.warm = warm_for_forks()
                 reply = {"warmed": self.warm}
             elif "end" in request:
@@ -135,6 +136,21 @@ class Host:
         if self.kernel is not None:
             self.kernel.stop()
             self.kernel = None
+
+
+def import_ahead(names) -> None:
+    """The modules the drop's instructor cells import (warm_start.imported_modules), imported
+    here once, before the first fork, so that every kernel forked from this state has them
+    loaded (a plot's matplotlib, an explorer's widgets); nothing is bound in the notebook's
+    namespace. A module that fails to import is left to the cell that imports it."""
+    import importlib
+
+    for name in names if isinstance(names, list) else []:
+        if isinstance(name, str):
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - that cell will meet the error itself
+                continue
 
 
 def run_here(runner, source: str, timeout: float) -> list[dict]:

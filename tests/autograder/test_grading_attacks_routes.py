@@ -25,9 +25,8 @@ STUDENTS = [pytest.param(drop, student, id=f"{drop[:6]}:{student}") for drop, st
 
 
 @pytest.fixture(scope="module")
-def course(tmp_path_factory):
-    course = Course(tmp_path_factory.mktemp("routes"), list(ATTACKS))
-    course.release()
+def course(tmp_path_factory, released):
+    course = Course(tmp_path_factory.mktemp("routes"), list(ATTACKS), released=released, share_limits=True)
     for drop, attacks in ATTACKS.items():
         course.submit(FULL, drop, course.source(drop))
         course.submit(ZERO, drop, course.released(drop))

@@ -96,6 +96,29 @@ def test_the_opening_is_the_instructors_cells_before_the_first_answer():
         warm_start.close_all()
 
 
+def test_the_instructors_imports_up_to_the_last_graded_code_cell_are_loaded_ahead():
+    # the opening, an answer, a demo that imports, a line magic, a test cell, the depth
+    nb = _notebook("x = 1", "answer = 1", "import colorsys\nfrom xml.dom import minidom",
+                   "%matplotlib inline\nimport tabnanny", "import sunau", "import wave", answer_at=1)
+    nb.cells[4].metadata["nbgrader"] = {"solution": False, "grade": True, "grade_id": "t", "points": 1}
+    # not the magic's cell (not Python), the test cell's (the grader's) or the depth's (never run)
+    assert warm_start.imported_modules(nb) == ("colorsys", "xml.dom", "xml.dom.minidom")
+    loaded = "import sys\nprint(sorted(m for m in ('colorsys', 'xml.dom.minidom', 'wave') if m in sys.modules))"
+    settings = dict(isolate=False, files={}, withheld=None, timeout=30)
+    try:
+        ahead = warm_start.host_for(nb, instructors={"x = 1"},
+                                    imports=warm_start.imported_modules(nb) + ("no_such_module",), **settings)
+        with ahead.session(30) as kernel:        # loaded, though no cell of the kernel imported them
+            assert printed(kernel.run_cell(loaded, 30)) == "['colorsys', 'xml.dom.minidom']\n"
+            assert printed(kernel.run_cell("print('colorsys' in dir(), x)", 30)) == "False 1\n"   # nothing bound
+        plain = warm_start.host_for(nb, instructors={"x = 1"}, **settings)
+        assert plain is not ahead
+        with plain.session(30) as kernel:
+            assert printed(kernel.run_cell(loaded, 30)) == "[]\n"
+    finally:
+        warm_start.close_all()
+
+
 def test_outputs_are_those_a_jupyter_kernel_gives():
     """The same cells through ipykernel (nbclient) and through the grader's own shell."""
     from nbclient import NotebookClient

@@ -25,9 +25,9 @@ def fastest_row(scenario) -> dict:
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    course = Course(tmp_path_factory.mktemp("top_row"), [name for name, _ in DROPS.values()])
-    course.release()
+def graded(tmp_path_factory, released):
+    course = Course(tmp_path_factory.mktemp("top_row"), [name for name, _ in DROPS.values()], released=released,
+                    share_limits=True)
     for name, scenario in DROPS.values():
         nb = set_answer(course.released(name), "my_config_answer", f"my_config = {fastest_row(scenario)!r}")
         course.submit(STUDENT, name, nb)
