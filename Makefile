@@ -20,7 +20,7 @@ help:
 	@echo "make lab-instructor     JupyterLab on the repository itself, with nbgrader's formgrader"
 	@echo "make test       ruff, then the whole suite: package, notebooks (nbval), grading path"
 	@echo "make lint       ruff check (pyproject.toml's rules), as make test runs it first"
-	@echo "make typecheck  mypy on threeaxes/ (pyproject.toml's [tool.mypy]), as make test runs it first"
+	@echo "make typecheck  mypy on threeaxes/ and autograder/ (pyproject.toml's [tool.mypy]), as make test runs it first"
 	@echo "make test-browser  a student's session in headless Chromium (apt-get install chromium chromium-driver)"
 	@echo "make release    regenerate release/ from source/ with nbgrader"
 	@echo "make grade      autograde submitted/ (JOBS at once, each sandboxed), write feedback/ and grades.csv"
