@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 
 # in the order a submission meets them; "nbgrader" is what autograde spent beyond the others
 PHASES = {
@@ -37,7 +38,7 @@ def add(phase: str, seconds: float) -> None:
 
 
 @contextlib.contextmanager
-def timed(phase: str):
+def timed(phase: str) -> Iterator[None]:
     """The block's seconds, less those of `timed` blocks inside it: each second counts once,
     in the innermost phase."""
     if _quiet[0]:
@@ -55,7 +56,7 @@ def timed(phase: str):
 
 
 @contextlib.contextmanager
-def quiet():
+def quiet() -> Iterator[None]:
     """No phase of its own inside: the block's time all counts to the phase around it."""
     _quiet[0] += 1
     try:
@@ -71,7 +72,7 @@ def take() -> dict[str, float]:
     return spent
 
 
-def table(per_submission: list[dict], wall_s: float, jobs: int) -> str:
+def table(per_submission: list[dict[str, float]], wall_s: float, jobs: int) -> str:
     """Each phase's class total, its share of the workers' time and its mean per submission,
     then the submissions a minute over `wall_s` seconds with `jobs` workers."""
     count = max(1, len(per_submission))

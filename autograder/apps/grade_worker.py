@@ -26,15 +26,19 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autograder import phases
+
+if TYPE_CHECKING:
+    from autograder.apps.grade.failures import WorkerAnswer
 
 KEEP = 20000   # characters of nbgrader's traceback and log sent back per submission
 MAX_REQUEST_CHARS = 1 << 16   # one request line from grade.py
 STARTED_AT = "THREEAXES_WORKER_STARTED"   # time.time() when grade.py started this worker
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> None:
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -61,9 +65,10 @@ def main(argv=None) -> None:
         assignment, student = json.loads(line)
         print(f"-- grading {student}/{assignment} (worker {os.getpid()})", file=sys.stderr, flush=True)
         # checked again here, just before nbgrader copies the folder: what changed since grade.py looked
-        why = refused(root, assignment, student)
+        why = refused(Path(root), assignment, student)
         if why:
-            answers.write(json.dumps({"success": False, "refused": why, "error": why, "log": ""}) + "\n")
+            said: WorkerAnswer = {"success": False, "refused": why, "error": why, "log": ""}
+            answers.write(json.dumps(said) + "\n")
             answers.flush()
             continue
         began = time.perf_counter()
@@ -78,9 +83,9 @@ def main(argv=None) -> None:
         # what autograde took beyond the grader's own steps (worker start came before it)
         inside = sum(t for phase, t in spent.items() if phase != "worker start")
         spent["nbgrader"] = max(0.0, time.perf_counter() - began - inside)
-        answers.write(json.dumps({"success": bool(result.get("success")),
-                                  "error": (result.get("error") or "")[-KEEP:],
-                                  "log": (result.get("log") or "")[-KEEP:], "phases": spent}) + "\n")
+        answer: WorkerAnswer = {"success": bool(result.get("success")), "error": (result.get("error") or "")[-KEEP:],
+                                "log": (result.get("log") or "")[-KEEP:], "phases": spent}
+        answers.write(json.dumps(answer) + "\n")
         answers.flush()
 
 

@@ -6,7 +6,7 @@ from autograder.apps.grade import __doc__ as DOC
 from autograder.apps.grade.run import NotAllGraded, copy_samples, grade_all
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=DOC.splitlines()[0])
     parser.add_argument("--demo", action="store_true", help="grade the sample submissions")
     parser.add_argument("--jobs", type=int, default=2, help="submissions graded at once")

@@ -5,10 +5,22 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import TypedDict
 
 from autograder.apps.grade.notes import GRADED, LOGS
 
 TAIL_LINES = 15     # lines of a failure's log shown with its cause
+
+
+class WorkerAnswer(TypedDict, total=False):
+    """A grading worker's answer for one submission (autograder/apps/grade_worker.py), or the pool's
+    own in its place where the worker died (`died`)."""
+    success: bool
+    error: str
+    log: str
+    refused: str
+    phases: dict[str, float]
+    died: bool
 
 
 def since(path: Path, mark: int) -> str:
@@ -49,7 +61,7 @@ def cause(text: str) -> str:
     return "; ".join([*dict.fromkeys(warned), cause])
 
 
-def failure(course_root: Path, item, result: dict, worker_log: Path, mark: int) -> str:
+def failure(course_root: Path, item: tuple[str, str], result: WorkerAnswer, worker_log: Path, mark: int) -> str:
     """The message naming a submission that could not be graded, and the log file it names:
     what nbgrader logged, its traceback, and what the worker logged meanwhile."""
     assignment, student = item

@@ -5,14 +5,19 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autograder import course
+
+if TYPE_CHECKING:
+    from traitlets.config import Config
 
 ROOT = course.ROOT
 
 
-def nbgrader(course_root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def nbgrader(course_root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run the real nbgrader CLI in `course_root` (its nbgrader_config.py applies).
 
     nbgrader shells out to `alembic` and starts kernels, so the environment's
@@ -26,8 +31,8 @@ def nbgrader(course_root: Path, *args: str, check: bool = True) -> subprocess.Co
                           capture_output=not check)
 
 
-def nbgrader_env() -> dict:
-    def prepend(var, path):
+def nbgrader_env() -> dict[str, str]:
+    def prepend(var: str, path: str | Path) -> str:
         return f"{path}{os.pathsep}{os.environ[var]}" if os.environ.get(var) else str(path)
     return {**os.environ, "PATH": prepend("PATH", Path(sys.executable).parent),
             "PYTHONPATH": prepend("PYTHONPATH", ROOT), "THREEAXES_PRESTART": "0"}
@@ -42,7 +47,7 @@ def register_assignments(course_root: Path, names: list[str]) -> None:
                      f"--CourseDirectory.release_directory={scratch}")
 
 
-def gradebook_url(course_root: Path, config) -> str:
+def gradebook_url(course_root: Path, config: Config) -> str:
     """The course's gradebook database, as nbgrader run in `course_root` opens it (the
     course's db_url is relative: "sqlite:///gradebook.db")."""
     from nbgrader.coursedir import CourseDirectory
@@ -54,7 +59,7 @@ def gradebook_url(course_root: Path, config) -> str:
     return url
 
 
-def add_students(course_root: Path, students) -> None:
+def add_students(course_root: Path, students: Iterable[str]) -> None:
     """Every student in the gradebook before the workers start: autograde adds a
     submission's student itself, and two workers adding the same one at once collide."""
     from nbgrader.api import Gradebook

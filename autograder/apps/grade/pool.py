@@ -9,28 +9,34 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
+from typing import BinaryIO, NoReturn, TextIO
 
-from autograder.apps.grade.failures import failure, since, tail
+from autograder.apps.grade.failures import WorkerAnswer, failure, since, tail
 from autograder.apps.grade.nbgrader_cli import add_students, nbgrader_env
 from autograder.apps.grade.notes import GRADED, LOGS, note_path, refused, submission_digest
 
 MAX_ANSWER_CHARS = 1 << 20   # one answer line of a grading worker (grade_worker.KEEP bounds its text)
 
+Item = tuple[str, str]   # (assignment, student)
+Worker = subprocess.Popen[str]
+
 
 @dataclass
 class Autograded:
-    seconds: dict = field(default_factory=dict)   # (assignment, student): seconds, graded or not
-    failed: dict = field(default_factory=dict)    # (assignment, student): why, with the log it names
-    phases: dict = field(default_factory=dict)    # (assignment, student): {phase: seconds} (autograder/phases.py)
+    seconds: dict[Item, float] = field(default_factory=dict)   # seconds, graded or not
+    failed: dict[Item, str] = field(default_factory=dict)       # why, with the log it names
+    phases: dict[Item, dict[str, float]] = field(default_factory=dict)   # {phase: seconds} (autograder/phases.py)
 
     def failure_report(self) -> str:
         return "could not grade:\n" + "\n".join(self.failed[k] for k in sorted(self.failed))
 
 
-def grade_submissions(course_root: Path, todo: list[tuple[str, str]], jobs: int, *extra: str,
-                      progress=sys.stderr) -> Autograded:
+def grade_submissions(course_root: Path, todo: list[Item], jobs: int, *extra: str,
+                      progress: TextIO | None = sys.stderr) -> Autograded:
     """nbgrader's autograde for each (assignment, student), by `jobs` worker processes
     at once (autograder/apps/grade_worker.py; each submission in its own sandboxed kernel,
     all sharing the gradebook, whose db_url waits for its lock). `extra`: nbgrader
@@ -56,9 +62,10 @@ def grade_submissions(course_root: Path, todo: list[tuple[str, str]], jobs: int,
             out.seconds[assignment, student] = 0.0
     queue = ByDrop([item for item in todo if item not in out.failed])
     lock, start, stopping = threading.Lock(), time.perf_counter(), threading.Event()
-    workers, broken = [], []   # broken: why no worker can start, once two in a row died starting
+    workers: list[Worker] = []
+    broken: list[str] = []   # why no worker can start, once two in a row died starting
 
-    def start_worker(log):
+    def start_worker(log: BinaryIO) -> Worker:
         env = {**nbgrader_env(), "THREEAXES_WORKER_STARTED": repr(time.time())}   # grade_worker.STARTED_AT
         worker = subprocess.Popen([sys.executable, "-m", "autograder.apps.grade_worker", str(course_root), *extra],
                                   cwd=course_root, env=env, text=True, stdin=subprocess.PIPE,
@@ -67,9 +74,10 @@ def grade_submissions(course_root: Path, todo: list[tuple[str, str]], jobs: int,
             workers.append(worker)
         return worker
 
-    def end(worker):
+    def end(worker: Worker) -> None:
         try:
-            worker.stdin.close()
+            if worker.stdin is not None:   # (always: started with a pipe)
+                worker.stdin.close()
         except (BrokenPipeError, OSError):
             pass
         try:
@@ -77,12 +85,14 @@ def grade_submissions(course_root: Path, todo: list[tuple[str, str]], jobs: int,
         except subprocess.TimeoutExpired:
             _kill(worker)
 
-    def work(number: int):
+    def work(number: int) -> None:
         log_path = logs / f"worker-{number}.log"
         with open(log_path, "ab") as log:
             log.write(f"== {time.strftime('%Y-%m-%d %H:%M:%S')}: worker {number} starts\n".encode())
             log.flush()
-            worker, item, retried, unstarted = start_worker(log), None, set(), 0
+            worker, unstarted = start_worker(log), 0
+            item: Item | None = None
+            retried: set[Item] = set()
             try:
                 while True:
                     item = queue.take(item[0] if item else None)
@@ -91,7 +101,7 @@ def grade_submissions(course_root: Path, todo: list[tuple[str, str]], jobs: int,
                     began = time.perf_counter()
                     while True:
                         digest, mark = submission_digest(course_root, *item), log_path.stat().st_size
-                        result = None if broken else _ask(worker, item)
+                        result: WorkerAnswer | None = None if broken else _ask(worker, item)
                         if broken:
                             result = {"success": False, "died": True, "error": broken[0]}
                         if result is not None or stopping.is_set():
@@ -158,31 +168,34 @@ def grade_submissions(course_root: Path, todo: list[tuple[str, str]], jobs: int,
     return out
 
 
-def _sigterm_as_interrupt():
+def _sigterm_as_interrupt() -> Callable[[], object]:
     """Until the returned function is called, SIGTERM raises KeyboardInterrupt in the main
     thread, so that the workers (each in a session of its own, which the signal does not
     reach) are stopped rather than left running. Elsewhere than the main thread: nothing."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
 
-    def interrupt(signum, frame):
+    def interrupt(signum: int, frame: FrameType | None) -> NoReturn:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
-def phases_of(result: dict, seconds: float) -> dict[str, float]:
+def phases_of(result: WorkerAnswer, seconds: float) -> dict[str, float]:
     """The worker's seconds per phase for one submission, and the rest of `seconds` (from
     handing it over to its answer) as the grader's side."""
-    said = result.get("phases") if isinstance(result.get("phases"), dict) else {}
+    said = result.get("phases")
+    if not isinstance(said, dict):
+        said = {}
     spent = {str(k): float(v) for k, v in said.items() if isinstance(v, (int, float))}
     spent["grader side"] = max(0.0, seconds - sum(spent.values()))   # a worker starts inside `seconds`
     return spent
 
 
-def _ask(worker: subprocess.Popen, item) -> dict | None:
+def _ask(worker: Worker, item: Item) -> WorkerAnswer | None:
     """The worker's answer for one submission; None if the worker died first."""
+    assert worker.stdin is not None and worker.stdout is not None   # started with pipes
     try:
         worker.stdin.write(json.dumps(item) + "\n")
         worker.stdin.flush()
@@ -198,7 +211,7 @@ def _ask(worker: subprocess.Popen, item) -> dict | None:
         return None
 
 
-def _death(worker: subprocess.Popen) -> str:
+def _death(worker: Worker) -> str:
     """How a worker ended: its exit status or the signal that killed it."""
     try:
         code = worker.wait(timeout=10)
@@ -214,7 +227,7 @@ def _death(worker: subprocess.Popen) -> str:
     return f"exit status {code}"
 
 
-def _kill(worker: subprocess.Popen) -> None:
+def _kill(worker: Worker) -> None:
     from autograder.runtime import sandbox
 
     sandbox.kill_tree(worker)
@@ -227,14 +240,14 @@ class ByDrop:
     whose drop is done takes the next drop no worker holds, in order; when every drop left
     is held, it helps the one with the most submissions left per worker."""
 
-    def __init__(self, todo):
-        self.left: dict[str, deque] = {}
+    def __init__(self, todo: Iterable[Item]):
+        self.left: dict[str, deque[Item]] = {}
         for assignment, student in todo:
             self.left.setdefault(assignment, deque()).append((assignment, student))
         self.holders: dict[str, int] = {a: 0 for a in self.left}
         self.lock = threading.Lock()
 
-    def take(self, current: str | None):
+    def take(self, current: str | None) -> Item | None:
         with self.lock:
             if current is not None and self.left.get(current):
                 return self.left[current].popleft()
@@ -254,7 +267,7 @@ class ByDrop:
                 left.clear()
 
 
-def _stop(queue: ByDrop, workers) -> None:
+def _stop(queue: ByDrop, workers: list[Worker]) -> None:
     """Ctrl-C: take no more submissions; interrupt each worker, so that the submission it
     grades stops its sandboxed kernel on the way out, then end what is left of it."""
     from autograder.runtime import sandbox
@@ -271,7 +284,7 @@ def _stop(queue: ByDrop, workers) -> None:
         sandbox.kill_tree(worker)
 
 
-def show_progress(stream, done: int, total: int, elapsed: float, item, ok: bool = True) -> None:
+def show_progress(stream: TextIO | None, done: int, total: int, elapsed: float, item: Item, ok: bool = True) -> None:
     if stream is None:
         return
     width = 30

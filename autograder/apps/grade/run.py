@@ -5,6 +5,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import TextIO
 
 from autograder import course, one_notebook
 from autograder.apps.grade.failures import cause, feedback_failures, tail
@@ -24,7 +25,7 @@ def submissions(course_root: Path) -> list[tuple[str, str]]:
 
 
 def autograde(course_root: Path, todo: list[tuple[str, str]], jobs: int, *extra: str,
-              progress=sys.stderr) -> dict[tuple[str, str], float]:
+              progress: TextIO | None = sys.stderr) -> dict[tuple[str, str], float]:
     """nbgrader's autograde for each (assignment, student), by `jobs` worker processes
     at once (see `grade_submissions`). Returns seconds per submission; raises SystemExit
     naming each submission that could not be graded, with its cause, or saying how far
@@ -45,7 +46,8 @@ class NotAllGraded(SystemExit):
         self.names = names
 
 
-def grade_all(course_root: Path, jobs: int = 2, force: bool = False, progress=sys.stderr) -> list[str]:
+def grade_all(course_root: Path, jobs: int = 2, force: bool = False,
+              progress: TextIO | None = sys.stderr) -> list[str]:
     """Autograde what is new in submitted/, then feedback/ and grades.csv for the whole class.
     A submission that cannot be graded, or whose feedback page cannot be written, is left
     out (its stale autograded/ and feedback/ pages with it) and named at the end, in a
@@ -85,7 +87,8 @@ def grade_all(course_root: Path, jobs: int = 2, force: bool = False, progress=sy
     return names
 
 
-def said_step(stream, next_step: str, last: tuple | None = None) -> tuple | None:
+def said_step(stream: TextIO | None, next_step: str,
+              last: tuple[str, float] | None = None) -> tuple[str, float] | None:
     """After autograding: how long the step just done took, and what comes next (feedback
     pages and grades.csv take a while for a class: the bar's "left" counts autograding only)."""
     if stream is None:
