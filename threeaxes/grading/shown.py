@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import ParamSpec, TypeVar
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 RED, RESET = "\x1b[31m", "\x1b[0m"
 
@@ -26,13 +27,13 @@ def one_line(exc: BaseException) -> BaseException:
     return exc
 
 
-def in_one_line(check: F) -> F:
+def in_one_line(check: Callable[P, R]) -> Callable[P, R]:
     """A check whose AssertionError shows as its message alone (`one_line`)."""
     @functools.wraps(check)
-    def run(*args: Any, **kwargs: Any) -> Any:
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
         __tracebackhide__ = True
         try:
             return check(*args, **kwargs)
         except AssertionError as exc:
             raise one_line(exc) from None
-    return run  # type: ignore[return-value]  # functools.wraps keeps check's signature; mypy sees a new one
+    return run
