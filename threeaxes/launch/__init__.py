@@ -20,6 +20,11 @@ The public names are imported on first use, not here: ``import threeaxes`` impor
 must stay light where it starts nothing (no torch).
 """
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for mypy only: at run time they come from __getattr__ below, on first use
+    from threeaxes.launch.launcher import MAX_WORLD_SIZE, LaunchTimeout, RankError, launch
+
 __all__ = ["launch", "RankError", "LaunchTimeout", "MAX_WORLD_SIZE"]
 
 

@@ -16,6 +16,11 @@ import pickle
 import re
 import sys
 import time
+from collections.abc import Iterable
+from multiprocessing.connection import Connection
+from multiprocessing.context import ForkServerContext, SpawnContext
+from multiprocessing.process import BaseProcess
+from typing import Any, NoReturn, cast
 
 import torch.distributed as dist
 
@@ -33,7 +38,7 @@ _POLL_S = 0.2  # the longest the wait loop blocks before it checks for an interr
 class RankError(RuntimeError):
     """A rank raised or died; the message names it and carries its traceback."""
 
-    def __init__(self, message, ranks=()) -> None:
+    def __init__(self, message: str, ranks: Iterable[int] = ()) -> None:
         super().__init__(message)
         self.ranks = list(ranks)  # the ranks at fault
 
@@ -42,7 +47,7 @@ class LaunchTimeout(RankError):
     """Ranks were still running when the timeout ran out (``ranks`` lists them)."""
 
 
-def _forkserver():
+def _forkserver() -> ForkServerContext | SpawnContext:
     """The process-wide forkserver context. Usually already started in the background
     when threeaxes was imported in a kernel (``threeaxes.launch.prestart``); if that start is
     still under way, the first spawn waits on the forkserver's lock and uses that server."""
@@ -52,13 +57,15 @@ def _forkserver():
 class LocalLaunch:
     """One call of launch: spawn the ranks, wait for them, always tear down."""
 
-    def __init__(self, world_size: int, backend, timeout, payload) -> None:
+    def __init__(self, world_size: int, backend: str, timeout: float, payload: bytes) -> None:
         self.world_size, self.backend, self.timeout, self.payload = world_size, backend, timeout, payload
-        self.procs = {}  # rank -> Process
-        self.conns = {}  # rank -> the caller's end of that rank's pipe
-        self.started, self.results, self.stacks = set(), {}, {}
+        self.procs: dict[int, BaseProcess] = {}  # rank -> Process
+        self.conns: dict[int, Connection] = {}  # rank -> the caller's end of that rank's pipe
+        self.started: set[int] = set()
+        self.results: dict[int, Any] = {}  # rank -> what fn returned there
+        self.stacks: dict[int, str] = {}  # rank -> where its main thread was when asked
 
-    def run(self):
+    def run(self) -> list[Any]:
         ctx = _forkserver()
         # Rendezvous: the store lives here, in the caller; port 0 lets the OS choose.
         store = dist.TCPStore(
@@ -74,12 +81,12 @@ class LocalLaunch:
             self._stop(graceful=succeeded)
         return [self.results[rank] for rank in range(self.world_size)]
 
-    def _rank_timeout_s(self):
+    def _rank_timeout_s(self) -> float:
         # Longer than the caller's own limits, so the caller (with the better message)
         # always gives up first and a rank never times out on its own.
         return self.timeout + STARTUP_TIMEOUT_S + 30.0
 
-    def _spawn(self, ctx, port) -> None:
+    def _spawn(self, ctx: ForkServerContext | SpawnContext, port: int) -> None:
         """Spawn: one process per rank, forked from the warm forkserver."""
         for rank in range(self.world_size):
             ours, theirs = ctx.Pipe(duplex=True)
@@ -97,7 +104,7 @@ class LocalLaunch:
             finally:
                 theirs.close()  # now only the rank holds it: its exit reads as end of file here
 
-    def _wait(self):
+    def _wait(self) -> None:
         """Wait loop: relay output, collect results, raise on the first error or the deadline."""
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         all_started = False
@@ -109,7 +116,7 @@ class LocalLaunch:
             # Wake up at least every _POLL_S: a SIGINT ("interrupt kernel") may be delivered
             # to one of torch's store threads, and then only the main thread's next return
             # to Python raises KeyboardInterrupt; a long wait would delay it by minutes.
-            for conn in multiprocessing.connection.wait(list(open_conns), timeout=min(left, _POLL_S)):
+            for conn in _ready(open_conns, timeout=min(left, _POLL_S)):
                 rank = open_conns[conn]
                 try:
                     message = conn.recv()
@@ -123,7 +130,7 @@ class LocalLaunch:
             if not all_started and len(self.started) == self.world_size:
                 all_started, deadline = True, time.monotonic() + self.timeout
 
-    def _handle(self, rank: int, message):
+    def _handle(self, rank: int, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == "out":
             stream = sys.stdout if message[1] == "stdout" else sys.stderr
@@ -154,7 +161,7 @@ class LocalLaunch:
             except (EOFError, OSError):
                 pass
 
-    def _died(self, rank: int):
+    def _died(self, rank: int) -> RankError:
         proc = self.procs[rank]
         proc.join(1.0)
         code = proc.exitcode
@@ -165,7 +172,7 @@ class LocalLaunch:
             hint = "; in a script, call launch() under `if __name__ == \"__main__\":`"
         return RankError(f"rank {rank} of {self.world_size} {how} before returning a result{hint}", [rank])
 
-    def _timed_out(self, all_started):
+    def _timed_out(self, all_started: bool) -> NoReturn:
         """Name the ranks that did not finish, show where they wait, and say what to change."""
         stuck = [r for r in range(self.world_size) if r not in self.results]
         self._ask_where(stuck)
@@ -191,7 +198,7 @@ class LocalLaunch:
             text += f"\n\nrank {rank} was here:\n{_with_source(self.stacks[rank])}"
         raise LaunchTimeout(text, stuck)
 
-    def _ask_where(self, ranks) -> None:
+    def _ask_where(self, ranks: Iterable[int]) -> None:
         """Ask each rank where its main thread is; give them a moment to answer."""
         asked = {self.conns[r]: r for r in ranks}
         for conn in asked:
@@ -201,7 +208,7 @@ class LocalLaunch:
                 pass
         give_up = time.monotonic() + _STACK_WAIT_S
         while asked and time.monotonic() < give_up:
-            for conn in multiprocessing.connection.wait(list(asked), timeout=give_up - time.monotonic()):
+            for conn in _ready(asked, timeout=give_up - time.monotonic()):
                 try:
                     message = conn.recv()
                 except EOFError:
@@ -213,7 +220,7 @@ class LocalLaunch:
                         self.stacks[asked[conn]] = message[1]
                     del asked[conn]
 
-    def _stop(self, graceful) -> None:
+    def _stop(self, graceful: bool) -> None:
         """Teardown: no rank outlives the call. After success, ranks get a moment to
         leave the group cleanly; otherwise (or if they linger, or that wait is
         interrupted) close their pipes, terminate, then kill."""
@@ -236,7 +243,14 @@ class LocalLaunch:
                 proc.close()
 
 
-def _join_all(procs, seconds) -> None:
+def _ready(conns: Iterable[Connection], timeout: float) -> list[Connection]:
+    """The pipes among `conns` with a message or end of file waiting, after at most `timeout` s."""
+    # wait() returns some of the objects it was given, here only Connections; typeshed
+    # types its result as every kind it accepts (Connection | socket | int).
+    return cast("list[Connection]", multiprocessing.connection.wait(list(conns), timeout=timeout))
+
+
+def _join_all(procs: Iterable[BaseProcess], seconds: float | None) -> None:
     deadline = None if seconds is None else time.monotonic() + seconds
     for proc in procs:
         proc.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
@@ -245,7 +259,7 @@ def _join_all(procs, seconds) -> None:
 _FRAME_LINE = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+), in ')
 
 
-def _with_source(text):
+def _with_source(text: str) -> str:
     """Put back the source lines a rank could not show: notebook cells exist only in
     this (the kernel's) linecache, not in the worker processes'."""
     lines, out = text.splitlines(), []

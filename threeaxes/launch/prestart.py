@@ -41,7 +41,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from multiprocessing.context import BaseContext
+    from multiprocessing.context import ForkServerContext, SpawnContext
 
 ENV_VAR = "THREEAXES_PRESTART"
 _OFF, _ON, _AUTO = ("0", "no", "false", "off"), ("1", "yes", "true", "on"), ("", "auto")
@@ -82,7 +82,7 @@ _thread = None
 _lock = threading.Lock()
 
 
-def forkserver_context() -> BaseContext:
+def forkserver_context() -> ForkServerContext | SpawnContext:
     """The process-wide forkserver context launch uses (spawn where there is no
     forkserver: slower, still works). multiprocessing keeps one server per process,
     running between launches, and stops it when this process exits."""

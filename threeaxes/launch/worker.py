@@ -23,6 +23,9 @@ import socket
 import sys
 import threading
 import traceback
+from multiprocessing.connection import Connection
+from types import FrameType
+from typing import Any, Literal
 
 import cloudpickle
 import torch
@@ -32,7 +35,8 @@ _FINISHED_KEY = "threeaxes/ranks_finished"
 _ALL_FINISHED_KEY = "threeaxes/all_finished"
 
 
-def run_rank(rank: int, world_size: int, backend, port, timeout_s, payload, conn, environ) -> None:
+def run_rank(rank: int, world_size: int, backend: str, port: int, timeout_s: float, payload: bytes, conn: Connection,
+             environ: dict[str, str]) -> None:
     """Join the group through the caller's TCPStore, run fn, report back, leave the group."""
     # The forkserver holds the environment from when it started; use the caller's as it
     # is now (a notebook may have set NCCL_DEBUG, CUDA_VISIBLE_DEVICES, ... since), plus
@@ -52,7 +56,9 @@ def run_rank(rank: int, world_size: int, backend, port, timeout_s, payload, conn
     saved_streams = sys.stdout, sys.stderr
     rank_streams = _RankStream("stdout", send), _RankStream("stderr", send)
     sys.stdout, sys.stderr = rank_streams
-    store, finished = None, False
+    store: dist.TCPStore | None = None
+    finished = False
+    reply: tuple[str, bytes | str]
     try:
         fn, args, kwargs = cloudpickle.loads(payload)
         store = _join_group(rank, world_size, backend, port, timeout_s)
@@ -73,7 +79,7 @@ def run_rank(rank: int, world_size: int, backend, port, timeout_s, payload, conn
     # of a collective), so finished ranks first wait for each other on the store.
     # After an error there is nothing to wait for: the caller is stopping every rank.
     try:
-        if finished:
+        if finished and store is not None:  # finished implies the group was joined
             if store.add(_FINISHED_KEY, 1) == world_size:
                 store.set(_ALL_FINISHED_KEY, "1")
             store.wait([_ALL_FINISHED_KEY])
@@ -83,7 +89,7 @@ def run_rank(rank: int, world_size: int, backend, port, timeout_s, payload, conn
         pass
 
 
-def _join_group(rank: int, world_size: int, backend, port, timeout_s):
+def _join_group(rank: int, world_size: int, backend: str, port: int, timeout_s: float) -> dist.TCPStore:
     """Rendezvous: a client of the caller's TCPStore, then the default process group."""
     timeout = datetime.timedelta(seconds=timeout_s)
     if backend == "nccl":
@@ -97,7 +103,7 @@ def _join_group(rank: int, world_size: int, backend, port, timeout_s):
     return store
 
 
-def _cpu_count():
+def _cpu_count() -> int:
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # macOS
@@ -118,7 +124,7 @@ class _ResultPickler(cloudpickle.Pickler):
     """cloudpickle, except that tensors on a GPU (or inside an autograd graph) travel
     as detached CPU copies: the caller may have no GPU, and a graph cannot cross processes."""
 
-    def reducer_override(self, obj):
+    def reducer_override(self, obj: object) -> Any:
         if isinstance(obj, torch.Tensor) and (
             obj.device.type != "cpu" or (obj.requires_grad and not obj.is_leaf)
         ):
@@ -126,7 +132,7 @@ class _ResultPickler(cloudpickle.Pickler):
         return super().reducer_override(obj)
 
 
-def dumps_result(result, rank: int):
+def dumps_result(result: object, rank: int) -> bytes:
     """Pickle what fn returned on ``rank``, or say plainly why it cannot travel."""
     buffer = io.BytesIO()
     try:
@@ -143,10 +149,10 @@ def dumps_result(result, rank: int):
 class _Sender:
     """Sends messages to the caller from any thread of this rank."""
 
-    def __init__(self, conn) -> None:
+    def __init__(self, conn: Connection) -> None:
         self._conn, self._lock = conn, threading.Lock()
 
-    def __call__(self, *message) -> None:
+    def __call__(self, *message: object) -> None:
         with self._lock:
             try:
                 self._conn.send(message)
@@ -160,7 +166,7 @@ class _RankStream(io.TextIOBase):
 
     encoding = "utf-8"
 
-    def __init__(self, stream, send) -> None:
+    def __init__(self, stream: Literal["stdout", "stderr"], send: _Sender) -> None:
         super().__init__()
         self._stream, self._send = stream, send
         self._pending, self._lock = "", threading.Lock()
@@ -168,7 +174,7 @@ class _RankStream(io.TextIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, text):
+    def write(self, text: str) -> int:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         with self._lock:  # held while sending too, so lines from several threads keep their order
@@ -184,7 +190,7 @@ class _RankStream(io.TextIOBase):
                 self._pending = ""
 
 
-def _watch_caller(conn, send, main_thread_id) -> None:
+def _watch_caller(conn: Connection, send: _Sender, main_thread_id: int) -> None:
     """Watchdog thread: end this rank the moment the caller goes away, and answer
     "where are you?" so a timeout can show where each stuck rank is waiting."""
     while True:
@@ -196,14 +202,14 @@ def _watch_caller(conn, send, main_thread_id) -> None:
             send("stack", _format_stack(sys._current_frames().get(main_thread_id)))
 
 
-def _format_stack(frame):
+def _format_stack(frame: FrameType | None) -> str:
     """The main thread's stack from fn downwards (our own frames left out)."""
     frames = traceback.extract_stack(frame) if frame is not None else []
     ours = [i for i, f in enumerate(frames) if f.filename == __file__]
     return "".join(traceback.format_list(frames[ours[-1] + 1 :] if ours else frames))
 
 
-def _format_exception(exc):
+def _format_exception(exc: BaseException) -> str:
     """The traceback as the student would see it in one process: from fn downwards."""
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
