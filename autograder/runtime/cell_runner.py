@@ -19,21 +19,24 @@ from __future__ import annotations
 import io
 import os
 import sys
+from typing import Any, cast
 
 from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
+from autograder.runtime.messages import Output
 
-class Outputs(list):
+
+class Outputs(list[Output]):
     """One cell's outputs; consecutive writes to the same stream join, as Jupyter shows them."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.clear_on_next = False   # IPython.display.clear_output(wait=True)
 
-    def add(self, output: dict) -> None:
+    def add(self, output: Output) -> None:
         if self.clear_on_next:
             self.clear()
             self.clear_on_next = False
@@ -52,7 +55,7 @@ class _Stream(io.TextIOBase):
     def __init__(self, name: str, runner: CellRunner):
         self.name, self._runner = name, runner
 
-    def write(self, text) -> int:
+    def write(self, text: object) -> int:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         if text:
@@ -65,19 +68,21 @@ class _Stream(io.TextIOBase):
     def fileno(self) -> int:   # the process's own descriptor (it leads to /dev/null), as ipykernel's
         return 1 if self.name == "stdout" else 2
 
+    # typeshed declares TextIOBase.encoding an attribute; at run time it is a read-only property, which this overrides
     @property
-    def encoding(self):
+    def encoding(self) -> str:  # type: ignore[override]
         return "utf-8"
 
 
 class _Publisher(DisplayPublisher):
     """display(...) and clear_output(...)."""
 
-    def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
-        self.shell.runner.outputs.add({"output_type": "display_data", "data": data, "metadata": metadata or {}})
+    def publish(self, data: dict[str, Any], metadata: dict[str, Any] | None = None, source: object = None, *,
+                transient: dict[str, Any] | None = None, update: bool = False, **kwargs: object) -> None:
+        _runner(self.shell).outputs.add({"output_type": "display_data", "data": data, "metadata": metadata or {}})
 
-    def clear_output(self, wait=False):
-        outputs = self.shell.runner.outputs
+    def clear_output(self, wait: bool = False) -> None:
+        outputs = _runner(self.shell).outputs
         if wait:
             outputs.clear_on_next = True
         else:
@@ -87,32 +92,41 @@ class _Publisher(DisplayPublisher):
 class _ResultHook(DisplayHook):
     """The value of a cell's last expression: an execute_result."""
 
-    def start_displayhook(self):
+    _format: tuple[dict[str, Any], dict[str, Any]] | None
+
+    def start_displayhook(self) -> None:
         self._format = None
 
-    def write_output_prompt(self):
+    def write_output_prompt(self) -> None:
         pass
 
-    def write_format_data(self, format_dict, md_dict=None):
+    def write_format_data(self, format_dict: dict[str, Any], md_dict: dict[str, Any] | None = None) -> None:
         self._format = (format_dict, md_dict or {})
 
-    def finish_displayhook(self):
+    def finish_displayhook(self) -> None:
         if self._format:
             data, metadata = self._format
-            self.shell.runner.outputs.add({"output_type": "execute_result", "data": data, "metadata": metadata,
-                                           "execution_count": self.prompt_count})
+            _runner(self.shell).outputs.add({"output_type": "execute_result", "data": data, "metadata": metadata,
+                                             "execution_count": self.prompt_count})
 
 
 class _Shell(InteractiveShell):
-    def _showtraceback(self, etype, evalue, stb):
+    runner: CellRunner   # set by CellRunner, whose outputs the hooks above fill
+
+    def _showtraceback(self, etype: type[BaseException], evalue: BaseException, stb: list[str]) -> None:
         self.runner.outputs.add({"output_type": "error", "ename": str(etype.__name__),
                                  "evalue": str(evalue), "traceback": list(stb)})
+
+
+def _runner(shell: object) -> CellRunner:
+    """The CellRunner of a hook's shell (IPython types `shell` as any InteractiveShell)."""
+    return cast(_Shell, shell).runner
 
 
 class CellRunner:
     """One IPython shell in this process; `run` executes a cell and returns its outputs."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.outputs = Outputs()
         settings = Config()
         settings.HistoryManager.hist_file = ":memory:"   # a file would need IPython's saving thread
@@ -120,7 +134,7 @@ class CellRunner:
         self.shell.runner = self
         sys.stdin = open(os.devnull)   # input() reads nothing: no one answers a graded kernel
 
-    def run(self, source: str) -> list[dict]:
+    def run(self, source: str) -> list[Output]:
         self.outputs = Outputs()
         saved = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = _Stream("stdout", self), _Stream("stderr", self)

@@ -23,27 +23,42 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from autograder.runtime import sandbox
+from autograder.runtime.messages import CellReply, CellRequest, HostSettings, Output
 
-TIMEOUT = {"output_type": "error", "ename": "TimeoutError", "evalue": "the cell ran past the grading time limit",
-           "traceback": ["TimeoutError: the cell ran past the grading time limit"]}
+if TYPE_CHECKING:
+    from autograder.runtime.cell_runner import CellRunner
+
+TIMEOUT: Output = {"output_type": "error", "ename": "TimeoutError",
+                   "evalue": "the cell ran past the grading time limit",
+                   "traceback": ["TimeoutError: the cell ran past the grading time limit"]}
 GRACE_S = 10   # after an interrupt, for the cell to stop before its kernel is
 ERRORS_KEPT = 1 << 20   # bytes of a kernel's stderr passed on to the grader's log
 MAX_LINE_BYTES = 48 << 20   # one reply of a kernel: a cell's outputs (the host's own cap is above it)
-OVERLONG = {"output_type": "error", "ename": "KernelStopped", "traceback": [],
-            "evalue": f"the kernel sent a reply of over {MAX_LINE_BYTES >> 20} MiB: it was stopped"}
+OVERLONG: Output = {"output_type": "error", "ename": "KernelStopped", "traceback": [],
+                    "evalue": f"the kernel sent a reply of over {MAX_LINE_BYTES >> 20} MiB: it was stopped"}
+
+
+class ForkingHost(Protocol):
+    """What `Kernel.fork` reads of its host (autograder.runtime.kernel_host.Host)."""
+    runner: CellRunner
+    replies: TextIO
+    namespaces: bool
+    settings: HostSettings
 
 
 class Kernel:
     """One submission's kernel: a forked child, talked to over two pipes."""
 
-    def __init__(self, pid, requests, replies, namespaced: bool):
+    def __init__(self, pid: int | None, requests: TextIO, replies: _Lines, namespaced: bool):
         self.pid, self.requests, self.replies, self.namespaced = pid, requests, replies, namespaced
-        self.kernel_pid = None   # as this process sees it (with a PID namespace, the child's child)
+        self.kernel_pid: int | None = None   # as this process sees it (with a PID namespace, the child's child)
 
     @classmethod
-    def fork(cls, host, oracle: str | None = None) -> Kernel:
+    def fork(cls, host: ForkingHost, oracle: str | None = None) -> Kernel:
         """A child of `host` (autograder.runtime.kernel_host.Host: its shell, reply pipe and settings);
         `oracle`: the name of this kernel's own socket in the host's oracle folder (none: the
         kernel is told of no oracle)."""
@@ -53,9 +68,11 @@ class Kernel:
         pid = os.fork()
         if pid == 0:   # the child: never returns
             try:
-                os.close(from_host), os.close(to_host), os.close(host.replies.fileno()), os.close(errors_in)
+                for fd in (from_host, to_host, host.replies.fileno(), errors_in):
+                    os.close(fd)
                 os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-                os.dup2(errors_out, 2), os.close(errors_out)
+                os.dup2(errors_out, 2)
+                os.close(errors_out)
                 with open("/proc/self/oom_score_adj", "w") as f:   # out of memory: the kernel goes first
                     f.write("1000")
                 sandbox.enter_kernel_world(host.namespaces, host.settings,
@@ -73,7 +90,8 @@ class Kernel:
                 serve_cells(host.runner, os.fdopen(to_kernel, "r"), os.fdopen(from_kernel, "w", buffering=1))
             finally:
                 os._exit(0)
-        os.close(to_kernel), os.close(from_kernel), os.close(errors_out)
+        for fd in (to_kernel, from_kernel, errors_out):
+            os.close(fd)
         kernel = cls(pid, os.fdopen(from_host, "w", buffering=1), _Lines(to_host, errors_in), host.namespaces)
         line = kernel.replies.readline(30)
         kernel.kernel_pid = int(line) if line and line.strip().isdigit() else None
@@ -82,7 +100,7 @@ class Kernel:
             kernel.pid = None
         return kernel
 
-    def run(self, request: dict) -> dict:
+    def run(self, request: CellRequest) -> CellReply:
         """One cell, relayed; interrupted at its timeout, the kernel stopped if that fails."""
         try:
             self.requests.write(json.dumps(request) + "\n")
@@ -100,11 +118,11 @@ class Kernel:
             return self._dead([TIMEOUT] if late else [])
         return {"outputs": outputs + ([TIMEOUT] if late else []), "status": "ok"}
 
-    def _dead(self, outputs) -> dict:
+    def _dead(self, outputs: list[Output]) -> CellReply:
         self.stop()
         return {"outputs": outputs, "status": "dead"}
 
-    def _signal(self, sig) -> None:
+    def _signal(self, sig: int) -> None:
         try:
             if self.kernel_pid is not None:
                 os.kill(self.kernel_pid, sig)
@@ -130,7 +148,7 @@ class Kernel:
         self.pid = None
 
 
-def serve_cells(runner, requests, replies) -> None:
+def serve_cells(runner: CellRunner, requests: TextIO, replies: TextIO) -> None:
     """The kernel's side: run each cell it is sent, reply with its outputs."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     while True:
@@ -158,7 +176,7 @@ def _forget_the_hosts_helpers() -> None:
         tracker._resource_tracker._lock = threading.RLock()
 
 
-def _fork_a_forkserver(keep) -> None:
+def _fork_a_forkserver(keep: Iterable[int]) -> None:
     """Start this kernel's forkserver as a fork of the kernel itself, before any of the
     student's code runs, instead of multiprocessing's fresh interpreter that imports torch
     and the ranks' modules again (seconds, on every submission's first launch). It is
@@ -168,11 +186,12 @@ def _fork_a_forkserver(keep) -> None:
     import socket
     from multiprocessing import connection, forkserver
 
-    server = forkserver._forkserver
+    server: Any = forkserver._forkserver   # Any: typeshed declares none of its private fields, used here
     preload = list(server._preload_modules)
     with server._lock:
         listener = socket.socket(socket.AF_UNIX)
-        address = connection.arbitrary_address("AF_UNIX")   # in this kernel's own /tmp
+        # multiprocessing's own (undocumented, so not in typeshed): a fresh name in this kernel's own /tmp
+        address = connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
         listener.bind(address)
         os.chmod(address, 0o600)
         listener.listen()
@@ -228,7 +247,7 @@ def warm_for_forks() -> bool:
     return True
 
 
-def _outputs(line: str | None) -> list | None:
+def _outputs(line: str | None) -> list[Output] | None:
     """A kernel's reply, read as data: its list of outputs, or None."""
     try:
         outputs = json.loads(line)["outputs"] if line else None
@@ -237,7 +256,7 @@ def _outputs(line: str | None) -> list | None:
     return outputs if isinstance(outputs, list) else None
 
 
-def dumps(reply: dict) -> str:
+def dumps(reply: Mapping[str, object]) -> str:
     """Outputs as JSON; an image's bytes as base64, as Jupyter stores them."""
     return json.dumps(reply, default=lambda o: base64.b64encode(o).decode() if isinstance(o, bytes) else repr(o))
 
@@ -247,7 +266,9 @@ class _Lines:
     comes on `errors` (the kernel's stderr) to this process's own, up to ERRORS_KEPT bytes."""
 
     def __init__(self, fd: int, errors: int | None = None):
-        self.fd, self.errors, self.buffer, self.open, self.overlong = fd, errors, bytearray(), True, False
+        self.fd: int | None = fd   # None once closed
+        self.errors = errors
+        self.buffer, self.open, self.overlong = bytearray(), True, False
         self.errors_left = ERRORS_KEPT
 
     def readline(self, timeout: float) -> str | None:
@@ -261,14 +282,15 @@ class _Lines:
             if len(self.buffer) > MAX_LINE_BYTES:
                 self.overlong, self.buffer = True, bytearray()
                 return None
-            if not self.open or left <= 0:
+            fd = self.fd
+            if not self.open or left <= 0 or fd is None:   # (closed: fd is None and open False)
                 return None
-            ready = select.select([self.fd] + ([self.errors] if self.errors is not None else []), [], [], left)[0]
+            ready = select.select([fd] + ([self.errors] if self.errors is not None else []), [], [], left)[0]
             if self.errors in ready:
                 self._pass_errors_on()
-            if self.fd not in ready:
+            if fd not in ready:
                 continue
-            chunk = os.read(self.fd, 1 << 20)
+            chunk = os.read(fd, 1 << 20)
             if not chunk:
                 self.open = False
                 return None
@@ -278,9 +300,12 @@ class _Lines:
         return line.decode()
 
     def _pass_errors_on(self) -> None:
-        chunk = os.read(self.errors, 1 << 16)
+        errors = self.errors
+        if errors is None:   # (called only when it is ready to read)
+            return
+        chunk = os.read(errors, 1 << 16)
         if not chunk:   # the kernel and all it started are gone
-            os.close(self.errors)
+            os.close(errors)
             self.errors = None
         elif self.errors_left > 0:
             os.write(2, chunk[:self.errors_left])

@@ -34,18 +34,20 @@ import json
 import os
 import sys
 import threading
+from typing import TextIO
 
 from autograder.runtime import budget, sandbox
 
 # before isolating: the grader's code is not in the sandbox
 from autograder.runtime.cell_runner import CellRunner
 from autograder.runtime.forked_kernel import TIMEOUT, Kernel, dumps, warm_for_forks
+from autograder.runtime.messages import CellReply, HostSettings, Output
 
 MAX_REQUEST_CHARS = 64 << 20   # one line from the grader: a cell's source, or the settings with a drop's files
 
 
 def main() -> None:
-    settings = json.loads(sys.stdin.readline(MAX_REQUEST_CHARS + 1))
+    settings: HostSettings = json.loads(sys.stdin.readline(MAX_REQUEST_CHARS + 1))
     budget.join(settings.get("cgroup_procs", []))   # before anything starts: all of it in one budget
     sandbox.die_with_parent()
     replies = os.fdopen(os.dup(1), "w", buffering=1)
@@ -75,7 +77,7 @@ def main() -> None:
     Host(runner, replies, report["namespaces"], settings).serve(requests)
 
 
-def _leave_the_grader_behind(settings: dict) -> None:
+def _leave_the_grader_behind(settings: HostSettings) -> None:
     """The kernels run in this process: they import from the work folder and the Python
     environment, as a Jupyter kernel would, and not the grader (`autograder`) this
     process was started from."""
@@ -90,20 +92,21 @@ def _package_seen(marker: str) -> str:
     (autograder/withheld.py), else where the one they would import lives."""
     import importlib.util
     spec = importlib.util.find_spec("threeaxes")
-    folders = list(spec.submodule_search_locations) if spec else []
+    # a module, not a package (a threeaxes.py first on the path), has no search locations
+    folders = list(spec.submodule_search_locations or ()) if spec else []
     if folders and all(os.path.exists(os.path.join(f, marker)) for f in folders):
         return "withheld"
-    return f"imported from {', '.join(folders) or 'nowhere'}"
+    return f"imported from {', '.join(folders) or (spec and spec.origin) or 'nowhere'}"
 
 
 class Host:
-    def __init__(self, runner, replies, namespaces: bool, settings: dict):
+    def __init__(self, runner: CellRunner, replies: TextIO, namespaces: bool, settings: HostSettings):
         self.runner, self.replies, self.namespaces, self.settings = runner, replies, namespaces, settings
         self.kernel: Kernel | None = None
         self.forked = False
         self.warm = False   # each kernel forks its own forkserver (forked_kernel.warm_for_forks)
 
-    def serve(self, requests) -> None:
+    def serve(self, requests: TextIO) -> None:
         while True:
             line = requests.readline(MAX_REQUEST_CHARS + 1)
             if not line or len(line) > MAX_REQUEST_CHARS:   # the grader's requests are short
@@ -114,7 +117,7 @@ class Host:
                 if not self.forked and not self.warm:
                     self.warm = warm_for_forks()
                 self.kernel, self.forked = Kernel.fork(self, oracle=request.get("oracle")), True
-                reply = {"forked": self.kernel.pid is not None}
+                reply: CellReply | dict[str, bool] = {"forked": self.kernel.pid is not None}
             elif "warm" in request:   # the opening's last step (autograder/judging/warm_start.py)
                 if not self.forked:
                     import_ahead(request.get("imports"))
@@ -138,7 +141,7 @@ class Host:
             self.kernel = None
 
 
-def import_ahead(names) -> None:
+def import_ahead(names: object) -> None:
     """The modules the drop's instructor cells import (warm_start.imported_modules), imported
     here once, before the first fork, so that every kernel forked from this state has them
     loaded (a plot's matplotlib, an explorer's widgets); nothing is bound in the notebook's
@@ -153,11 +156,11 @@ def import_ahead(names) -> None:
                 continue
 
 
-def run_here(runner, source: str, timeout: float) -> list[dict]:
+def run_here(runner: CellRunner, source: str, timeout: float) -> list[Output]:
     """A cell in this process (the opening cells: the instructor's own), interrupted at `timeout`."""
     fired = threading.Event()
 
-    def interrupt():
+    def interrupt() -> None:
         fired.set()
         _thread.interrupt_main()
 

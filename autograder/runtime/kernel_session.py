@@ -24,11 +24,14 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import IO, Any, Generic, Protocol, TypeVar, overload
 
 from autograder import course
 from autograder.runtime import sandbox
 from autograder.runtime.budget import Budget
+from autograder.runtime.messages import HostSettings, Output, SandboxReport
 from autograder.withheld import WITHHELD_MARKER
 from threeaxes.grading.wire import Answers
 
@@ -37,11 +40,11 @@ MARGIN_S = 30            # beyond a cell's timeout, for the kernel host to reply
 STARTUP_TIMEOUT_S = 180  # a host can take a minute to start on a loaded 2-core machine
 SUBMISSION_CELLS = 4    # a submission's time: this many cells' limits (a drop runs in about 30 s)
 MAX_LINE_CHARS = 64 << 20   # one reply line of a kernel host: a cell's outputs (images included)
-STOPPED = [{"output_type": "error", "ename": "KernelStopped", "traceback": [],
+STOPPED: list[Output] = [{"output_type": "error", "ename": "KernelStopped", "traceback": [],
             "evalue": "the kernel had stopped (a cell exited, crashed it or ran too long)"}]
 
 
-def _out_of_time(message: str) -> dict:
+def _out_of_time(message: str) -> Output:
     return {"output_type": "error", "ename": "TimeoutError", "evalue": message, "traceback": []}
 
 
@@ -64,16 +67,16 @@ class KernelHost:
                "MPLCONFIGDIR": f"{home}/.matplotlib", "MPLBACKEND": "Agg",
                "THREEAXES_PRESTART": "0", "TORCH_CPP_LOG_LEVEL": "ERROR",
                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        settings = {"isolate": isolate, "workdir": workdir, "env": env, "stage": self._scratch.name,
-                    "startup_timeout": STARTUP_TIMEOUT_S,
-                    "keep": sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, str(ROOT / "threeaxes"),
-                                    *python_paths()}),
-                    "files": {name: data.hex() for name, data in (files or {}).items()}}
+        settings: HostSettings = {
+            "isolate": isolate, "workdir": workdir, "env": env, "stage": self._scratch.name,
+            "startup_timeout": STARTUP_TIMEOUT_S,
+            "keep": sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, str(ROOT / "threeaxes"), *python_paths()}),
+            "files": {name: data.hex() for name, data in (files or {}).items()}}
         if package is not None:
             # bound over every copy a kernel would import (the checkout, site-packages), and
             # first on the path where no sandbox can be made; the host says which it imports
             settings["keep"].remove(str(ROOT / "threeaxes"))
-            settings["replace"] = [[str(package), target, False] for target in kernel_imports_from(env)]
+            settings["replace"] = [(str(package), target, False) for target in kernel_imports_from(env)]
             settings["package_parent"] = str(Path(package).parent)
             settings["withheld_marker"] = WITHHELD_MARKER
         if oracle_socket is not None:
@@ -81,14 +84,14 @@ class KernelHost:
             # grader's folder is not the kernel's to fill or empty
             os.chmod(oracle_socket, 0o666)
             inside = f"/run/threeaxes-oracle/{Path(oracle_socket).name}"
-            settings["replace"] = settings.get("replace", []) + [[oracle_socket, inside, False]]
+            settings["replace"] = settings.get("replace", []) + [(oracle_socket, inside, False)]
             settings["oracle"] = {"inside": inside, "outside": oracle_socket}
         if oracle_folder is not None:
             # a folder of sockets, one per kernel, each made and removed by the grader: bound
             # read-only, searchable but not listable, so a kernel reaches the socket it is told of
             os.chmod(oracle_folder, 0o711)
             inside = "/run/threeaxes-oracle"
-            settings["replace"] = settings.get("replace", []) + [[oracle_folder, inside, False]]
+            settings["replace"] = settings.get("replace", []) + [(oracle_folder, inside, False)]
             settings["oracle_folder"] = {"inside": inside, "outside": oracle_folder, "name": oracle_name}
         self._budget = Budget.make()   # the host and all it starts, together (autograder/runtime/budget.py)
         settings["cgroup_procs"] = self._budget.procs_files
@@ -99,16 +102,17 @@ class KernelHost:
             cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, start_new_session=True)
         # the settings on the first line of its input, not in argv: the assignment's files
         # travel in them, and a command line holds no more than about 128 kB
+        self._stdin: IO[str] = _piped(self._proc.stdin)
         try:
-            self._proc.stdin.write(json.dumps(settings) + "\n")
-            self._proc.stdin.flush()
+            self._stdin.write(json.dumps(settings) + "\n")
+            self._stdin.flush()
         except OSError:   # it died at once; the missing reply below says so
             pass
-        self._replies: queue.Queue = queue.Queue()
-        self.overlong = None   # why the host was stopped, when a line of its was over the cap
+        self._replies: queue.Queue[str | None] = queue.Queue()
+        self.overlong: str | None = None   # why the host was stopped, when a line of its was over the cap
         threading.Thread(target=self._read, daemon=True).start()
         self.alive = True
-        self.sandbox = self._reply(STARTUP_TIMEOUT_S).get("sandbox") or {}
+        self.sandbox: SandboxReport = self._reply(STARTUP_TIMEOUT_S).get("sandbox") or SandboxReport()
         if self.sandbox:
             self.sandbox["budget"] = self._budget.how
         if not self.sandbox:
@@ -122,20 +126,20 @@ class KernelHost:
                 "where the package is installed with pip install -e .")
 
 
-    def run_cell(self, source: str, timeout: float) -> list[dict]:
+    def run_cell(self, source: str, timeout: float) -> list[Output]:
         """A cell in the host itself: only before its first fork (the opening cells)."""
         reply = self.request({"source": source, "timeout": timeout}, timeout)
         if not reply and self.overlong:
             return [{"output_type": "error", "ename": "KernelStopped", "evalue": self.overlong, "traceback": []}]
         return reply["outputs"] if reply and reply.get("status") == "ok" else STOPPED
 
-    def request(self, message: dict, timeout: float) -> dict | None:
+    def request(self, message: Mapping[str, object], timeout: float) -> dict[str, Any] | None:
         """One request and its reply; None (and the host stopped) if none comes in time."""
         if not self.alive:
             return None
         try:
-            self._proc.stdin.write(json.dumps(message) + "\n")
-            self._proc.stdin.flush()
+            self._stdin.write(json.dumps(message) + "\n")
+            self._stdin.flush()
         except (BrokenPipeError, OSError):
             self.close()
             return None
@@ -145,7 +149,7 @@ class KernelHost:
             return None
         return reply
 
-    def _reply(self, timeout: float) -> dict:
+    def _reply(self, timeout: float) -> dict[str, Any]:
         try:
             line = self._replies.get(timeout=timeout)
         except queue.Empty:
@@ -155,11 +159,12 @@ class KernelHost:
         except ValueError:
             return {}
 
-    def _read(self):
+    def _read(self) -> None:
         """The host's replies, a line at a time, each at most MAX_LINE_CHARS: a longer one ends
         the host (everything it runs is as untrusted as the kernels), and says so."""
+        stdout = _piped(self._proc.stdout)
         while True:
-            line = self._proc.stdout.readline(MAX_LINE_CHARS + 1)
+            line = stdout.readline(MAX_LINE_CHARS + 1)
             if len(line) > MAX_LINE_CHARS:
                 self.overlong = (f"the kernel host sent the grader a line of over {MAX_LINE_CHARS >> 20} MiB "
                                  "(nothing the grader asked for is that long): it was stopped, with its kernel")
@@ -178,7 +183,7 @@ class KernelHost:
         if self.alive:
             self.alive = False
             try:   # end of requests: the host stops its kernel ...
-                self._proc.stdin.close()
+                self._stdin.close()
                 self._proc.wait(timeout=10)
             except (OSError, subprocess.TimeoutExpired):
                 pass
@@ -205,7 +210,7 @@ def python_paths() -> set[str]:
     return found
 
 
-def kernel_imports_from(env: dict) -> list[str]:
+def kernel_imports_from(env: dict[str, str]) -> list[str]:
     """The folders a kernel started with `env` (no PYTHONPATH, an empty working folder) would
     import `threeaxes` from: the checkout for an editable install, site-packages for
     `pip install .`, a wheel or a conda package."""
@@ -219,7 +224,23 @@ def kernel_imports_from(env: dict) -> list[str]:
     return [os.path.realpath(path) for path in json.loads(found.stdout)]
 
 
-class KernelSession:
+def _piped(stream: IO[str] | None) -> IO[str]:
+    """A pipe of a process started with it (never None, as Popen's types allow)."""
+    assert stream is not None
+    return stream
+
+
+class KernelOracle(Protocol):
+    """What a session needs of its kernel's oracle (autograder.judging.oracle.Oracle)."""
+    socket_path: str
+
+    def close(self) -> None: ...
+
+
+O = TypeVar("O", bound=KernelOracle)
+
+
+class KernelSession(Generic[O]):
     """One submission's kernel, forked from `host` (one of its own when none is given).
 
     Time is counted three ways: each cell and each question to `answers` within `timeout`
@@ -227,8 +248,16 @@ class KernelSession:
     together (`test_cell`); the whole submission within `budget_s`, after which its kernel
     is stopped and each later cell gets an error that says so."""
 
+    @overload   # no oracle: a KernelSession[KernelOracle], whose `oracle` is None
+    def __init__(self: KernelSession[KernelOracle], host: KernelHost | None = None, *, timeout: float = 90,
+                 budget_s: float | None = None, oracle: None = None, **host_settings: Any) -> None: ...
+
+    @overload
     def __init__(self, host: KernelHost | None = None, *, timeout: float = 90, budget_s: float | None = None,
-                 oracle=None, **host_settings):
+                 oracle: O, **host_settings: Any) -> None: ...
+
+    def __init__(self, host: KernelHost | None = None, *, timeout: float = 90, budget_s: float | None = None,
+                 oracle: O | None = None, **host_settings: Any) -> None:
         """`oracle`: this kernel's own (autograder/judging/oracle.py), listening in the host's
         `oracle_folder`; it is closed with the kernel."""
         self._own_host = host is None
@@ -237,16 +266,17 @@ class KernelSession:
         self.sandbox = self.host.sandbox
         self.answers = Answers(self.run_code, timeout)
         self.budget_s = SUBMISSION_CELLS * timeout if budget_s is None else budget_s
-        self._deadline, self._test_deadline = time.monotonic() + self.budget_s, None
+        self._deadline = time.monotonic() + self.budget_s
+        self._test_deadline: float | None = None
         self._stopped = STOPPED
-        fork = {"fork": True}
+        fork: dict[str, object] = {"fork": True}
         if oracle is not None:
             fork["oracle"] = Path(oracle.socket_path).name
         reply = self.host.request(fork, STARTUP_TIMEOUT_S)
         self.alive = bool(reply and reply.get("forked"))
 
     @contextlib.contextmanager
-    def test_cell(self, timeout: float):
+    def test_cell(self, timeout: float) -> Iterator[None]:
         """The questions a test cell asks, all within `timeout`: a slow answer it calls many
         times fails that cell instead of holding the grader."""
         self._test_deadline = time.monotonic() + timeout
@@ -255,7 +285,7 @@ class KernelSession:
         finally:
             self._test_deadline = None
 
-    def run_cell(self, source: str, timeout: float) -> list[dict]:
+    def run_cell(self, source: str, timeout: float) -> list[Output]:
         reply = self._request(source, timeout)
         if reply is None and self.host.overlong:
             self._stopped = [{"output_type": "error", "ename": "KernelStopped", "evalue": self.host.overlong,
@@ -270,7 +300,7 @@ class KernelSession:
         return "".join(o.get("text", "") for o in reply["outputs"]
                        if o.get("output_type") == "stream" and o.get("name") == "stdout")
 
-    def _request(self, source: str, timeout: float) -> dict | None:
+    def _request(self, source: str, timeout: float) -> dict[str, Any] | None:
         if not self.alive:
             return None
         now = time.monotonic()
@@ -297,8 +327,8 @@ class KernelSession:
         if self._own_host:
             self.host.close()
 
-    def __enter__(self):
+    def __enter__(self) -> KernelSession[O]:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+from collections.abc import Iterable, Sequence
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
 CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x02000000, 0x04000000, 0x08000000
@@ -17,30 +18,33 @@ AT_RECURSIVE, MOUNT_ATTR_RDONLY = 0x8000, 0x1
 
 libc = ctypes.CDLL(None, use_errno=True)
 
+# read_tree's (path, mode, what): a folder (mode, None), a file (mode, its bytes), a link (None, its target)
+Entry = tuple[str, int, None] | tuple[str, int, bytes] | tuple[str, None, str]
 
-def call(name, *args):
+
+def call(name: str, *args: object) -> None:
     if getattr(libc, name)(*args) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{name}: {os.strerror(err)}")
 
 
-def mount(source, target, fstype, flags, data=None):
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     call("mount", fs_bytes(source), fs_bytes(target), fs_bytes(fstype), ctypes.c_ulong(flags), fs_bytes(data))
 
 
-def fs_bytes(text):
+def fs_bytes(text: str | None) -> bytes | None:
     return None if text is None else os.fsencode(text)
 
 
-def write_text(path, text):
+def write_text(path: str, text: str) -> None:
     with open(path, "w") as f:
         f.write(text)
 
 
-def read_tree(top: str, skip=frozenset()) -> list:
+def read_tree(top: str, skip: set[str] | frozenset[str] = frozenset()) -> list[Entry]:
     """(path, mode, bytes or link target) of the folders, files and links under `top`, less
     the folders in `skip` (mounts); sockets and pipes (a forkserver's, say) stay behind."""
-    found = []
+    found: list[Entry] = []
     for folder, dirs, names in os.walk(top):
         dirs[:] = [d for d in dirs if os.path.join(folder, d) not in skip]
         found.append((folder, os.stat(folder).st_mode, None))
@@ -54,17 +58,18 @@ def read_tree(top: str, skip=frozenset()) -> list:
     return found
 
 
-def write_tree(found: list) -> None:
-    for path, mode, data in found:
-        if mode is None:
-            os.symlink(data, path)
-        elif data is None:
+def write_tree(found: Iterable[Entry]) -> None:
+    for entry in found:   # indexed, not unpacked: mypy tells the three kinds apart by entry[1], entry[2]
+        path = entry[0]
+        if entry[1] is None:     # a link: its target
+            os.symlink(entry[2], path)
+        elif entry[2] is None:   # a folder
             os.makedirs(path, exist_ok=True)
-            os.chmod(path, mode & 0o7777)
-        else:
+            os.chmod(path, entry[1] & 0o7777)
+        else:                    # a file: its bytes
             with open(path, "wb") as f:
-                f.write(data)
-            os.chmod(path, mode & 0o7777)
+                f.write(entry[2])
+            os.chmod(path, entry[1] & 0o7777)
 
 
 # What a kernel needs of the machine: programs, libraries, /etc (less its secrets), the
@@ -74,7 +79,7 @@ SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc
 DEVICES = ("null", "zero", "full", "random", "urandom")
 
 
-def minimal_root(keep: list[str], stage: str, replace=()) -> list[str]:
+def minimal_root(keep: list[str], stage: str, replace: Sequence[tuple[str, str, bool]] = ()) -> list[str]:
     """Change root into a new, mostly empty tree: SYSTEM and `keep` bound read-only all the
     way down, a /dev of DEVICES only, a fresh /tmp, /dev/shm and /proc; each (source, target,
     writable) of `replace` bound over target (autograder/withheld.py: the package with
@@ -88,7 +93,7 @@ def minimal_root(keep: list[str], stage: str, replace=()) -> list[str]:
     os.mkdir(new)
     os.mkdir(empty)
 
-    def bind(path, target=None, read_only=True):
+    def bind(path: str, target: str | None = None, read_only: bool = True) -> None:
         target = new + (target or path)
         if os.path.isdir(path):
             os.makedirs(target, exist_ok=True)

@@ -24,7 +24,9 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Iterable
 from pathlib import Path
+from typing import IO, Any
 
 from autograder.runtime import sandbox
 from threeaxes.grading import wire
@@ -43,9 +45,10 @@ def raised(exc_type: type, text: str) -> str:
     return json.dumps({"__raised__": [[c.__name__ for c in exc_type.__mro__], str(text)[:2000]]})
 
 
-def _capped_json(value, cap: int) -> str | None:
+def _capped_json(value: object, cap: int) -> str | None:
     """`json.dumps(value)`, or None as soon as its text passes `cap` characters."""
-    chunks, size = [], 0
+    chunks: list[str] = []
+    size = 0
     for chunk in json.JSONEncoder().iterencode(value):
         size += len(chunk)
         if size > cap:
@@ -61,7 +64,7 @@ def compute(line: bytes, cap: int = MAX_REPLY_BYTES) -> str:
         decode = wire.Answers(None).decode    # the kernel's data, never code
         args, kwargs = decode(request["args"]), decode(request["kwargs"])
         module, qualname = request["path"].split(":")
-        fn = importlib.import_module(module)
+        fn: Any = importlib.import_module(module)   # then the function in it, by its qualified name
         for part in qualname.split("."):
             fn = getattr(fn, part)
         text = _capped_json(wire.encode(fn(*args, **kwargs)), cap)
@@ -73,7 +76,7 @@ def compute(line: bytes, cap: int = MAX_REPLY_BYTES) -> str:
         return raised(type(exc), str(exc))
 
 
-def _serve_calls(inp, out) -> None:
+def _serve_calls(inp: IO[bytes], out: IO[bytes]) -> None:
     """A worker: length-prefixed requests in on `inp`, replies out on `out`."""
     import struct
 
@@ -137,8 +140,9 @@ def _source_main() -> None:
 class WorkerSource:
     """The unprivileged process that has imported `modules` and forks a `Worker` on request."""
 
-    def __init__(self, modules=()):
-        self.modules, self._lock, self.proc = sorted(modules), threading.Lock(), None
+    def __init__(self, modules: Iterable[str] = ()):
+        self.modules, self._lock = sorted(modules), threading.Lock()
+        self.proc: subprocess.Popen[bytes] | None = None
         self._start()
 
     def _start(self) -> None:
@@ -166,7 +170,7 @@ class WorkerSource:
         """A fresh worker, forked from this source (started again if it has died)."""
         with self._lock:
             for _ in range(2):
-                if self.proc.poll() is not None:
+                if self.proc is None or self.proc.poll() is not None:   # (None: only before _start)
                     self._start()
                 to_worker, from_grader = os.pipe()
                 to_grader, from_worker = os.pipe()
@@ -180,10 +184,12 @@ class WorkerSource:
                         said += chunk
                     return Worker(int(said), from_grader, to_grader)
                 except (OSError, EOFError, ValueError):
-                    os.close(from_grader), os.close(to_grader)
+                    os.close(from_grader)
+                    os.close(to_grader)
                     self.close()
                 finally:
-                    os.close(to_worker), os.close(from_worker)
+                    os.close(to_worker)
+                    os.close(from_worker)
             raise RuntimeError("the grader's worker for withheld calls could not start")
 
     def close(self) -> None:

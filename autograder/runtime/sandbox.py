@@ -38,7 +38,10 @@ import shutil
 import signal
 import socket
 import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from autograder.runtime.messages import HostSettings, SandboxReport
 from autograder.runtime.mounts import (
     CLONE_NEWCGROUP,
     CLONE_NEWIPC,
@@ -61,6 +64,9 @@ from autograder.runtime.mounts import (
     write_tree,
 )
 
+if TYPE_CHECKING:
+    from subprocess import Popen
+
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
 KERNEL_UID = KERNEL_GID = 65534                # nobody: what a kernel is when root grades
 
@@ -74,9 +80,9 @@ LIMITS = {  # per process, inherited by the kernel and its ranks
 }
 
 
-def isolate(settings: dict) -> dict:
+def isolate(settings: HostSettings) -> SandboxReport:
     """Isolate this process (see the module docstring); returns what was done."""
-    report = {"namespaces": False, "limits": {}}
+    report: SandboxReport = {"namespaces": False, "limits": {}}
     if settings.get("isolate"):
         root = os.getuid() == 0
         try:
@@ -103,7 +109,7 @@ def isolate(settings: dict) -> dict:
     return report
 
 
-def _private_folders(settings: dict) -> None:
+def _private_folders(settings: HostSettings) -> None:
     """Without a private /tmp: work and home in the grader's scratch folder (it removes it)."""
     base = settings["stage"]
     for key, value in settings["env"].items():
@@ -114,7 +120,7 @@ def _private_folders(settings: dict) -> None:
 ISOLATED = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP
 
 
-def _enter_namespaces(settings: dict) -> None:
+def _enter_namespaces(settings: HostSettings) -> None:
     uid, gid = os.getuid(), os.getgid()
     if uid == 0:   # real privilege: the mounts as root, then none of it (`_give_up_root`)
         call("unshare", ISOLATED)
@@ -177,7 +183,7 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def _become_pid_one(announce=None) -> None:
+def _become_pid_one(announce: Callable[[int], object] | None = None) -> None:
     """Fork into the new PID namespace; the parent waits and passes on the exit
     status (`announce` first hears the child's pid, as the parent sees it). The
     child dies with its parent, and every process of the namespace dies with
@@ -193,7 +199,7 @@ def _become_pid_one(announce=None) -> None:
     call("prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def enter_kernel_world(namespaces: bool, settings: dict, announce) -> None:
+def enter_kernel_world(namespaces: bool, settings: HostSettings, announce: Callable[[int], object]) -> None:
     """In a child the kernel host forked for one submission (autograder/runtime/kernel_host.py):
     a world of its own, started from the host's. With namespaces: a fresh /tmp holding a
     copy of the host's (the work and home folders, not the mounts under /tmp, which are
@@ -235,7 +241,7 @@ def _loopback_up() -> None:
         fcntl.ioctl(s, 0x8914, struct.pack("16sH14x", b"lo", 0x1 | 0x8 | 0x40))
 
 
-def kill_tree(proc) -> None:
+def kill_tree(proc: Popen[Any]) -> None:
     """Stop a kernel host and everything it started (its process group; inside
     a PID namespace the whole namespace goes with it)."""
     try:
