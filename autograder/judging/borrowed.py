@@ -33,16 +33,24 @@ calls in the opening or after the exercise's tests.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from autograder import course
 from autograder.course import PACKAGE, ROOT
 from autograder.judging.judge import is_graded
+from autograder.runtime.messages import Output
 from autograder.spec import Exercise, definition, load_exercises
 from threeaxes.grading.own_work import message, resolve
 
+if TYPE_CHECKING:
+    from nbformat import NotebookNode
+
 ENAME = "BorrowedAnswer"
+
+Found = tuple[str, str, str]   # a forbidden function found: (answer id, its name, "module:qualname")
 
 
 @dataclass(frozen=True)
@@ -55,18 +63,18 @@ class Place:
     source: str
 
 
-def place_of(cell, index: int) -> Place:
+def place_of(cell: NotebookNode, index: int) -> Place:
     about = cell.get("metadata", {}).get("nbgrader", {}) or {}
     return Place(index, str(cell.get("id") or ""), str(about.get("grade_id") or ""), cell.source.strip())
 
 
-def code_places(nb):
+def code_places(nb: NotebookNode) -> list[tuple[int, NotebookNode]]:
     """(place index, cell) for each non-empty code cell: the places of the notebook."""
     cells = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
     return list(enumerate(cells))
 
 
-def _matches(known: dict, ids: set, cell, index: int) -> bool:
+def _matches(known: Mapping[int, Place], ids: set[str], cell: NotebookNode, index: int) -> bool:
     """Whether `cell` at place `index` is the instructor's cell of that place (`known`: the
     source's instructor cells by place): the same code and grade id, and its own cell id, or
     one the source does not hold (a notebook saved without cell ids, as an old Jupyter or
@@ -91,32 +99,32 @@ class Guard:
     student-written cell ran counts against every such exercise, one made while a test cell
     ran against its own (`note`)."""
 
-    def __init__(self, exercises: list[Exercise], instructor_cells=()):
+    def __init__(self, exercises: list[Exercise], instructor_cells: Iterable[Place] = ()):
         self.exercises = exercises
         self.instructors = frozenset(instructor_cells)
         self._known = {p.index: p for p in self.instructors}
         self._ids = {p.cell_id for p in self.instructors if p.cell_id}
         self.forbidden = {e.answer: {definition(n): n for n in e.forbid} for e in exercises}
         self.judged: set[str] = set()          # test cells already judged
-        self.borrowed: dict[str, tuple] = {}   # answer id: (name, where)
+        self.borrowed: dict[str, tuple[str, str]] = {}   # answer id: (name, where)
         self.started = False                   # a student-written cell has begun to run
-        self._objects = None
+        self._objects: dict[int, tuple[object, list[Found]]] | None = None
 
     @property
-    def paths(self) -> set:
+    def paths(self) -> set[str]:
         return {p for table in self.forbidden.values() for p in table}
 
     def exercise_of_test(self, grade_id: str) -> Exercise | None:
         return next((e for e in self.exercises if grade_id in e.tests), None)
 
-    def _open(self):
+    def _open(self) -> list[Exercise]:
         return [e for e in self.exercises if not set(e.tests) <= self.judged]
 
-    def is_instructors(self, cell, index: int) -> bool:
+    def is_instructors(self, cell: NotebookNode, index: int) -> bool:
         """Whether `cell`, the notebook's place `index`, is the instructor's cell of that place."""
         return _matches(self._known, self._ids, cell, index)
 
-    def enter(self, cell, index: int) -> bool:
+    def enter(self, cell: NotebookNode, index: int) -> bool:
         """`cell` (place `index`) is about to run; whether it is the instructor's. The first
         that is not starts the student's part for good."""
         mine = self.is_instructors(cell, index)
@@ -145,16 +153,16 @@ class Guard:
                 if path in self.forbidden[e.answer] and e.answer not in self.borrowed:
                     self.borrowed[e.answer] = (self.forbidden[e.answer][path], where)
 
-    def _forbidden_objects(self) -> dict:
+    def _forbidden_objects(self) -> dict[int, tuple[object, list[Found]]]:
         """id of each object that is (or wraps, or is the code of) a forbidden function: (answer
         id, name), with the objects kept alive."""
         if self._objects is None:
-            table = {}
+            table: dict[int, tuple[object, list[Found]]] = {}
             for e in self.exercises:
                 for path, name in self.forbidden[e.answer].items():
                     module, qualname = path.split(":")
                     found = [resolve(name)]
-                    obj = importlib.import_module(module)
+                    obj: Any = importlib.import_module(module)   # then what it holds, by qualname
                     for part in qualname.split("."):
                         obj = getattr(obj, part)
                     found.append(obj)
@@ -170,7 +178,7 @@ class Guard:
             self._objects = table
         return self._objects
 
-    def note_answers(self, values: dict, test: str) -> None:
+    def note_answers(self, values: Mapping[str, object], test: str) -> None:
         """The values a test cell reads, as the judge will use them: an answer that is, holds
         or wraps a withheld function (the grader's own, which would run here) counts against
         every exercise not yet judged that forbids it. Raises where it cannot look at one."""
@@ -181,7 +189,7 @@ class Guard:
                 if answer in open_ and answer not in self.borrowed:
                     self.borrowed[answer] = (fn_name, f"`{name}` is that function")
 
-    def verdict(self, test: str) -> dict | None:
+    def verdict(self, test: str) -> Output | None:
         """The error output that replaces test cell `test`'s outputs, or None."""
         self.judged.add(test)
         e = self.exercise_of_test(test)
@@ -197,7 +205,8 @@ _LEAVES = (type(None), bool, int, float, complex, str, bytes)
 _UNWRAP = ("__self__", "__func__", "__wrapped__", "func", "fget", "fset", "fdel")
 
 
-def _withheld_inside(value, table: dict, limit: int = 200_000):
+def _withheld_inside(value: object, table: Mapping[int, tuple[object, list[Found]]],
+                     limit: int = 200_000) -> list[Found]:
     """(answer id, name, path) for each forbidden function that `value` is, holds (in a
     container, a record's fields, a partial's arguments) or wraps (a bound method or
     method-wrapper of it, a partial of it, a decorated copy): what a test cell would run
@@ -207,7 +216,9 @@ def _withheld_inside(value, table: dict, limit: int = 200_000):
     import functools
     import types
 
-    found, seen, todo = [], {}, [value]
+    found: list[Found] = []
+    seen: dict[int, object] = {}
+    todo = [value]
     while todo:
         obj = todo.pop()
         if id(obj) in seen or type(obj) in _LEAVES:
@@ -242,7 +253,7 @@ def _withheld_inside(value, table: dict, limit: int = 200_000):
     return found
 
 
-def _attribute(obj, name: str):
+def _attribute(obj: object, name: str) -> object:
     """`obj.<name>` as Python itself stores it, without running a property or __getattr__."""
     import inspect
 
@@ -253,7 +264,7 @@ def _attribute(obj, name: str):
 
 
 
-def _c_type(obj) -> bool:
+def _c_type(obj: object) -> bool:
     """An object of a type written in C (a bound method, method-wrapper, partial, property):
     `getattr` reads its slots without running any Python code."""
     return not type(obj).__flags__ & (1 << 9)     # Py_TPFLAGS_HEAPTYPE
@@ -263,7 +274,7 @@ def message_for(e: Exercise, name: str, where: str) -> str:
     return message(name, where, e.why, e.may)    # the visible check says the same (own_work.check)
 
 
-def package_data(root: Path = ROOT) -> dict:
+def package_data(root: Path = ROOT) -> dict[str, dict[str, dict[str, Any]]]:
     """What `threeaxes/grading/own_work_data.py` holds: every drop's exercises, for the visible checks."""
     return {drop[:6]: {e.answer: {"forbid": list(e.forbid), "why": e.why, "may": e.may}
                        for e in load_exercises(course.grading_file(drop, root))}
@@ -277,12 +288,12 @@ def instructor_cells(source_notebook: Path) -> tuple[Place, ...]:
     return instructor_places(nbformat.read(source_notebook, as_version=4))
 
 
-def instructor_places(nb) -> tuple[Place, ...]:
+def instructor_places(nb: NotebookNode) -> tuple[Place, ...]:
     """`instructor_cells` of a notebook already read."""
     return tuple(place_of(c, i) for i, c in code_places(nb) if not is_graded(c))
 
 
-def opening_is_instructors(nb, instructors) -> bool:
+def opening_is_instructors(nb: NotebookNode, instructors: Iterable[Place]) -> bool:
     """Whether every code cell before `nb`'s first answer or test cell is the instructor's
     cell of its place (`instructors`: `instructor_cells` of the source notebook)."""
     known = {p.index: p for p in instructors}
@@ -314,7 +325,7 @@ def _source_folder(assignment: str, course_root: Path) -> Path | None:
     return None
 
 
-def guard_for(assignment: str, instructors, course_root: Path) -> Guard | None:
+def guard_for(assignment: str, instructors: Iterable[Place], course_root: Path) -> Guard | None:
     """The drop's Guard, from its source folder; `instructors`: `instructors_cells_of` its notebook."""
     folder = _source_folder(assignment, course_root)
     exercises = load_exercises(folder / course.GRADING_FILE) if folder else []

@@ -20,18 +20,24 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from autograder import phases
 from autograder.runtime.forked_kernel import TIMEOUT
+from autograder.runtime.messages import Output
+
+if TYPE_CHECKING:
+    from nbformat import NotebookNode
 
 FACTOR = 10      # a student's cell may take this many times the model solution's
 FLOOR_S = 5.0    # but never less: a cell that takes 0.01 s in the model still gets a few seconds
 FOLDER = Path(".graded") / "cell-seconds"   # in the course root, beside grade.py's notes
 
 
-def key(cell) -> str:
+def key(cell: Mapping[str, Any]) -> str:
     """How a submission's cell is matched with the model's: its grade id, or its code."""
     grade_id = (cell.get("metadata", {}).get("nbgrader", {}) or {}).get("grade_id")
     if grade_id:
@@ -43,11 +49,11 @@ def key(cell) -> str:
 class Limits:
     """The limit of each cell of one notebook: `seconds` holds the model solution's time per key."""
     timeout: float
-    seconds: dict = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
     factor: float = FACTOR
     floor_s: float = FLOOR_S
 
-    def of(self, cell) -> tuple[float, str]:
+    def of(self, cell: Mapping[str, Any]) -> tuple[float, str]:
         """(the cell's limit in seconds, how it was derived, in words)."""
         measured = self.seconds.get(key(cell))
         if measured is None or self.factor <= 0:
@@ -56,7 +62,7 @@ class Limits:
         return limit, (f"{self.factor:g} x the model solution's {measured:.2f} s for this cell, at least "
                        f"{self.floor_s:g} s, at most the course's {self.timeout:g} s")
 
-    def stopped(self, cell, outputs: list[dict], name: str) -> list[dict]:
+    def stopped(self, cell: Mapping[str, Any], outputs: list[Output], name: str) -> list[Output]:
         """`outputs` with the time-limit error, if there is one, saying which cell hit which limit."""
         limit, how = self.of(cell)
         said = (f"{name} was stopped at its grading time limit of {limit:.1f} s ({how}). Make it "
@@ -65,7 +71,7 @@ class Limits:
                 for o in outputs]
 
 
-def _is_timeout(output: dict) -> bool:
+def _is_timeout(output: Output) -> bool:
     """The kernel host's own "stopped at the limit" (a student's `raise TimeoutError` is theirs)."""
     return (output.get("output_type") == "error" and output.get("ename") == TIMEOUT["ename"]
             and output.get("evalue") == TIMEOUT["evalue"])
@@ -74,11 +80,11 @@ def _is_timeout(output: dict) -> bool:
 class Recorder:
     """What the model solution's run fills in: the seconds of each cell, by key."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
 
     @contextlib.contextmanager
-    def timing(self, cell):
+    def timing(self, cell: Mapping[str, Any]) -> Iterator[None]:
         began = time.perf_counter()
         try:
             yield
@@ -86,7 +92,8 @@ class Recorder:
             self.seconds[key(cell)] = max(self.seconds.get(key(cell), 0.0), time.perf_counter() - began)
 
 
-def measured(course_root: Path, assignment: str, notebook: str, measure) -> dict[str, float]:
+def measured(course_root: Path, assignment: str, notebook: str,
+             measure: Callable[[NotebookNode], dict[str, float] | None]) -> dict[str, float]:
     """The model solution's seconds per cell key for source/<assignment>/<notebook>.ipynb: read
     where they were measured on this very notebook, else `measure(nb)` (a Recorder's seconds, or
     None where the model could not be run) and kept. Empty where the course has no such notebook

@@ -17,19 +17,22 @@ import builtins
 import contextlib
 import io
 import traceback
+from collections.abc import Mapping
+from typing import Any
 
+from autograder.runtime.messages import Output
 from threeaxes.grading.wire import Answers
 
 TEST_FILENAME = "<test cell>"
 
 
-def is_test_cell(cell) -> bool:
+def is_test_cell(cell: Mapping[str, Any]) -> bool:
     """An auto-graded test cell: graded, not an answer, code."""
     meta = cell.get("metadata", {}).get("nbgrader", {})
     return cell.get("cell_type") == "code" and bool(meta.get("grade")) and not meta.get("solution")
 
 
-def is_graded(cell) -> bool:
+def is_graded(cell: Mapping[str, Any]) -> bool:
     """A cell nbgrader scores or the student writes: an answer, a test, a written answer."""
     about = cell.get("metadata", {}).get("nbgrader", {}) or {}
     return bool(about.get("solution") or about.get("grade"))
@@ -43,16 +46,19 @@ def notebook_names(source: str) -> list[str]:
                    and not hasattr(builtins, node.id)})
 
 
-def judge_cell(source: str, answers: Answers, values: dict | None = None) -> list[dict]:
+def judge_cell(source: str, answers: Answers, values: dict[str, Any] | None = None) -> list[Output]:
     """Run one test cell here against the notebook behind `answers`; its outputs. `values`:
     the names it reads, fetched already (autograder/plugins/execute.py: the guard looked at them)."""
     stdout = io.StringIO()
-    outputs = []
+    outputs: list[Output] = []
     try:
         tree = ast.parse(source, TEST_FILENAME)
         namespace = {"__name__": "__main__", "__builtins__": builtins}
         namespace.update(answers.get(notebook_names(source)) if values is None else values)
-        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        tail = tree.body[-1] if tree.body else None
+        last = tail if isinstance(tail, ast.Expr) else None
+        if last is not None:
+            tree.body.pop()
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(io.StringIO()):
             exec(compile(tree, TEST_FILENAME, "exec"), namespace)
             value = None
@@ -71,11 +77,11 @@ def judge_cell(source: str, answers: Answers, values: dict | None = None) -> lis
     return outputs
 
 
-def _stream(text: str) -> dict:
+def _stream(text: str) -> Output:
     return {"output_type": "stream", "name": "stdout", "text": text}
 
 
-def _error(exc: BaseException) -> dict:
+def _error(exc: BaseException) -> Output:
     """An error output; the traceback keeps only the test cell's own frames."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == TEST_FILENAME]
     lines = [f"line {f.lineno} of the test cell" for f in frames[-1:]]

@@ -12,9 +12,11 @@ import json
 import os
 import socket
 import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Protocol
 
-from autograder.runtime.oracle_worker import MAX_REPLY_BYTES, WorkerSource, raised  # noqa: F401 (its limit, named here)
+from autograder.runtime.oracle_worker import MAX_REPLY_BYTES, Worker, WorkerSource, raised  # noqa: F401 (its limit, named here)
 
 MAX_REQUEST_BYTES = 16 << 20     # one request's line (a toy model's gradients take about 1.2 MB)
 CALL_TIMEOUT_S = 60.0            # one call's work, in the oracle's worker process
@@ -22,14 +24,21 @@ MAX_CONNECTIONS = 16             # connections open at once; the next is answere
 REQUEST_WAIT_S = 120             # a request that does not arrive whole in two minutes is dropped
 
 
+class Refuser(Protocol):
+    """What an oracle asks before it answers (autograder.judging.borrowed.Guard)."""
+
+    def refuses(self, path: str) -> str | None: ...
+
+
 class _Listener:
     """A Unix socket that serves each connection in a thread of its own, at most `cap` at
     once: a connection past the cap is answered `busy` and closed by the accepting thread,
     so no thread, buffer or queue grows with the number a kernel opens."""
 
-    def __init__(self, path: str, handle, cap: int, busy: bytes):
+    def __init__(self, path: str, handle: Callable[[bytes], str], cap: int, busy: bytes):
         self.path, self._handle, self._cap, self._busy = path, handle, cap, busy
-        self._open, self._lock, self._closed = set(), threading.Lock(), False
+        self._open: set[socket.socket] = set()
+        self._lock, self._closed = threading.Lock(), False
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(path)
         os.chmod(path, 0o666)    # a kernel run as nobody connects (connecting writes to the socket)
@@ -57,7 +66,7 @@ class _Listener:
                 continue
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
-    def _serve(self, conn) -> None:
+    def _serve(self, conn: socket.socket) -> None:
         try:
             conn.settimeout(REQUEST_WAIT_S)
             line = conn.makefile("rb").readline(MAX_REQUEST_BYTES + 1)
@@ -108,14 +117,17 @@ class Oracle:
     (run_notebook sets the submission's), a call it refuses is not computed at all. `close()`
     ends the socket, every connection left open and the worker: the kernel's oracle ends with it."""
 
-    def __init__(self, paths: set, folder: Path, timeout: float = CALL_TIMEOUT_S, *,
+    def __init__(self, paths: Iterable[str], folder: Path, timeout: float = CALL_TIMEOUT_S, *,
                  source: WorkerSource | None = None, name: str = "oracle.sock"):
-        self.paths, self.calls, self._lock = set(paths), [], threading.Lock()
-        self.timeout, self.guard = timeout, None
+        self.paths, self._lock = set(paths), threading.Lock()
+        self.calls: list[str] = []
+        self.timeout = timeout
+        self.guard: Refuser | None = None
         self.socket_path = str(Path(folder) / name)
         self._own_source = source is None
         self._source = source if source is not None else WorkerSource({p.split(":")[0] for p in self.paths})
-        self._worker, self._worker_lock, self._closed = None, threading.Lock(), False
+        self._worker: Worker | None = None
+        self._worker_lock, self._closed = threading.Lock(), False
         busy = raised(ConnectionRefusedError, f"the grader answers at most {MAX_CONNECTIONS} calls of a "
                                               "notebook at once: this one was refused").encode() + b"\n"
         self._listener = _Listener(self.socket_path, self.answer, MAX_CONNECTIONS, busy)
@@ -163,7 +175,7 @@ class Oracle:
         """Connections open now (each holds one thread)."""
         return self._listener.connections()
 
-    def close(self):
+    def close(self) -> None:
         self._closed = True
         self._listener.close()
         worker = self._worker

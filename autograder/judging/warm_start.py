@@ -24,6 +24,7 @@ import secrets
 import tempfile
 from collections import OrderedDict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autograder import phases
 from autograder.judging.judge import is_graded
@@ -32,10 +33,13 @@ from autograder.runtime.kernel_session import KernelHost, KernelSession
 from autograder.runtime.oracle_worker import WorkerSource
 from autograder.withheld import package_for
 
+if TYPE_CHECKING:
+    from nbformat import NotebookNode
+
 KEPT = 3   # hosts a worker keeps: a drop's usual opening, and the odd notebook that differs
 
 
-def opening_cells(nb) -> list[str]:
+def opening_cells(nb: NotebookNode) -> list[str]:
     """The sources of the code cells before the first answer or test cell."""
     sources = []
     for cell in nb.cells:
@@ -47,7 +51,7 @@ def opening_cells(nb) -> list[str]:
     return sources
 
 
-def imported_modules(nb) -> tuple[str, ...]:
+def imported_modules(nb: NotebookNode) -> tuple[str, ...]:
     """The modules the instructor's code cells of `nb` import at their top level, up to its last
     graded code cell (the grader runs none after it): `import a.b` gives a.b, `from a import b`
     gives a and a.b (b may be a module). A cell Python cannot parse (a line magic) gives none."""
@@ -77,7 +81,7 @@ class OpeningHost:
     """A kernel host that has run `sources`, then imported `imports` (each kernel forked from it
     finds them loaded); `session()` forks a submission's kernel from it."""
 
-    def __init__(self, sources: list[str], *, isolate: bool, files: dict[str, bytes], withheld: set | None,
+    def __init__(self, sources: list[str], *, isolate: bool, files: dict[str, bytes], withheld: set[str] | None,
                  timeout: float, imports: tuple[str, ...] = ()):
         self._scratch = tempfile.TemporaryDirectory(prefix="threeaxes-oracle-")
         self.withheld = set(withheld or ())
@@ -114,7 +118,7 @@ class OpeningHost:
     def ready(self) -> bool:
         return self.host.alive
 
-    def session(self, timeout: float) -> KernelSession:
+    def session(self, timeout: float) -> KernelSession[Oracle]:
         """A kernel forked from this host, with an oracle of its own that ends with it."""
         return KernelSession(self.host, timeout=timeout, oracle=self._oracle())
 
@@ -125,11 +129,11 @@ class OpeningHost:
         self._scratch.cleanup()
 
 
-_hosts: OrderedDict[tuple, OpeningHost] = OrderedDict()
+_hosts: OrderedDict[tuple[object, ...], OpeningHost] = OrderedDict()
 
 
-def host_for(nb, *, instructors: set[str], isolate: bool, files: dict[str, bytes], withheld: set | None,
-             timeout: float, imports: tuple[str, ...] = ()) -> OpeningHost:
+def host_for(nb: NotebookNode, *, instructors: set[str], isolate: bool, files: dict[str, bytes],
+             withheld: set[str] | None, timeout: float, imports: tuple[str, ...] = ()) -> OpeningHost:
     """The host for this notebook's opening cells, made (and run) on first use. Only the
     instructor's cells run in a host: where a student changed one, the opening is empty
     and every cell runs in the submission's own kernel. `imports`: the instructor's modules

@@ -28,9 +28,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import nbformat
+from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Bool, Float
 
@@ -38,7 +41,9 @@ from autograder import phases
 from autograder.judging import borrowed, cell_seconds, warm_start
 from autograder.judging.judge import _error as judge_error
 from autograder.judging.judge import is_graded, is_test_cell, judge_cell, notebook_names
+from autograder.judging.oracle import Oracle
 from autograder.runtime.kernel_session import KernelSession
+from autograder.runtime.messages import Output
 
 
 class JudgedExecute(Execute):
@@ -50,7 +55,7 @@ class JudgedExecute(Execute):
     cell_limit_floor = Float(cell_seconds.FLOOR_S, help="Seconds a cell may always run, however fast the "
                              "model solution's").tag(config=True)
 
-    def preprocess(self, nb, resources):
+    def preprocess(self, nb: NotebookNode, resources: dict[str, Any]) -> tuple[NotebookNode, dict[str, Any]]:
         isolate = self.isolate and os.environ.get("THREEAXES_GRADE_ISOLATE", "1") != "0"
         about = resources.get("nbgrader", {})
         assignment, notebook = about.get("assignment", ""), about.get("notebook", "")
@@ -85,7 +90,7 @@ class JudgedExecute(Execute):
                 kernel.close()
         return nb, resources
 
-    def _model_seconds(self, model, host: dict) -> dict | None:
+    def _model_seconds(self, model: NotebookNode, host: dict[str, Any]) -> dict[str, float] | None:
         try:
             return model_seconds(model, **host)
         except Exception as exc:  # noqa: BLE001 - the submission is graded all the same, under Execute.timeout
@@ -94,7 +99,7 @@ class JudgedExecute(Execute):
             return None
 
 
-def model_seconds(model, *, timeout: float, **host) -> dict[str, float] | None:
+def model_seconds(model: NotebookNode, *, timeout: float, **host: Any) -> dict[str, float] | None:
     """The seconds of each cell of the instructor's notebook `model`, graded as a submission is
     (a kernel forked from the worker's host for its opening, test cells judged here, no guard:
     the instructor's solutions may call what the students may not); None if no kernel started."""
@@ -108,7 +113,8 @@ def model_seconds(model, *, timeout: float, **host) -> dict[str, float] | None:
     return recorder.seconds
 
 
-def run_notebook(nb, kernel: KernelSession, timeout: float, guard=None, oracle=None, opening=(),
+def run_notebook(nb: NotebookNode, kernel: KernelSession[Any], timeout: float, guard: borrowed.Guard | None = None,
+                 oracle: Oracle | None = None, opening: Sequence[list[Output]] = (),
                  limits: cell_seconds.Limits | None = None, recorder: cell_seconds.Recorder | None = None) -> None:
     """Every code cell in order: the student's in the kernel, test cells here. The first
     code cells have run already where `opening` holds their outputs (autograder/judging/warm_start.py).
@@ -135,7 +141,9 @@ NOT_RUN = ("Not run when grading: no score depends on a cell after the last grad
            "Run it in your own notebook to see its output.\n")
 
 
-def _run_cells(nb, kernel, timeout, guard, oracle, opening, limits, recorder) -> None:
+def _run_cells(nb: NotebookNode, kernel: KernelSession[Any], timeout: float, guard: borrowed.Guard | None,
+               oracle: Oracle | None, opening: Sequence[list[Output]], limits: cell_seconds.Limits | None,
+               recorder: cell_seconds.Recorder | None) -> None:
     count = place = 0
     # a drop's depth after its last graded code cell (PyTorch's own API, more traces, the reveal)
     # can change no autograded score, and the written answers among it are the student's words,
@@ -185,7 +193,7 @@ def _run_cells(nb, kernel, timeout, guard, oracle, opening, limits, recorder) ->
         cell.outputs = [nbformat.from_dict(o) for o in outputs]
 
 
-def _judge(source: str, kernel: KernelSession, guard, grade_id: str) -> list[dict]:
+def _judge(source: str, kernel: KernelSession[Any], guard: borrowed.Guard | None, grade_id: str) -> list[Output]:
     """A test cell's outputs. The names it reads are fetched once: the guard looks at those
     very values (an answer that is a withheld function would run here, in the grader), and
     the judge runs the cell on them. A look that cannot be taken fails the cell."""

@@ -252,9 +252,9 @@ class KernelSession(Generic[O]):
     def __init__(self: KernelSession[KernelOracle], host: KernelHost | None = None, *, timeout: float = 90,
                  budget_s: float | None = None, oracle: None = None, **host_settings: Any) -> None: ...
 
-    @overload
+    @overload   # an oracle that may be None (OpeningHost.session's): a KernelSession[its type]
     def __init__(self, host: KernelHost | None = None, *, timeout: float = 90, budget_s: float | None = None,
-                 oracle: O, **host_settings: Any) -> None: ...
+                 oracle: O | None, **host_settings: Any) -> None: ...
 
     def __init__(self, host: KernelHost | None = None, *, timeout: float = 90, budget_s: float | None = None,
                  oracle: O | None = None, **host_settings: Any) -> None:
