@@ -34,7 +34,7 @@ def check_on_ranks(check: Callable[..., Any], world_size: int, *args: Any, timeo
     as its `__module__`) cannot stand in for it. Student functions go in
     `args` and travel by value.
     """
-    from threeaxes.launch.launcher import launch  # the package's lazy `launch` is typed `object`
+    from threeaxes.launch import launch
 
     module, name = getattr(check, "__module__", "") or "", getattr(check, "__name__", "")
     if not module.startswith("threeaxes.grading."):
