@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 
 from autograder import course
-from threeaxes.course import DROPS, MINUTES
+from threeaxes.course import COURSE_MAP, drop
 from threeaxes.sections import split
 
 ROOT = course.ROOT
@@ -65,7 +65,10 @@ def cell_minutes(cell: dict, source_nb: dict) -> float:
 
 
 def folder(number: int) -> str:
-    return next(name for n, _, _, name in DROPS if n == number)
+    name = drop(number).folder
+    if name is None:
+        raise LookupError(f"drop {number} is not written yet: give its folder in threeaxes.course.COURSE_MAP")
+    return name
 
 
 def measure(number: int, root: Path = ROOT) -> dict:
@@ -80,7 +83,7 @@ def measure(number: int, root: Path = ROOT) -> dict:
     def graded(cells: list[tuple[int, dict]]) -> list[dict]:
         return [c for _, c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
 
-    return {"drop": number, "folder": name, "promised": MINUTES[number],
+    return {"drop": number, "folder": name, "promised": drop(number).minutes,
             "core_minutes": sum(cell_minutes(c, source) for _, c in core),
             "depth_minutes": sum(cell_minutes(c, source) for _, c in depth),
             "per_cell": [(k, cell_minutes(c, source)) for k, c in core],
@@ -120,7 +123,8 @@ def problems(m: dict) -> list[str]:
 
 def main(argv: list[str]) -> int:
     found, core_total, depth_total = [], 0.0, 0.0
-    for number, *_ in DROPS:
+    for d in COURSE_MAP:
+        number = d.number
         m = measure(number)
         core_total += m["core_minutes"]
         depth_total += m["depth_minutes"]
@@ -132,7 +136,7 @@ def main(argv: list[str]) -> int:
             for k, minutes in m["per_cell"]:
                 print(f"          cell {k:3d}: {minutes:4.1f} min")
         found += problems(m)
-    print(f"all cores: {core_total:.0f} min (promised {sum(MINUTES.values())}); "
+    print(f"all cores: {core_total:.0f} min (promised {sum(d.minutes for d in COURSE_MAP)}); "
           f"all optional sections: {depth_total:.0f} min")
     for p in found:
         print(" -", p)

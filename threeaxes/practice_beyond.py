@@ -9,7 +9,7 @@ from .cost.planner import PlanResult
 
 __all__ = ["BEYOND_DROPS", "LONG_CASE", "TRADES", "long_case_plans", "q8_answer"]
 
-# the optional drops after drop 14 (their titles and minutes: threeaxes.course.DROPS)
+# the optional drops after drop 14 (their titles and minutes: threeaxes.course.COURSE_MAP)
 BEYOND_DROPS = (
     ("drop15-context-parallel", "cp: each sequence split over ranks; ring attention and "
                                 "Ulysses' all-to-all on the toy"),

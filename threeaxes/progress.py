@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from threeaxes.course import DROPS, MINUTES, course_map_markdown
+from threeaxes.course import COURSE_MAP, course_map_markdown, drop
 from threeaxes.sections import core_code_answers
 
 RECORD = ".progress.json"
@@ -80,7 +80,7 @@ def drop_status(number: int, folder: str, work: Path, done: dict) -> dict:
     passed = [a for a in answers if results(a) and all(ok is True for ok in results(a))]
     answered = [a for a in answers if a not in passed and results(a)
                 and all(ok is True or ok == ANSWERED for ok in results(a))]
-    return {"drop": number, "folder": folder, "minutes": MINUTES[number], "answers": answers,
+    return {"drop": number, "folder": folder, "minutes": drop(number).minutes, "answers": answers,
             "passed": passed, "answered": answered, "started": bool(tried),
             "done": bool(answers) and len(passed) + len(answered) == len(answers)}
 
@@ -91,7 +91,7 @@ def status(work: Path | None = None) -> list[dict]:
     if work is None:
         return []
     done = read(work)
-    return [drop_status(number, folder, work, done) for number, _, _, folder in DROPS if folder]
+    return [drop_status(d.number, d.folder, work, done) for d in COURSE_MAP if d.folder]
 
 
 def next_drop(rows: list[dict]) -> dict | None:
@@ -126,7 +126,7 @@ def course_map_with_progress(link_prefix: str = "../release/", work: Path | None
             return table + ("\n\n**Every drop's core is answered**; the answers whose checks see only "
                             "their form are graded when you submit. The practice set is next.")
         return table + "\n\n**Every drop's core checks pass.** The practice set is next."
-    title = next(t for n, _, t, _ in DROPS if n == following["drop"])
+    title = drop(following["drop"]).title
     link = f"{link_prefix}{following['folder']}/{following['folder']}.ipynb"
     return table + (f"\n\n**Next: [drop {following['drop']}, {title}]({link})**, "
                     f"about {following['minutes']} minutes.")

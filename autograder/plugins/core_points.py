@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autograder import drop_minutes
+from threeaxes.course import COURSE_MAP
 
 if TYPE_CHECKING:
     from nbgrader.api import Gradebook
@@ -63,7 +64,7 @@ def add_columns(csv_path: Path, gradebook_url: str, course_id: str | None = None
 
 def _split_of(assignment: str) -> tuple[set, set] | None:
     """(core grade ids, extra-credit grade ids) of a drop; None for an assignment not of the course."""
-    numbers = [number for number, *_, name in drop_minutes.DROPS if name == assignment]
+    numbers = [d.number for d in COURSE_MAP if d.folder == assignment]
     if not numbers:
         return None
     ids = drop_minutes.grade_ids(numbers[0])

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from autograder import course
-from threeaxes.course import DROPS
+from threeaxes.course import COURSE_MAP
 
 # Modules that still compute the root from their own file: each is to import it from
 # autograder.course; a module not listed here that does it fails the last test.
@@ -16,7 +16,7 @@ OWN_ROOT = re.compile(r"Path\(__file__\)\.resolve\(\)\.(parent\.parent|parents\[
 
 
 def test_the_drops_are_the_course_maps():
-    written = [folder for *_, folder in DROPS if folder]
+    written = [d.folder for d in COURSE_MAP if d.folder]
     assert course.drops() == sorted(written)
     assert course.graded_drops() == sorted(written), "every drop has its grading.json"
 
@@ -47,7 +47,7 @@ def test_wrong_names_are_refused_saying_what_to_give():
         course.students("drop01-x", "alice", of="release")
     with pytest.raises(LookupError, match="names 0 drops"):
         course.drop_named("drop99")
-    assert course.drop_named("drop06") == next(f for *_, f in DROPS if f and f.startswith("drop06"))
+    assert course.drop_named("drop06") == next(d.folder for d in COURSE_MAP if d.number == 6)
 
 
 def test_no_other_module_works_out_the_root_for_itself():

@@ -8,10 +8,10 @@ import re
 import pytest
 
 from autograder import drop_minutes
-from threeaxes.course import DROPS, MINUTES, POINTS, course_map_markdown
+from threeaxes.course import COURSE_MAP, course_map_markdown, drop
 
 NOT_YET_CUT = set()   # issue 34: every drop's core is cut to its minutes
-NUMBERS = [n for n, *_ in DROPS]
+NUMBERS = [d.number for d in COURSE_MAP]
 
 
 def cut(number):
@@ -33,7 +33,7 @@ def test_title_gives_the_minutes_and_optional_sections_say_going_deeper(number):
     nb = json.loads((drop_minutes.ROOT / "release" / name / f"{name}.ipynb").read_text())
     title = next("".join(c["source"]) for c in nb["cells"]
                  if c["cell_type"] == "markdown" and "".join(c["source"]).startswith(f"# Drop {number}:"))
-    assert f"About {MINUTES[number]} minutes" in title, title.splitlines()[:3]
+    assert f"About {drop(number).minutes} minutes" in title, title.splitlines()[:3]
     assert "extra credit" in title, "the title says how the optional sections' points count"
     openers = [c for c in nb["cells"] if "deeper" in c.get("metadata", {}).get("tags", [])]
     assert openers, "the depth is tagged `deeper`"
@@ -45,19 +45,20 @@ def test_title_gives_the_minutes_and_optional_sections_say_going_deeper(number):
 @pytest.mark.parametrize("number", [n for n in NUMBERS if n not in NOT_YET_CUT])
 def test_the_course_maps_points_are_the_notebooks(number):
     m = drop_minutes.measure(number)
-    assert POINTS[number] == (m["points"]["core"], m["points"]["extra"]), (
-        f"threeaxes.course.POINTS[{number}] should be {(m['points']['core'], m['points']['extra'])}")
+    assert drop(number).points == (m["points"]["core"], m["points"]["extra"]), (
+        f"drop {number}'s points in threeaxes.course.COURSE_MAP should be "
+        f"{(m['points']['core'], m['points']['extra'])}")
 
 
 def test_the_course_map_shows_each_drops_minutes_and_points():
     rows = course_map_markdown().splitlines()[2:]
-    assert len(rows) == len(DROPS)
-    for (number, *_), row in zip(DROPS, rows):
+    assert len(rows) == len(COURSE_MAP)
+    for d, row in zip(COURSE_MAP, rows):
         cells = [c.strip() for c in row.strip("|").split("|")]
-        assert cells[1] == str(number) and cells[3] == str(MINUTES[number]), row
-        assert cells[4].startswith(str(POINTS[number][0])), row
+        assert cells[1] == str(d.number) and cells[3] == str(d.minutes), row
+        assert cells[4].startswith(str(d.points[0])), row
     # the two-week plan: 6, 6, 7, 7, 7, 7, 7, 8, 7, 7, 7, 8, 8, 8 (the optional drops 15 and 16 come after)
-    assert sum(MINUTES[n] for n in range(1, 15)) == 100
+    assert sum(drop(n).minutes for n in range(1, 15)) == 100
 
 
 def notebook(*cells):
@@ -126,4 +127,4 @@ def test_grade_ids_split_the_drops_graded_cells_into_grade_and_extra_credit(numb
     points = {c["metadata"]["nbgrader"]["grade_id"]: c["metadata"]["nbgrader"]["points"] for c in nb["cells"]
               if c.get("metadata", {}).get("nbgrader", {}).get("grade")}
     assert sorted(ids["core"] + ids["extra"]) == sorted(points) and ids["core"]
-    assert (sum(points[i] for i in ids["core"]), sum(points[i] for i in ids["extra"])) == POINTS[number]
+    assert (sum(points[i] for i in ids["core"]), sum(points[i] for i in ids["extra"])) == drop(number).points

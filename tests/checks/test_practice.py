@@ -295,9 +295,9 @@ def test_q8s_case_overflows_by_its_activations_and_only_cp_divides_them():
 
 
 def test_the_practice_set_names_the_optional_drops_after_drop_14():
-    from threeaxes.course import DROPS
+    from threeaxes.course import COURSE_MAP
 
-    folders = {folder: number for number, _, _, folder in DROPS}
+    folders = {d.folder: d.number for d in COURSE_MAP}
     assert [name for name, _ in BEYOND_DROPS] == ["drop15-context-parallel",
                                                   "drop16-expert-parallel"]
     assert [folders[name] for name, _ in BEYOND_DROPS] == [15, 16]

@@ -10,7 +10,7 @@ from autograder import cases
 from autograder.course import grading_file, notebook, release
 from autograder.spec import load
 from threeaxes import progress
-from threeaxes.course import DROPS
+from threeaxes.course import drop
 from threeaxes.grading import visible
 
 DROP1 = "drop01-three-kinds-of-parallel"
@@ -58,7 +58,8 @@ def test_a_failed_then_passed_check_moves_the_drop_to_done_and_the_next_drop_up(
     shown = progress.course_map_with_progress(work=work)
     drop1_line = next(line for line in shown.splitlines() if "| 1 |" in line)
     assert drop1_line.endswith("core checks pass ✓ |"), drop1_line
-    assert f"**Next: [drop 2, {DROPS[1][2]}](../release/{DROPS[1][3]}/{DROPS[1][3]}.ipynb)**" in shown
+    title, folder = drop(2).title, drop(2).folder
+    assert f"**Next: [drop 2, {title}](../release/{folder}/{folder}.ipynb)**" in shown
 
 
 def test_a_wrong_sealed_value_of_the_right_form_is_answered_never_passed(work):
