@@ -1,23 +1,12 @@
-"""One of `make grade`'s workers: nbgrader's autograde for one submission after another.
+"""One of `make grade`'s workers: nbgrader's autograde, with the course's nbgrader_config.py and the
+given overrides, for one submission after another (nbgrader and the judge imported once).
 
     python -m autograder.apps.grade_worker <course root> [--Section.key=value ...]
 
-Reads `[assignment, student]` JSON lines on stdin and answers each with one
-line `{"success": bool, "error": str, "log": str}` once nbgrader's Autograde (the
-same converter `nbgrader autograde` runs, with the course's nbgrader_config.py
-and the given overrides) has graded it: `error` is nbgrader's traceback, `log`
-what nbgrader logged meanwhile (where the real cause is: nbgrader's own error
-only says "see the above traceback"). A submission folder that holds more than its
-notebook (autograder/one_notebook.py) is answered `{"success": false, "refused": why}`
-unread. A worker imports nbgrader and the grader's
-side of the judge once, not once per submission; the student's code never
-runs here (autograder/plugins/execute.py: it runs in a sandboxed kernel).
-
-The answers go to the grader on the stdout this process was started with; file
-descriptor 1 is then pointed at stderr (the worker's log, which grade.py keeps),
-so nothing else that prints, here or in a process started from here, can
-garble an answer. A crash writes its Python traceback to the log as well.
-"""
+It reads `[assignment, student]` JSON lines on stdin and answers each with one
+`failures.WorkerAnswer` line: `error` is nbgrader's traceback, `log` what nbgrader logged meanwhile
+(the real cause: nbgrader's error only says "see the above traceback"); a folder that holds more
+than its notebook (autograder/one_notebook.py) is answered `refused`, unread."""
 from __future__ import annotations
 
 import faulthandler
@@ -34,14 +23,18 @@ if TYPE_CHECKING:
     from autograder.apps.grade.failures import WorkerAnswer
 
 KEEP = 20000   # characters of nbgrader's traceback and log sent back per submission
-MAX_REQUEST_CHARS = 1 << 16   # one request line from grade.py
-STARTED_AT = "THREEAXES_WORKER_STARTED"   # time.time() when grade.py started this worker
+MAX_REQUEST_CHARS = 1 << 16   # one request line from the pool (apps/grade/pool.py)
+STARTED_AT = "THREEAXES_WORKER_STARTED"   # time.time() when the pool started this worker
 
 
 def main(argv: list[str] | None = None) -> None:
+    # answers go on a copy of the stdout this process was started with; fd 1 then points at stderr
+    # (the worker's log), so nothing else that prints, here or in a process started from here,
+    # can garble an answer
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    # a crash writes its Python traceback to the log as well
     faulthandler.enable(sys.stderr)
     root, *overrides = argv or sys.argv[1:]
     from traitlets.config.loader import KVArgParseConfigLoader, PyFileConfigLoader
@@ -54,17 +47,17 @@ def main(argv: list[str] | None = None) -> None:
     from autograder.apps.grade import refused
 
     api = NbGraderAPI(coursedir=CourseDirectory(config=config, root=str(Path(root).resolve())), config=config)
-    started = os.environ.get(STARTED_AT)   # grade.py's clock when it started this process
+    started = os.environ.get(STARTED_AT)   # the pool's clock when it started this process
     phases.take()
     if started:   # the first submission's phases include this worker's start
         phases.add("worker start", max(0.0, time.time() - float(started)))
     while True:
         line = sys.stdin.readline(MAX_REQUEST_CHARS + 1)
-        if not line or len(line) > MAX_REQUEST_CHARS:   # grade.py's requests: two names
+        if not line or len(line) > MAX_REQUEST_CHARS:   # the pool's requests: two names
             return
         assignment, student = json.loads(line)
         print(f"-- grading {student}/{assignment} (worker {os.getpid()})", file=sys.stderr, flush=True)
-        # checked again here, just before nbgrader copies the folder: what changed since grade.py looked
+        # checked again here, just before nbgrader copies the folder: what changed since the pool looked
         why = refused(Path(root), assignment, student)
         if why:
             said: WorkerAnswer = {"success": False, "refused": why, "error": why, "log": ""}

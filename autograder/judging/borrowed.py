@@ -1,35 +1,6 @@
-"""Points only for the student's own code: what each exercise may not call, and how a
-graded run sees a call to it.
-
-Each exercise of a drop's `grading.json` ("exercises") names the package functions
-that compute its answer or do its work ("forbid"). In a graded run:
-
-1. the student's kernel gets a copy of `threeaxes` in which each of those functions
-   of the drop has lost its body (`stub_package`): the body asks the grader for the
-   result (`threeaxes.grading.wire.oracle`), so the code is not in the kernel, under any
-   name, in any file or in any subprocess or rank the kernel starts;
-2. the grader answers those requests with its own copy (`Oracle`), in a worker process
-   with a time limit and a memory limit, requests and answers capped in size, and notes
-   each;
-3. `Guard` decides what a call may get. Until the first student-written cell runs, every
-   cell that ran is the instructor's at its own place (its place among the code cells,
-   its cell id, its grade id and its code those of the source notebook's cell there), and
-   calls are answered: a demonstration of the opening still shows its figure. From the
-   first student-written cell on (an answer cell, a test cell, or any cell the student
-   added, moved or changed), whatever is running (an instructor's cell, a hook, a thread,
-   a test), a call to a function that an exercise not yet judged forbids is refused, so
-   none of them can use it; one made while a student-written cell ran counts against
-   every such exercise, one made while a test cell ran against the test's own.
-   So does an answer that *is*, holds or wraps such a function (the grader's own, which a
-   test cell would run here): the guard looks at the very values the judge then uses, and
-   a test cell whose values it cannot look at fails. Such an exercise's test cells score
-   0 with a message naming the function and why.
-
-What it does not see: a body of the student's own that repeats the formula (that
-is their own work). An instructor's cell after the first answer that calls a function an
-open exercise forbids (an explorer) fails in the graded copy: the instructor keeps such
-calls in the opening or after the exercise's tests.
-"""
+"""Points only for the student's own code: what each exercise may not call, and how a graded run
+sees a call to it (`stub_package`, `Guard`). How and why: CONTRIBUTING.md, "Points only for the
+student's own code"."""
 from __future__ import annotations
 
 import importlib

@@ -1,17 +1,5 @@
-"""Each cell's time limit from the model solution's own time, so a loop stops in seconds.
-
-The instructor's notebook (source/<drop>/, solutions and hidden tests in it) is graded once
-per course and drop the way a submission is (the worker's warm host, a kernel forked from
-it, test cells judged in the grader), and each code cell's seconds are kept in
-.graded/cell-seconds/<drop>+<notebook>.json with the digest of the notebook they were
-measured on: the first worker to grade the drop measures, every later one and every later
-`make grade` reads them. A submission's cell then runs under
-
-    min(the course's Execute.timeout, max(FLOOR_S, FACTOR x the model solution's seconds))
-
-where its cell is the model's (an answer or test cell by grade id, any other cell by its
-code); a cell the model does not have gets the course's timeout.
-"""
+"""Each cell's time limit from the model solution's own time, so a loop stops in seconds
+(the rule and where the times are kept: CONTRIBUTING.md, "Each cell's time limit")."""
 from __future__ import annotations
 
 import contextlib
@@ -34,7 +22,7 @@ if TYPE_CHECKING:
 
 FACTOR = 10      # a student's cell may take this many times the model solution's
 FLOOR_S = 5.0    # but never less: a cell that takes 0.01 s in the model still gets a few seconds
-FOLDER = Path(".graded") / "cell-seconds"   # in the course root, beside grade.py's notes
+FOLDER = Path(".graded") / "cell-seconds"   # in the course root, beside the grading notes (apps/grade/notes.py)
 
 
 def key(cell: Mapping[str, Any]) -> str:

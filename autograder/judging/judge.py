@@ -1,15 +1,5 @@
-"""Test cells run here, in the grader, never in the student's kernel.
-
-A student's kernel can do anything to itself: blank every later cell with an
-input transformer, patch `threeaxes`, builtins or IPython, exit, loop. So when
-a submission is graded, the kernel runs only the notebook's other cells; each
-test cell (visible checks and hidden tests together) runs in this process, in a
-namespace that holds the names it reads from the notebook, fetched through
-`threeaxes.grading.wire` as data (a student's function as a `Remote` that calls
-back into the kernel). The cell's outputs are built here, so its grade is
-decided here: an error output scores 0, a last expression that is a number is
-partial credit (nbgrader's rules), anything else full marks.
-"""
+"""Test cells run here, in the grader, never in the student's kernel; why, and how a cell's
+outputs become its grade: CONTRIBUTING.md, "Test cells run in the grader"."""
 from __future__ import annotations
 
 import ast

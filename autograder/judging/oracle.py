@@ -1,11 +1,6 @@
-"""The grader's answers to one kernel's withheld calls (`autograder.withheld`).
-
-Each kernel has an oracle of its own (autograder/judging/warm_start.py makes one per submission):
-a socket that only that kernel is told of, and a worker process (autograder/runtime/oracle_worker.py,
-unprivileged) forked for it; both end with the kernel, so nothing a submission leaves queued
-is read, or charged to anyone, once the next one runs. What one kernel can make it do is
-bounded: connections at once (`MAX_CONNECTIONS`, refused at accept, before a thread exists),
-a request's line, an answer's size, a call's time and its worker's memory."""
+"""The grader's answers to one kernel's withheld calls (`autograder.withheld`): one oracle per
+kernel, ending with it, bounded in what one kernel can make it do (CONTRIBUTING.md, "A
+submission is its notebook, and each kernel has its own oracle")."""
 from __future__ import annotations
 
 import json

@@ -1,21 +1,6 @@
-"""A drop's opening cells, run once per grading worker instead of once per submission.
-
-Every submission of a drop opens with the same cells: the instructor's cells
-before the first answer, which nbgrader restores where they are locked. They
-import torch, build the toy model and launch ranks to show what each holds:
-most of a drop's run time. An `OpeningHost` runs them once, in its sandbox;
-each submission whose notebook opens with exactly those cells gets a kernel
-forked from that state (autograder/runtime/kernel_host.py), and those cells' outputs
-are copied into its notebook. A notebook that changed or added a cell before its
-first answer runs every cell in its own kernel, forked from a host that ran
-none: what it would have got without any of this.
-
-A worker keeps its last few hosts (submissions are graded drop by drop). Each
-kernel, the host's own opening cells included, has an oracle of its own (the
-grader's side of the functions its drop withholds, autograder/judging/oracle.py) that
-ends with it; the host keeps only the unprivileged process their workers are
-forked from.
-"""
+"""A drop's opening cells, run once per grading worker instead of once per submission: each
+submission whose notebook opens with them gets a kernel forked from that state (`OpeningHost`;
+CONTRIBUTING.md, "The opening cells run once per grading worker")."""
 from __future__ import annotations
 
 import atexit

@@ -1,29 +1,6 @@
-"""nbgrader's Execute step, with test cells judged outside the student's kernel.
-
-nbgrader_config.py puts `JudgedExecute` where nbgrader's own `Execute` stands
-in `Autograde.autograde_preprocessors`; everything else nbgrader does stays:
-it restores the locked and test cells (hidden tests included) from the
-source, records each test cell's score from its outputs, writes the feedback.
-What changes is who produces those outputs:
-
-* the student's cells run in a sandboxed kernel (`kernel_session`, `sandbox`),
-  forked from a host that ran the drop's opening cells once (`warm_start`);
-* each test cell runs in this process (`judge.judge_cell`), reading the
-  notebook's answers through `threeaxes.grading.wire`;
-* the code cells after the last graded code cell (a drop's depth) are not run: no
-  autograded score depends on them, and a written answer is read by a person, not
-  computed; each shows `NOT_RUN` instead of outputs.
-
-Settings (nbgrader config, command line or environment):
-
-* an exercise whose answer used a function its `grading.json` entry forbids scores 0
-  (`autograder/judging/borrowed.py`: the kernel's package holds no body for those functions);
-* `Execute.timeout` (seconds per cell) is the most a cell may run; each cell's own limit is
-  `JudgedExecute.cell_limit_factor` times the model solution's time for it, at least
-  `cell_limit_floor` seconds (`autograder/judging/cell_seconds.py`; a factor of 0: `Execute.timeout`);
-* `JudgedExecute.isolate` (default True): the sandbox; `THREEAXES_GRADE_ISOLATE=0`
-  turns it off (an instructor debugging a drop);
-"""
+"""nbgrader's Execute step, with test cells judged outside the student's kernel: `JudgedExecute`,
+which nbgrader_config.py puts where nbgrader's `Execute` stands. What it changes and why:
+CONTRIBUTING.md, from "Test cells run in the grader" to "Points only for the student's own code"."""
 from __future__ import annotations
 
 import contextlib

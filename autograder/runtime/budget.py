@@ -1,21 +1,9 @@
-"""One budget for a kernel host and everything it starts: memory, tasks and a share of CPU.
+"""One budget for a kernel host and everything it starts: memory, tasks and a share of CPU, in a
+control group (why, and where one can be made: CONTRIBUTING.md, "The sandbox a kernel runs in").
 
     budget = Budget.make()            # in the grader, before the host starts
     settings["cgroup_procs"] = budget.procs_files   # the host joins them first thing
-    ...
-    budget.remove()                   # after the host is gone
-
-Limits per process (`sandbox.LIMITS`) cap each process; a submission that starts eight
-ranks of 3 GiB, or 512 processes that spin, stays within them and still takes the machine
-from the other grading worker. A control group bounds the whole tree at once: memory
-(past it the kernel, which asks to go first, is killed, not the host or the grader), tasks
-(processes and threads), and CPU, shared equally between the hosts whatever each starts.
-
-A control group needs a machine that lets this user make one: root with cgroup v1's
-memory, pids and cpu controllers (as on these machines), or cgroup v2 where the grader's
-own group delegates them. Elsewhere `make` returns a budget that does nothing and says
-so (`how`); the limits per process still hold.
-"""
+    budget.remove()                   # after the host is gone"""
 from __future__ import annotations
 
 import os

@@ -1,19 +1,8 @@
-"""A submission's cells, run by IPython in this process: the grader's own kernel.
+"""A submission's cells, run by IPython in this process: the grader's own kernel, without ZeroMQ,
+so the process may fork between two cells (CONTRIBUTING.md, "How a submission's cells run").
 
     runner = CellRunner()
-    outputs = runner.run("print(1)\\n2")   # [stream "1\\n", execute_result "2"], as nbformat dicts
-
-It gives the grader what a Jupyter kernel gives nbclient: each cell's outputs as
-nbformat dicts (streams, displays, the cell's result, an error's traceback), from
-the same IPython shell, magics and formatters. What it leaves out is ZeroMQ: no
-sockets and no threads (IPython keeps its history in memory), so the process may
-fork between two cells. That is how a
-drop's opening cells run once per class and not once per submission
-(autograder/runtime/kernel_host.py).
-
-Grading kernels use matplotlib's Agg (MPLBACKEND in autograder/runtime/kernel_session.py),
-as the ipykernel they replace did: a figure shows as its text, not an image.
-"""
+    outputs = runner.run("print(1)\\n2")   # [stream "1\\n", execute_result "2"], as nbformat dicts"""
 from __future__ import annotations
 
 import io

@@ -1,18 +1,9 @@
-"""One submission's kernel: a child the kernel host forked, talked to over two pipes.
+"""One submission's kernel: a child the kernel host forked, talked to over two pipes
+(CONTRIBUTING.md, "How a submission's cells run").
 
     kernel = Kernel.fork(host)     # a world of its own (sandbox.enter_kernel_world)
     reply = kernel.run({"source": "x = 1", "timeout": 90})
-    kernel.stop()                  # with every process it started
-
-The child starts its own forkserver first where the drop imports threeaxes' launch
-(`_fork_a_forkserver`: a fork of itself, so its first launch is as fast as a warm one),
-then runs `serve_cells`: each cell it is sent, in the IPython shell it
-inherited from the host with the host's opening cells already run, one JSON
-line back with the outputs. The host relays and keeps the time: a cell past
-its timeout is interrupted (SIGINT, as Jupyter does); one that still does not
-answer within GRACE_S, or a kernel that exits or crashes, is stopped and its
-reply says "dead".
-"""
+    kernel.stop()                  # with every process it started"""
 from __future__ import annotations
 
 import base64

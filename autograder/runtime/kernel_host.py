@@ -1,32 +1,12 @@
-"""The process that holds a drop's kernels, inside the sandbox.
+"""The process that holds a drop's kernels, inside the sandbox; it forks one per submission
+(CONTRIBUTING.md, "How a submission's cells run").
 
     python -m autograder.runtime.kernel_host      # the settings JSON, one line, first on stdin
-
-It isolates itself first (`autograder.runtime.sandbox.isolate`), then answers the grader
-one JSON line at a time on stdin:
 
     {"source": "...", "timeout": 90}  ->  {"outputs": [...], "status": "ok" | "dead"}
     {"fork": true}                    ->  {"forked": true | false}
     {"warm": true, "imports": [...]}  ->  {"warmed": true | false}
-    {"end": true}                     ->  {"ended": true}
-
-Before its first fork it runs cells itself: a drop's opening cells, the same
-for every submission (autograder/judging/warm_start.py), and where they imported threeaxes'
-launch, what a warm forkserver holds ("warm"), so that each kernel's own
-forkserver, forked from the kernel before the student's code runs, is warm at once.
-Each fork then starts one submission's kernel from that state: a child with its
-own copy of /tmp, its own PID namespace and no privilege over the mounts
-(`sandbox.enter_kernel_world`), so nothing it does reaches this process or the
-next submission. Cells go to
-that child until "end" stops it with every process it started
-(autograder/runtime/forked_kernel.py).
-
-Replies go to the grader on a private copy of stdout; the kernels (and every
-rank they start) get /dev/null instead, so what they print never reaches the
-grader except as a cell's outputs. Everything here is as untrusted as the
-kernels: the grader reads replies as data and decides nothing from them but
-the outputs of the student's own cells.
-"""
+    {"end": true}                     ->  {"ended": true}"""
 from __future__ import annotations
 
 import _thread

@@ -1,18 +1,10 @@
 """The grader's handles on a kernel host (`autograder.runtime.kernel_host`) and its kernels.
 
-    with KernelSession(isolate=True, files={...}) as kernel:
+    host = KernelHost(isolate=True, files={...})         # the cells every submission shares, once
+    host.run_cell(opening_cell, timeout=90)
+    with KernelSession(host) as kernel:                  # a kernel forked per submission
         outputs = kernel.run_cell("x = 1", timeout=90)   # a student's cell
-        answers = kernel.answers                          # threeaxes.grading.wire.Answers
-
-    host = KernelHost(isolate=True, files={...})         # autograder/judging/warm_start.py:
-    host.run_cell(opening_cell, timeout=90)              # cells every submission shares, once,
-    with KernelSession(host) as kernel: ...              # then a kernel forked per submission
-
-Every reply is waited for at most the cell's timeout plus a margin. A kernel that
-hangs past it, exits or crashes is stopped with everything it started, and from
-then on each of its cells gets an error output and each question to `answers`
-fails: a test cell then scores 0. A host that stops answering is stopped too.
-"""
+        answers = kernel.answers                          # threeaxes.grading.wire.Answers"""
 from __future__ import annotations
 
 import contextlib

@@ -1,20 +1,10 @@
-"""The processes that compute the oracle's answers (autograder/judging/oracle.py), without root.
+"""The processes that compute the oracle's answers (autograder/judging/oracle.py), without root
+(how they are confined: CONTRIBUTING.md, "The sandbox a kernel runs in").
 
     source = WorkerSource({"threeaxes.cost.planner"})   # one per opening host: imports once
     worker = source.spawn()                               # one per kernel: a fork, milliseconds
     text = worker.ask(request_line, timeout=60)
-    worker.kill()
-
-A `WorkerSource` is a process of the grader's own that imports the withheld modules once and
-then forks a worker for each oracle, handing it the two pipes the grader talks to it on. When
-the grader is root, the source confines itself before it imports anything it serves
-(`sandbox.confine_worker`): the kernel's minimal root (system, Python environment, the
-package; no course, no gradebook, no home folders), no network, `sandbox.KERNEL_UID` (nobody)
-with no groups and no way back. Run by another user it is that user. Always: an empty
-environment, isolated Python (`-I`: no working folder, PYTHONPATH or user site on its path),
-memory, open files and core dumps limited. What a worker answers runs with the rights of an
-account that owns nothing and sees nothing of the course.
-"""
+    worker.kill()"""
 from __future__ import annotations
 
 import importlib

@@ -1,34 +1,6 @@
-"""What a submission's kernel may see and use (called by `autograder.runtime.kernel_host`).
-
-Where Linux lets a process make namespaces (most distributions, CI
-containers, not macOS), the kernel host:
-
-1. enters new mount, network, PID, IPC, UTS and cgroup namespaces (and, run by
-   any user but root, a user namespace first): the network is a loopback of
-   its own (the ranks' gloo needs it), nothing outside is reachable;
-2. changes root into a tree of its own that holds only the system's programs
-   and libraries, the Python environment and the `threeaxes` package, every
-   mount read-only all the way down (`mounts.make_read_only`), a /dev of its own with
-   five devices (`mounts.DEVICES`), /sys read-only and a fresh /tmp: the course
-   (solutions in `source/`, the gradebook, other students' submissions and
-   feedback), home folders, other submissions' scratch and any other copy of
-   the course are not in it. The kernel works in /tmp/work;
-3. gives up every privilege: run by root, it becomes `KERNEL_UID` (nobody, an
-   account that owns nothing on the machine) before anything else runs, so no
-   file, sysctl or cgroup of the machine is its to write; run by another user,
-   it stays that user, without the privilege its user namespace gave it. Then
-   a nested user namespace, so the kernel cannot undo the mounts;
-4. sets resource limits: address space, CPU seconds, file size, processes.
-
-Each submission's kernel, forked from the host (autograder/runtime/forked_kernel.py),
-then enters a world of its own (`enter_kernel_world`): a fresh /tmp that holds
-a copy of the host's work and home folders, a fresh /dev/shm, its own IPC
-namespace (no System V memory carries over), /proc of its own PID namespace
-with /proc/sys read-only, and one more nested user namespace.
-
-Where namespaces are refused, it says so in its report and keeps only the
-limits, a scratch folder and a clean environment.
-"""
+"""What a submission's kernel may see and use: namespaces, a minimal read-only root, no privilege,
+limits (called by `autograder.runtime.kernel_host`). The layers and why: CONTRIBUTING.md,
+"The sandbox a kernel runs in"."""
 from __future__ import annotations
 
 import fcntl
