@@ -1,6 +1,7 @@
 """`make grade` end to end, in a temporary copy of the course: the sample submissions, and
 beside them the ones that must not stop the class (a worker killed under one, a notebook
-that is not JSON, duplicate grade ids, a student's scripts in outputs and markdown)."""
+that is not JSON, duplicate grade ids, a student's scripts in outputs and markdown), then
+graded again; and what a failure is named by."""
 import copy
 import csv
 import io
@@ -15,15 +16,14 @@ from types import SimpleNamespace
 
 import nbformat
 import pytest
+from grade_course import DROP, one_drop_course
 from grading_harness import GRADING_FILE, revealed_hidden_tests
 
 from autograder.apps import grade
+from autograder.course import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
-
-DROP = "drop01-three-kinds-of-parallel"   # the lightest drop to grade
 KILLED = "a-killed-worker"   # sorts first: the whole class is its worker's queue
 HTML = "html-script"
 LARGE = "large-file"   # an extra file of 100 kB beside the notebook
@@ -68,10 +68,8 @@ def graded(tmp_path_factory):
         not-json              a notebook that is not JSON                not graded, named
         twice-the-same-grade-id  a test cell given another's grade id    not graded, named
     """
-    course = tmp_path_factory.mktemp("grade-script") / "course"
-    shutil.copytree(ROOT / "source" / DROP, course / "source" / DROP)
+    course = one_drop_course(tmp_path_factory.mktemp("grade-script") / "course")
     (course / "source" / DROP / "table.bin").write_bytes(os.urandom(100_000))   # data the drop ships
-    shutil.copy(ROOT / "nbgrader_config.py", course)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(grade.run, "SAMPLES", ROOT / "autograder" / "samples")
         mp.setenv("THREEAXES_GRADE_ISOLATE", "0")
@@ -283,24 +281,6 @@ def test_grading_again_after_autograded_and_feedback_were_deleted_regrades_what_
     assert grade.pending(root, todo) == [(DROP, "alice"), (DROP, "bob")]
 
 
-def test_workers_that_cannot_start_stop_the_run_with_the_reason_not_a_retry_each(tmp_path, monkeypatch):
-    """A worker that dies before it takes its submission is not the submission's doing: it
-    is started once more, and when that one dies starting too, every submission left is
-    named with why (here: a course without nbgrader_config.py), without a worker each."""
-    monkeypatch.setattr(grade.pool, "add_students", lambda root, students: None)
-    todo = [("d", "s1"), ("d", "s2"), ("d", "s3")]
-    for assignment, student in todo:   # a notebook each: nothing refuses them before a worker
-        (tmp_path / "submitted" / student / assignment).mkdir(parents=True)
-        (tmp_path / "submitted" / student / assignment / f"{assignment}.ipynb").write_text("{}")
-    out = grade.grade_submissions(tmp_path, todo, 1, progress=None)
-    assert sorted(out.failed) == todo
-    for message in out.failed.values():
-        assert "no grading worker could start (exit status 1)" in message, message
-        assert "nbgrader_config.py" in message, message
-    log = (tmp_path / grade.GRADED / grade.LOGS / "worker-1.log").read_text()
-    assert log.count("-- the worker died") == 1   # two workers started in all
-
-
 def test_a_feedback_page_nbgrader_cannot_write_names_its_student(tmp_path):
     said = ("[GenerateFeedbackApp | ERROR] There was an error processing assignment: "
             f"{tmp_path}/autograded/zoe/{DROP}\n"
@@ -326,94 +306,7 @@ def test_a_failure_names_the_real_cause_not_nbgraders_see_above():
     assert grade.cause(log) == "RuntimeError: no kernel could be started for this submission: host said no"
 
 
-def test_progress_says_the_count_the_rate_and_the_time_left():
-    import io
-
-    out = io.StringIO()
-    grade.pool.show_progress(out, 10, 40, 120.0, ("drop01", "alice"))
-    line = out.getvalue()
-    # 10 in 2 minutes: 5.0 a minute; 30 left at that rate take 6 minutes
-    assert "10/40 done, 5.0/min, 6:00 of autograding left (alice/drop01)" in line
-    grade.pool.show_progress(out, 11, 40, 120.0, ("drop01", "bob"), ok=False)
-    assert out.getvalue().endswith("(bob/drop01: not graded)\n")
-
-
 def test_grade_all_says_what_to_do_when_nothing_was_submitted(tmp_path):
     (tmp_path / "submitted").mkdir()
     with pytest.raises(SystemExit, match="make grade-demo"):
         grade.grade_all(tmp_path)
-
-
-def test_grading_kernels_do_not_prestart_the_forkserver(tmp_path, monkeypatch):
-    """Cells run back to back when grading: an early forkserver gains nothing there, and
-    costs CPU in the drops that never launch ranks."""
-    import subprocess
-
-    seen = {}
-    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: seen.update(kw["env"]))
-    grade.nbgrader(tmp_path, "autograde", "*")
-    assert seen["THREEAXES_PRESTART"] == "0"
-
-
-def test_workers_keep_to_one_drop_and_share_only_the_last():
-    """Each drop's opening cells run in a worker's kernel host (autograder/judging/warm_start.py):
-    three workers over four drops each take whole drops, in order, and join one only
-    when every drop left is held; every submission is handed out once."""
-    todo = [(drop, f"s{k}") for drop in ("d1", "d2", "d3", "d4") for k in range(4)]
-    queue, holding, taken = grade.ByDrop(todo), [None] * 3, []
-    while True:
-        rounds = [queue.take(drop) for drop in holding]
-        if not any(rounds):
-            break
-        holding = [item[0] if item else None for item in rounds]
-        taken += [(w, item) for w, item in enumerate(rounds) if item]
-    assert sorted(item for _, item in taken) == sorted(todo)
-    workers_of = {d: {w for w, (drop, _) in taken if drop == d} for d in ("d1", "d2", "d3", "d4")}
-    assert [len(workers_of[d]) for d in ("d1", "d2", "d3")] == [1, 1, 1]
-    assert [sorted(workers_of[d]) for d in ("d1", "d2", "d3")] == [[0], [1], [2]]   # the first drops first
-    assert len(workers_of["d4"]) >= 2   # the last drop is shared once the others are done
-
-
-def test_students_are_in_the_gradebook_before_any_worker_grades(tmp_path):
-    """Two workers that start on two drops begin with the same student; were each to add
-    that student to the gradebook itself, one would fail (the first run of a class of 40
-    lost s01/drop01 that way). The roster's details stay as they were."""
-    from nbgrader.api import Gradebook
-
-    shutil.copy(ROOT / "nbgrader_config.py", tmp_path)
-    url = f"sqlite:///{tmp_path}/gradebook.db"
-    grade.add_students(tmp_path, [])   # makes the gradebook (nbgrader runs `alembic` from this environment)
-    with Gradebook(url) as gb:
-        gb.add_student("ada", first_name="Ada")
-    grade.add_students(tmp_path, ["bo", "ada", "bo"])
-    grade.add_students(tmp_path, ["bo"])   # again: nothing changes
-    with Gradebook(url) as gb:
-        assert sorted(s.id for s in gb.students) == ["ada", "bo"]
-        assert gb.find_student("ada").first_name == "Ada"
-
-
-def test_a_terminated_grader_stops_its_workers_and_leaves_no_process(tmp_path):
-    """SIGTERM (a timeout, a CI runner giving up) ends `make grade` as Ctrl-C does: the
-    workers, each in a session of its own that the signal does not reach, are stopped too."""
-    import subprocess
-    import sys
-
-    course = tmp_path / "course"
-    shutil.copytree(ROOT / "source" / DROP, course / "source" / DROP)
-    shutil.copy(ROOT / "nbgrader_config.py", course)
-    grade.copy_samples(course)
-    env = {**os.environ, "THREEAXES_GRADE_ISOLATE": "0", "PYTHONPATH": str(ROOT)}
-    run = subprocess.Popen([sys.executable, "-c", "import sys; from autograder.apps import grade; "
-                            "grade.grade_all(sys.argv[1], jobs=1)", str(course)], cwd=ROOT, env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    logs = course / grade.GRADED / grade.LOGS
-    # the event, not a time: a worker has begun a submission (or the grader ended without one)
-    while not any("-- grading " in log.read_text(errors="replace") for log in logs.glob("worker-*.log")):
-        assert run.poll() is None, f"the grader ended before any worker began to grade: {run.stderr.read()[-2000:]}"
-        time.sleep(0.2)
-    run.send_signal(signal.SIGTERM)
-    _, err = run.communicate()
-    assert "stopped: " in err, err[-2000:]
-    time.sleep(1)
-    left = subprocess.run(["pgrep", "-f", str(course)], capture_output=True, text=True).stdout.split()
-    assert not left, f"processes of the grading left behind: {left}"

@@ -13,17 +13,7 @@ FOLDERS = ("threeaxes", "autograder", "hub", "benchmarks", "tests")
 
 # Over the cap and waiting for their split. Each is a test that fails once the file is short
 # enough (strict xfail): then take it off this list.
-SPLIT_PENDING = {
-    "tests/autograder/test_borrowed.py": "split pending: one file per judging module once borrowed.py's split settles",
-    "tests/autograder/test_grade_script.py": "split pending: follows grade.py's split",
-    "tests/autograder/test_exchange.py": "split pending: follows exchange.py's split",
-    "tests/core/test_launch.py": "split pending: launch's own tests, one file per launch module",
-    "tests/core/test_launch_prestart.py": "split pending: the forkserver's start and its preload apart",
-    "tests/axes/test_tensor_parallel.py": "split pending: layers, the conjugate maps and PyTorch's API apart",
-    "tests/axes/test_sharding_pytorch.py": "split pending: FSDP and ZeRO against PyTorch's, one file each",
-    "tests/axes/test_data_parallel_overlap.py": "split pending: buckets and the overlapped wrapper apart",
-    "tests/grading_harness.py": "split pending: the course it builds apart from the students it writes",
-}
+SPLIT_PENDING: dict[str, str] = {}
 
 
 @cache

@@ -1,0 +1,15 @@
+"""Shared by the tests of `make grade` (autograder/apps/grade/): the lightest drop to grade,
+copied with the course's nbgrader_config.py into a folder of its own."""
+import shutil
+from pathlib import Path
+
+from autograder.course import ROOT
+
+DROP = "drop01-three-kinds-of-parallel"   # the lightest drop to grade
+
+
+def one_drop_course(course: Path) -> Path:
+    """`course` holding DROP's source folder and nbgrader_config.py, nothing submitted yet."""
+    shutil.copytree(ROOT / "source" / DROP, course / "source" / DROP)
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    return course
