@@ -1,13 +1,6 @@
 """Three Axes: data, tensor and pipeline parallelism on one toy transformer.
 
-One folder per axis (data_parallel/, tensor_parallel/, pipeline/, sharding/),
-launch/ (N ranks from a notebook cell), cost/ (pure cost-model functions),
-grading/ (what the nbgrader checks use), scenarios/ (the sizing drops'
-scenarios), widgets/ (calculators); small shared
-modules: dims (the (dp, tp, pp) layout), toy (the model and its data), comms
-(every collective, traced), trace; drawings in plots, notebook display in
-display. CONTRIBUTING.md has the map and which way imports go.
-"""
+CONTRIBUTING.md has the map (one folder per axis, the shared modules) and which way imports go."""
 __version__ = "0.1.0"
 
 # Start launch's forkserver (which imports torch once for every rank) on a background

@@ -1,37 +1,9 @@
-"""Every collective the course runs goes through here, on the group of a mesh axis.
+"""Every collective the course runs goes through here, on the group of a mesh axis, traced.
 
     comms.all_reduce(grad, "dp")          # the group is the layout's dp group
     comms.send(x, dst=dims.next_rank, axis="pp")
 
-The group always comes from the axis (`dims.group(axis)`, the current layout
-when no `dims` is passed), so an event's axis is always the group it ran on;
-there is no default group and no fallback to the whole world here. (The
-data-parallel helpers and the sharding classes, given no layout and none made,
-pass `dims.dp_layout()`: the whole world as one dp axis, as PyTorch does.)
-
-Each call emits one `threeaxes.trace.Event` (op, axis, the group's global
-ranks, bytes, start, end) into the traces being recorded.
-
-Bytes, one convention for every op: S, the size of the whole tensor the
-collective is about, as one rank sees it:
-
-    all_reduce, broadcast   the tensor
-    all_gather              the gathered output (n times the local shard)
-    reduce_scatter          the full input (n times the shard kept)
-    send, recv              the message
-    all_to_all              the whole input (n equal chunks, chunk j for the j-th rank
-                            of the group; this rank's own chunk never leaves it)
-
-This is the S of `threeaxes.cost.network`'s table, so for every op but
-broadcast `network.bytes_sent_per_gpu(event.op, event.bytes, len(event.group))`
-is what the ring algorithm (or the one message of a send/recv) puts on the
-wire per rank; for all_to_all it is the (n - 1)/n S of the n - 1 chunks sent
-to the others (the pairwise exchange).
-
-Beyond the three axes, cp and ep run here too, each on a one-axis layout passed
-as `dims=` (`threeaxes.extra_axes.axis_layout("cp")`): the whole world, or one
-process group, as that axis. Without one, naming "cp" or "ep" says how to make it.
-"""
+Where the group comes from, and the bytes each event counts: CONTRIBUTING.md, "Collectives"."""
 from __future__ import annotations
 
 import contextlib
@@ -233,7 +205,7 @@ def all_to_all(tensor: torch.Tensor, axis: str, *, dims: Layout | None = None, d
     """Split `tensor` into n equal chunks along `dim`; chunk j goes to the j-th rank of the
     `axis` group, and the result concatenates, in axis order along `dim`, the chunk each rank
     sent here. (Ulysses exchanges heads for sequence with it; expert parallelism sends each
-    token to its expert's rank.) Traced with bytes = the whole input (the module docstring)."""
+    token to its expert's rank.) Traced with bytes = the whole input (CONTRIBUTING.md, "Collectives")."""
     axis, dims = _layout(axis, dims)
     n, group = dims.size(axis), dims.group(axis)
     if tensor.shape[dim] % n:

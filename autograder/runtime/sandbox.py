@@ -53,7 +53,7 @@ LIMITS = {  # per process, inherited by the kernel and its ranks
 
 
 def isolate(settings: HostSettings) -> SandboxReport:
-    """Isolate this process (see the module docstring); returns what was done."""
+    """Isolate this process (the layers: CONTRIBUTING.md, "The sandbox a kernel runs in"); returns what was done."""
     report: SandboxReport = {"namespaces": False, "limits": {}}
     if settings.get("isolate"):
         root = os.getuid() == 0

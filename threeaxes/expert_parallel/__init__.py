@@ -1,16 +1,8 @@
 """Expert parallelism from scratch: a mixture-of-experts toy, its experts spread over ep ranks.
-
-    config.py    MoEConfig: experts, choices per token, capacity factor
-    routing.py   top-k choice, capacity, slots, dispatch and combine (one process, plain ops)
-    experts.py   Experts, MoELayer, MoEToy: the single-process reference
-    exchange.py  the all-to-all as an autograd map (backward: the same all-to-all)
-    layer.py     ExpertParallelMoE, expert_parallel_toy: experts split, tokens sent and back
-    traffic.py   the all-to-all bytes per rank per MoE layer, by formula
-    measure.py   one traced step on launched ranks; bytes and load read back
-
-Every collective goes through `threeaxes.comms` on the "ep" axis of
-`threeaxes.extra_axes.axis_layout("ep")`.
-"""
+config.py (MoEConfig), routing.py (top-k, capacity, dispatch and combine in one process),
+experts.py (the single-process reference), exchange.py (the all-to-all as an autograd map),
+layer.py (ExpertParallelMoE), traffic.py (the all-to-all bytes by formula), measure.py (a
+traced step on launched ranks). Every collective goes through `threeaxes.comms` on "ep"."""
 from threeaxes.expert_parallel.config import MoEConfig
 from threeaxes.expert_parallel.experts import Experts, MoELayer, MoEToy, moe_layers, skew_router_
 from threeaxes.expert_parallel.layer import (

@@ -1,25 +1,8 @@
-"""What a student's kernel needs for the nbgrader test cells: plain values, runs on
-fresh ranks, the visible checks (`visible.py`, `visible_config.py`: stored cases, no
-reference answer). The references the hidden tests judge with are on the
-instructor's side (`autograder/references/`); the sizing drops' scenarios, which the
-checks judge answers in, are course content (`threeaxes.scenarios`). The kernel's
-side of the grader's protocol (reading answers as data, asking for a withheld
-function) is `wire/`.
-
-Two rules:
-
-1. **Answers become plain values before any comparison.** `as_number`,
-   `as_int`, `as_choice` and `as_int_tuple` accept only real numbers, strings
-   and tuples of ints (or a 0-d tensor / numpy scalar, read with `.item()`).
-   An object whose `__eq__` always returns True is rejected before it can
-   compare equal to anything.
-2. **Code answers are run on fresh ranks.** `check_on_ranks` starts new worker
-   processes with `threeaxes.launch`; the student's function travels by value,
-   the runner is imported fresh inside each worker, and only plain values
-   (bools, floats, strings, lists, dicts) come back, to be judged by the caller.
-
-Every failure is an `AssertionError` whose message says what to change.
-"""
+"""What a student's kernel needs for the nbgrader test cells: plain values (`as_number`, ...), runs
+on fresh ranks (`check_on_ranks`), the visible checks (`visible.py`, `visible_config.py`: stored
+cases, no reference answer) and the kernel's side of the grader's protocol (`wire/`). Its rules:
+CONTRIBUTING.md, "Graded cells". Every failure is an `AssertionError` whose message says what to
+change."""
 from __future__ import annotations
 
 import math

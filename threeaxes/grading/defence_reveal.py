@@ -1,13 +1,5 @@
 """The reveal of drops 13 and 14's defence: the student's numbers for their own `my_config`
-and their verdict on the rivals, beside the cost model's, with what is off named.
-
-It runs in the reveal, after the defence's test cells, where the planner may be called. The
-cost model's figures are counted here as the grader counts them (`autograder/references/
-defence.py`; tests/checks/test_defence_reveal.py keeps the two equal); the visible check before the
-graded answer sees only the form (`threeaxes.grading.defence`).
-
-    defence_reveal.beside(SCENARIO, my_config, my_defence, drop13.RIVALS, rivals)
-"""
+and their verdict on the rivals, beside the cost model's, with what is off named."""
 from __future__ import annotations
 
 import math
@@ -92,7 +84,15 @@ def _close(a: float, b: float, rel: float) -> bool:
 
 
 def what_is_off(key: str, got: float, want: float, config: dict[str, Any]) -> str:
-    """A number's usual slips, told by how it relates to the cost model's; else the factor."""
+    """A number's usual slips, told by how it relates to the cost model's; else the factor.
+
+    It runs in the reveal, after the defence's test cells, where the planner may be called. The
+    cost model's figures are counted here as the grader counts them (`autograder/references/
+    defence.py`; tests/checks/test_defence_reveal.py keeps the two equal); the visible check before the
+    graded answer sees only the form (`threeaxes.grading.defence`).
+
+        defence_reveal.beside(SCENARIO, my_config, my_defence, drop13.RIVALS, rivals)
+    """
     p, tp, dp = config["pp"], config["tp"], config["dp"]
     m = None
     if want and _close(got, want * GIB_OVER_GB, NUMBER_REL[key]):

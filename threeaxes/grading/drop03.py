@@ -1,16 +1,4 @@
-"""Drop 3 on the student's side: the runners of its exercises.
-
-`column_split_outputs` runs a student's `column_parallel_matmul(x, w, dims)` on
-fresh tp ranks and sends back what it returned, as plain numbers, with the
-collectives it made: no verdict is decided on a rank, since ranks started from a
-student's notebook run there. The grader compares them with the column split it
-slices itself (`autograder/references/drop03.py`); the visible check compares
-them with stored cases (`threeaxes.grading.visible`).
-
-`tp_block_collectives` is a measurement the grader makes on ranks of its own (no
-student code runs there): the all-reduces of one tensor-parallel block, counted
-and sized by the trace.
-"""
+"""Drop 3 on the student's side: the runners of its exercises."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -28,7 +16,19 @@ __all__ = ["exercise_tensors", "column_split_outputs", "tp_block_collectives"]
 
 def exercise_tensors(tokens: int, d_in: int, d_out: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """The (x, w) every rank of the column-split exercise receives: x (tokens,
-    d_in) and w (d_in, d_out), float64 from a fixed seed, the same on every rank."""
+    d_in) and w (d_in, d_out), float64 from a fixed seed, the same on every rank.
+
+    `column_split_outputs` runs a student's `column_parallel_matmul(x, w, dims)` on
+    fresh tp ranks and sends back what it returned, as plain numbers, with the
+    collectives it made: no verdict is decided on a rank, since ranks started from a
+    student's notebook run there. The grader compares them with the column split it
+    slices itself (`autograder/references/drop03.py`); the visible check compares
+    them with stored cases (`threeaxes.grading.visible`).
+
+    `tp_block_collectives` is a measurement the grader makes on ranks of its own (no
+    student code runs there): the all-reduces of one tensor-parallel block, counted
+    and sized by the trace.
+    """
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(tokens, d_in, dtype=torch.float64, generator=gen)
     w = torch.randn(d_in, d_out, dtype=torch.float64, generator=gen)

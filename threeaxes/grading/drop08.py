@@ -1,16 +1,4 @@
-"""Drop 8 on the grader's side of the ranks: what a real layout and a real step measure.
-
-`check_on_ranks` starts only functions of `threeaxes.grading`, so the two rank
-functions the hidden tests trust live here. Neither runs any student code, and
-both send back raw plain values for the grader to compare with an answer
-(`autograder/references/drop08.py`):
-
-* `mesh_layout_groups`: the groups and pipeline neighbours the DeviceMesh built;
-* `traced_counts`: the collectives each rank's trace counted in one real step.
-
-Each measures what an exercise asks the student to work out, so each is on that
-exercise's list of what an answer may not call (grading.json, "forbid").
-"""
+"""Drop 8 on the grader's side of the ranks: what a real layout and a real step measure."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -21,7 +9,19 @@ __all__ = ["mesh_layout_groups", "traced_counts"]
 
 def mesh_layout_groups(rank: int, world_size: int, dp: int, tp: int, pp: int) -> dict[str, list[int] | int | None]:
     """On fresh ranks: the groups and pipeline neighbours the DeviceMesh built for this
-    rank, as plain lists and ints. No student code runs here: the grader's reference."""
+    rank, as plain lists and ints. No student code runs here: the grader's reference.
+
+    `check_on_ranks` starts only functions of `threeaxes.grading`, so the two rank
+    functions the hidden tests trust live here. Neither runs any student code, and
+    both send back raw plain values for the grader to compare with an answer
+    (`autograder/references/drop08.py`):
+
+    * `mesh_layout_groups`: the groups and pipeline neighbours the DeviceMesh built;
+    * `traced_counts`: the collectives each rank's trace counted in one real step.
+
+    Each measures what an exercise asks the student to work out, so each is on that
+    exercise's list of what an answer may not call (grading.json, "forbid").
+    """
     import torch.distributed as dist
 
     from threeaxes.dims import ParallelDims

@@ -1,14 +1,4 @@
-"""Drop 9 on the student's side: the runners of the shard-and-gather exercise.
-
-Both run a student's functions on fresh ranks and send back raw values, never a
-verdict, since ranks started from a student's notebook run there:
-
-* `gather_flat_results`: each rank's stored shard through the student's
-  `gather_flat`: what came back and the collectives it made (the visible check
-  compares them with stored cases, `threeaxes.grading.visible`);
-* `shard_gather_raw`: the student's `shard_flat` then `gather_flat` on vectors
-  the grader drew (the hidden test judges them, `autograder/references/drop09.py`).
-"""
+"""Drop 9 on the student's side: the runners of the shard-and-gather exercise."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -57,7 +47,17 @@ def shard_gather_raw(rank: int, world_size: int, shard_flat: Callable[..., Any],
                      vectors: Iterable[list[float]]) -> tuple[dict[str, Any], ...]:
     """On fresh ranks (dp = world_size), for each flat vector: this rank's shard, what
     gather_flat gave back and the collectives it made as (op, axis), or the error raised.
-    Raw values only: the grader judges them (`gather_mistake`)."""
+    Raw values only: the grader judges them (`gather_mistake`).
+
+    Both run a student's functions on fresh ranks and send back raw values, never a
+    verdict, since ranks started from a student's notebook run there:
+
+    * `gather_flat_results`: each rank's stored shard through the student's
+      `gather_flat`: what came back and the collectives it made (the visible check
+      compares them with stored cases, `threeaxes.grading.visible`);
+    * `shard_gather_raw`: the student's `shard_flat` then `gather_flat` on vectors
+      the grader drew (the hidden test judges them, `autograder/references/drop09.py`).
+    """
     import torch
 
     from threeaxes import comms, trace

@@ -1,20 +1,4 @@
-"""Points only for the student's own code: the visible check's half.
-
-Each graded exercise names the package functions its answer may not call (its
-drop's grading.json, "exercises"; `own_work_data.py` beside this file is a
-copy that travels with the package, written by `python -m autograder.judging.borrowed`).
-When a submission is graded, the kernel holds no body for them and a call costs
-the exercise its points (autograder/judging/borrowed.py). While a student works, the
-first line of each test cell says the same thing, so nobody learns of it from
-the grade:
-
-    own_work.check("drop05", "all_reduce_sizes_answer")
-
-It reads the answer cell as the student last ran it (the newest cell that
-carries a "# Graded on your own ...:" line: code, work, choice or arithmetic) and looks for a forbidden function
-there: by name, as an attribute, imported, or spelled out in a string. It is a
-hint, not the grade: the graded run sees every route, this one the plain ones.
-"""
+"""Points only for the student's own code: the visible check's half."""
 from __future__ import annotations
 
 import ast
@@ -57,7 +41,23 @@ def message(name: str, where: str, why: str, may: str) -> str:
 
 @in_one_line
 def check(drop: str, answer: str) -> None:
-    """AssertionError (the grader's message) if the answer cell last run calls a forbidden name."""
+    """AssertionError (the grader's message) if the answer cell last run calls a forbidden name.
+
+    Each graded exercise names the package functions its answer may not call (its
+    drop's grading.json, "exercises"; `own_work_data.py` beside this file is a
+    copy that travels with the package, written by `python -m autograder.judging.borrowed`).
+    When a submission is graded, the kernel holds no body for them and a call costs
+    the exercise its points (autograder/judging/borrowed.py). While a student works, the
+    first line of each test cell says the same thing, so nobody learns of it from
+    the grade:
+
+        own_work.check("drop05", "all_reduce_sizes_answer")
+
+    It reads the answer cell as the student last ran it (the newest cell that
+    carries a "# Graded on your own ...:" line: code, work, choice or arithmetic) and looks for a forbidden function
+    there: by name, as an attribute, imported, or spelled out in a string. It is a
+    hint, not the grade: the graded run sees every route, this one the plain ones.
+    """
     from threeaxes.grading.own_work_data import EXERCISES
 
     # generated data, unannotated: mypy would infer each value as list[str] | str

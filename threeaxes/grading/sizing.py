@@ -1,15 +1,4 @@
-"""Sizing configurations as plain values, on the student's side.
-
-`plain_config(answer)` turns a student's configuration into a dict of plain
-values, or fails saying what is expected. The scenarios a configuration is
-judged in are `threeaxes.scenarios` (each drop's `SCENARIO`, made by
-`threeaxes.scenarios.scenario`).
-
-What judges a configuration against the best a search finds
-(`judge_scenario`, `grade_configuration`) is on the instructor's side, in
-`autograder/references/sizing.py`; the visible check of a configuration is
-`threeaxes.grading.visible_config`.
-"""
+"""Sizing configurations as plain values, on the student's side."""
 from __future__ import annotations
 
 from typing import Any
@@ -23,7 +12,18 @@ RECOMPUTE_CHOICES = ("none", "selective", "full")
 
 
 def plain_config(answer: Any, name: str = "my_config") -> dict[str, Any]:
-    """The answer as a dict of plain values, or an AssertionError that says what to fix."""
+    """The answer as a dict of plain values, or an AssertionError that says what to fix.
+
+    `plain_config(answer)` turns a student's configuration into a dict of plain
+    values, or fails saying what is expected. The scenarios a configuration is
+    judged in are `threeaxes.scenarios` (each drop's `SCENARIO`, made by
+    `threeaxes.scenarios.scenario`).
+
+    What judges a configuration against the best a search finds
+    (`judge_scenario`, `grade_configuration`) is on the instructor's side, in
+    `autograder/references/sizing.py`; the visible check of a configuration is
+    `threeaxes.grading.visible_config`.
+    """
     from threeaxes.cost import CONFIG_KEYS
 
     if type(answer) is not dict:

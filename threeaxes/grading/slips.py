@@ -1,17 +1,5 @@
 """The reveal of a sealed diagnosis (drops 10-12): the student's value beside the cost model's,
-and the catalogued mistake it matches, named.
-
-A sealed answer's visible check sees only its form (`threeaxes.grading.visible`), so it cannot
-say what is wrong. The reveal cell, which comes after the exercise's test cell, can: it has the
-cost model's value (computed there, after the graded answer) and the pieces the value is made
-of, and each catalogued mistake is a formula over those pieces. Nothing here holds a value: the
-mistakes' sentences come from the drop's stored cases ("slips"), the numbers from the cell.
-
-    slips.beside("drop10", "oom_terms_answer", oom_terms, right, slips.oom_terms(right, model, ...))
-
-Each formula is checked against the catalogue's own code for the mistake in
-tests/checks/test_slips.py, so that a mistake named here is the one the grader names.
-"""
+and the catalogued mistake it matches, named."""
 from __future__ import annotations
 
 import math
@@ -106,7 +94,19 @@ def _whole(yours: Any, mistakes: dict[str, Any], parts: Sequence[str | None], re
 def verdicts(drop: str, answer: str, yours: Any, right: Any, mistakes: dict[str, Any],
              rel: float) -> list[tuple[str | None, Any, float, str | None]]:
     """[(part, yours, right, what to say or None where yours is right)] for each part of the
-    answer (one, None, for a single number)."""
+    answer (one, None, for a single number).
+
+    A sealed answer's visible check sees only its form (`threeaxes.grading.visible`), so it cannot
+    say what is wrong. The reveal cell, which comes after the exercise's test cell, can: it has the
+    cost model's value (computed there, after the graded answer) and the pieces the value is made
+    of, and each catalogued mistake is a formula over those pieces. Nothing here holds a value: the
+    mistakes' sentences come from the drop's stored cases ("slips"), the numbers from the cell.
+
+        slips.beside("drop10", "oom_terms_answer", oom_terms, right, slips.oom_terms(right, model, ...))
+
+    Each formula is checked against the catalogue's own code for the mistake in
+    tests/checks/test_slips.py, so that a mistake named here is the one the grader names.
+    """
     says = load(drop)[answer].get("slips", {})
     parts = [None] if type(right) is not dict else list(right)
     whole = _whole(yours, mistakes, parts, rel)     # a mistake that gives every part as the student did

@@ -1,39 +1,7 @@
-"""Visible checks: a student's answer against fixed cases stored as data.
+"""Visible checks: a student's answer against fixed cases stored as data, no reference answer
+(CONTRIBUTING.md, "The visible checks' cases"). A test cell's visible half is one line:
 
-The package a student installs holds no reference answer. Each drop's visible
-cases, with the right value and the value each catalogued mistake gives, were
-computed once on the instructor's side (`python -m autograder.cases`, from the
-references in `autograder/references/` and the mistakes in the drop's
-`grading.json`) and stored in `threeaxes/grading/cases/dropNN.json`. A test
-cell's visible half is then one line:
-
-    visible.check("drop06", "tp_wire_bytes_answer", tp_wire_bytes_per_block)
-
-It calls the student's function on each stored case (on fresh ranks where the
-exercise runs on ranks), turns what comes back into plain values, and compares:
-the right value passes and says so; the value of a catalogued mistake names
-that mistake in the student's terms; anything else says which case differs.
-
-A stored exercise:
-
-    {"call": "tp_wire_bytes_per_block",       # how the student's function is named
-     "form": "number",                        # what it returns (FORMS below)
-     "ranks": null | {"runner": "threeaxes.grading.drop06.sp_mlp_results", "world": 2},
-     "cases": [{"args": [...], "want": ..., "mistakes": {"<name>": ...}}],
-     "mistakes": {"<name>": "what the student did, and what to do instead"},
-     "passed": "what to print when every case is right ({want} is the first case's value)"}
-
-An exercise whose answer is one fixed value (a number, a table of choices) is
-"sealed": the package stores only its form (`shape`: a positive number, a dict
-with these keys, a string), which the check compares; its value is checked only
-when the notebook is graded, by the test cell's hidden half, so nothing a
-student installs gives it away.
-
-Tensors come back from ranks as long lists of floats; they are stored as a
-`signature` (length, sum, sum of squares, a fixed weighted sum), compared to a
-relative 1e-9: two different results agreeing on all four is not a slip a
-student can make by accident.
-"""
+    visible.check("drop06", "tp_wire_bytes_answer", tp_wire_bytes_per_block)"""
 from __future__ import annotations
 
 import importlib
@@ -82,7 +50,27 @@ def check(drop: str, answer: str, student: Any, *, part: Any = None, show: bool 
     `part` (a dict key or a tuple index, or a list of them): compare only that part
     of each value, for an exercise whose answer several test cells grade a part each
     (a tuple's counts in one cell, its bytes in the next), so that a slip in one part
-    does not fail the other part's cell."""
+    does not fail the other part's cell.
+
+    It calls the student's function on each stored case (on fresh ranks where the
+    exercise runs on ranks), turns what comes back into plain values, and compares:
+    the right value passes and says so; the value of a catalogued mistake names
+    that mistake in the student's terms; anything else says which case differs.
+
+    A stored exercise:
+
+        {"call": "tp_wire_bytes_per_block",       # how the student's function is named
+         "form": "number",                        # what it returns (FORMS)
+         "ranks": null | {"runner": "threeaxes.grading.drop06.sp_mlp_results", "world": 2},
+         "cases": [{"args": [...], "want": ..., "mistakes": {"<name>": ...}}],
+         "mistakes": {"<name>": "what the student did, and what to do instead"},
+         "passed": "what to print when every case is right ({want} is the first case's value)"}
+
+    Tensors come back from ranks as long lists of floats; they are stored as a
+    `signature` (length, sum, sum of squares, a fixed weighted sum), compared to a
+    relative 1e-9: two different results agreeing on all four is not a slip a
+    student can make by accident.
+    """
     spec = load(drop)[answer]
     rel = spec.get("rel", REL)
     pick = (lambda v: v) if part is None else (lambda v: _pick(v, part))

@@ -1,37 +1,5 @@
 """The visible check of a configuration exercise (drops 10 to 14: `fix_config`,
-`new_layout`, `my_config`).
-
-There is no single right configuration: any layout that follows the rules,
-fits in memory and runs near the fastest one scores in full. So this check
-evaluates the student's own dict with the library's public `plan` (which
-students may call too) in the drop's scenario, and compares it with data
-computed once on the instructor's side by the search
-(`python -m autograder.apps.config_cases`, stored in
-`threeaxes/grading/cases/dropNN.config.json`): the fastest fitting layout's
-step time, and the margin within which a layout earns full marks. The best
-layout itself is not stored. The hidden test judges again with the search.
-
-A stored exercise:
-
-    {"name": "fix_config",                          # the variable the answer binds
-     "scenario": "threeaxes.scenarios.drop10.SCENARIO",
-     "best_step_s": 4.3, "margin": 0.1,
-     "micro_batch": null | 1,                       # a micro-batch size the scenario fixes
-     "bubble_target": null | 0.25,                  # an idle share the layout must stay under
-     "mistakes": [{"name", "rule", "when", "says"}],
-     "passed": "..."}
-
-Each catalogued mistake breaks one rule: one of `threeaxes.cost.violations`'
-("gpus", "tp_heads", "tp_kv_heads", "tp_node", "pp_layers", "zero_pp",
-"batch_dp", "micro_batch", "interleave"), or "memory" (does not fit), or
-"micro_batch_fixed", "bubble" (the scenario's own targets), or "slow" (fits,
-more than the margin slower than the best). `when` (optional) narrows it to
-configurations holding those values, e.g. the very layout that crashed. A
-broken rule fails the check naming each mistake it matches; "slow",
-"bubble" and "micro_batch_fixed" only print (a slow layout loses part of the
-points, not all, and the scenario's own targets are another test cell's:
-that cell passes them in `fail_on`).
-"""
+`new_layout`, `my_config`)."""
 from __future__ import annotations
 
 import importlib
@@ -138,7 +106,39 @@ def check(drop: str, answer: str, config: Any, fail_on: Collection[str] = (), po
     whether it is slower than full marks allow (the points are the hidden test's to give).
     `fail_on`: rules of PRINTED_ONLY that this test cell's points hang on (drop 12's
     bubble target and micro-batch), which then fail too. `points`: what the test cell is worth,
-    for the line that says what a slower layout earns."""
+    for the line that says what a slower layout earns.
+
+    There is no single right configuration: any layout that follows the rules,
+    fits in memory and runs near the fastest one scores in full. So this check
+    evaluates the student's own dict with the library's public `plan` (which
+    students may call too) in the drop's scenario, and compares it with data
+    computed once on the instructor's side by the search
+    (`python -m autograder.apps.config_cases`, stored in
+    `threeaxes/grading/cases/dropNN.config.json`): the fastest fitting layout's
+    step time, and the margin within which a layout earns full marks. The best
+    layout itself is not stored. The hidden test judges again with the search.
+
+    A stored exercise:
+
+        {"name": "fix_config",                          # the variable the answer binds
+         "scenario": "threeaxes.scenarios.drop10.SCENARIO",
+         "best_step_s": 4.3, "margin": 0.1,
+         "micro_batch": null | 1,                       # a micro-batch size the scenario fixes
+         "bubble_target": null | 0.25,                  # an idle share the layout must stay under
+         "mistakes": [{"name", "rule", "when", "says"}],
+         "passed": "..."}
+
+    Each catalogued mistake breaks one rule: one of `threeaxes.cost.violations`'
+    ("gpus", "tp_heads", "tp_kv_heads", "tp_node", "pp_layers", "zero_pp",
+    "batch_dp", "micro_batch", "interleave"), or "memory" (does not fit), or
+    "micro_batch_fixed", "bubble" (the scenario's own targets), or "slow" (fits,
+    more than the margin slower than the best). `when` (optional) narrows it to
+    configurations holding those values, e.g. the very layout that crashed. A
+    broken rule fails the check naming each mistake it matches; "slow",
+    "bubble" and "micro_batch_fixed" only print (a slow layout loses part of the
+    points, not all, and the scenario's own targets are another test cell's:
+    that cell passes them in `fail_on`).
+    """
     from threeaxes.cost import GB
 
     spec = load(drop)[answer]

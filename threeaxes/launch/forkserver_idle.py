@@ -1,26 +1,4 @@
-"""Inside launch's forkserver: import the rest of what ranks use while no launch is waiting.
-
-The forkserver imports ``prestart.PRELOAD`` (torch, torch.distributed, the rank
-side of launch, then this module) before it forks its first rank. Everything else
-the ranks often need (``prestart.DEFERRED``: sympy, torch._dynamo, ... another
-1-2 s) is imported here afterwards, one module at a time, and only while no fork
-request is waiting, so a launch that comes early is served at once instead of
-waiting for all of it. A rank forked before a module is imported imports it itself
-if it needs it, exactly as it would without a forkserver.
-
-How: the server's loop (``multiprocessing.forkserver.main``) builds one
-``selectors.DefaultSelector()`` after its preload and then blocks in its
-``select()``. Importing this module during the preload swaps in a selector whose
-``select()`` first looks whether a request is waiting (just after one, it gives
-the next ``IDLE_AFTER_S``); while none is, it imports the next deferred module.
-Everything runs on the server's one thread, between forks, so no rank is ever
-forked in the middle of an import. The swap is undone as soon as the server has
-built its selector, so nothing else (ranks included) ever gets it.
-When the last deferred module is imported, the server says so with a file beside
-its socket (``prestart.warm_marker``); launch waits for it unless fn is light.
-
-Imported anywhere else (a test, a rank), this module changes nothing.
-"""
+"""Inside launch's forkserver: import the rest of what ranks use while no launch is waiting."""
 
 from __future__ import annotations
 
@@ -96,7 +74,29 @@ def _mark_warm() -> None:
 
 
 def install() -> None:
-    """In the forkserver's preload: make its selector import DEFERRED while idle."""
+    """In the forkserver's preload: make its selector import DEFERRED while idle.
+
+    The forkserver imports ``prestart.PRELOAD`` (torch, torch.distributed, the rank
+    side of launch, then this module) before it forks its first rank. Everything else
+    the ranks often need (``prestart.DEFERRED``: sympy, torch._dynamo, ... another
+    1-2 s) is imported here afterwards, one module at a time, and only while no fork
+    request is waiting, so a launch that comes early is served at once instead of
+    waiting for all of it. A rank forked before a module is imported imports it itself
+    if it needs it, exactly as it would without a forkserver.
+
+    How: the server's loop (``multiprocessing.forkserver.main``) builds one
+    ``selectors.DefaultSelector()`` after its preload and then blocks in its
+    ``select()``. Importing this module during the preload swaps in a selector whose
+    ``select()`` first looks whether a request is waiting (just after one, it gives
+    the next ``IDLE_AFTER_S``); while none is, it imports the next deferred module.
+    Everything runs on the server's one thread, between forks, so no rank is ever
+    forked in the middle of an import. The swap is undone as soon as the server has
+    built its selector, so nothing else (ranks included) ever gets it.
+    When the last deferred module is imported, the server says so with a file beside
+    its socket (``prestart.warm_marker``); launch waits for it unless fn is light.
+
+    Imported anywhere else (a test, a rank), this module changes nothing.
+    """
     import multiprocessing
 
     global _server_pid

@@ -1,32 +1,6 @@
 """Run one function on N ranks from a notebook cell.
 
-    results = launch(fn, 4, x)   # fn(rank, 4, x) on ranks 0..3; the results in rank order
-
-How it works, phase by phase:
-
-* Rendezvous. The caller opens a TCPStore on port 0, so the OS picks a free port and
-  parallel launches never collide; each rank joins the default process group through
-  it (gloo on CPU, NCCL with one GPU per rank).
-* Spawn. Ranks fork from a multiprocessing forkserver that has imported torch once,
-  so a warm launch takes a tenth of a second instead of seconds. In a Jupyter kernel
-  that server starts in the background as soon as ``threeaxes`` is imported, so the
-  first launch finds it ready too (``prestart.py``; ``THREEAXES_PRESTART=0`` turns
-  this off, ``=1`` turns it on outside kernels). The server accepts once it has torch
-  and torch.distributed and imports the rest while idle (``forkserver_idle.py``); a
-  launch that comes before that rest is in waits for it, unless its function needs
-  nothing more (``payload_modules.py``). fn and its arguments are pickled by value
-  (cloudpickle): notebook functions, closures and lambdas work.
-* Wait loop. Each rank has a pipe to the caller (``local.py``; the rank's end is
-  ``worker.py``). What a rank prints comes back over it line by line and is printed
-  here as ``[rank r] ...`` (in Jupyter only the kernel's own output reaches the cell),
-  then its result, or its traceback, which is raised here at once as RankError.
-* Teardown. Whatever happened (success, error, timeout, interrupt) every rank is
-  stopped before launch returns; a rank whose caller dies exits on its own, because
-  its pipe to the caller closes.
-
-Under torchrun (RANK and WORLD_SIZE set) nothing is spawned: fn runs in this process
-on the real group, and every rank's result is gathered to every rank.
-"""
+    results = launch(fn, 4, x)   # fn(rank, 4, x) on ranks 0..3; the results in rank order"""
 
 from __future__ import annotations
 
@@ -71,6 +45,31 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float =
     Under torchrun, fn runs in this process on the real group instead, and the list
     holds every rank's result (gathered with all_gather_object); there, torchrun owns
     the processes, so ``timeout`` and output prefixes are torchrun's business.
+
+    How it works, phase by phase:
+
+    * Rendezvous. The caller opens a TCPStore on port 0, so the OS picks a free port and
+      parallel launches never collide; each rank joins the default process group through
+      it (gloo on CPU, NCCL with one GPU per rank).
+    * Spawn. Ranks fork from a multiprocessing forkserver that has imported torch once,
+      so a warm launch takes a tenth of a second instead of seconds. In a Jupyter kernel
+      that server starts in the background as soon as ``threeaxes`` is imported, so the
+      first launch finds it ready too (``prestart.py``; ``THREEAXES_PRESTART=0`` turns
+      this off, ``=1`` turns it on outside kernels). The server accepts once it has torch
+      and torch.distributed and imports the rest while idle (``forkserver_idle.py``); a
+      launch that comes before that rest is in waits for it, unless its function needs
+      nothing more (``payload_modules.py``). fn and its arguments are pickled by value
+      (cloudpickle): notebook functions, closures and lambdas work.
+    * Wait loop. Each rank has a pipe to the caller (``local.py``; the rank's end is
+      ``worker.py``). What a rank prints comes back over it line by line and is printed
+      here as ``[rank r] ...`` (in Jupyter only the kernel's own output reaches the cell),
+      then its result, or its traceback, which is raised here at once as RankError.
+    * Teardown. Whatever happened (success, error, timeout, interrupt) every rank is
+      stopped before launch returns; a rank whose caller dies exits on its own, because
+      its pipe to the caller closes.
+
+    Under torchrun (RANK and WORLD_SIZE set) nothing is spawned: fn runs in this process
+    on the real group, and every rank's result is gathered to every rank.
     """
     _check_args(fn, world_size, timeout, backend)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:

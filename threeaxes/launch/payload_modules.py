@@ -1,21 +1,4 @@
-"""Does a launch need more than torch and torch.distributed? Read from its pickle.
-
-launch's forkserver serves ranks as soon as it has imported torch, torch.distributed
-and launch's rank side (``prestart.PRELOAD``); the rest (``prestart.DEFERRED``:
-sympy, torch._dynamo, ...) follows while it is idle. A rank forked before that rest
-is in, which then needs it (torch.optim's first step imports torch._dynamo), imports
-it itself: four ranks pay four times what the server would have paid once.
-
-So launch forks early only a function that is *light*: one whose pickle names no
-module but torch, torch.distributed and the standard library. Everything else (any
-``threeaxes`` module, torch.optim, torch.nn, DTensor, ...) waits for the warm server,
-as every launch did before. A wrong guess costs time, never correctness: a light
-function that needs more imports it in each rank, a heavy one waits as before.
-
-The names come from the pickle's strings: module references (cloudpickle's
-``subimport('torch')``, a class's module) and the names a by-value function's code
-uses, so ``torch.optim.SGD`` in a notebook function shows up as ``torch`` then ``optim``.
-"""
+"""Does a launch need more than torch and torch.distributed? Read from its pickle."""
 
 from __future__ import annotations
 
@@ -32,7 +15,24 @@ TORCH_LEAN = frozenset({
 
 def modules_named(payload: bytes) -> set[str]:
     """Modules (already imported here) that the pickle ``payload`` names, with the
-    submodules reached by attribute from them (``torch`` + ``optim`` -> ``torch.optim``)."""
+    submodules reached by attribute from them (``torch`` + ``optim`` -> ``torch.optim``).
+
+    launch's forkserver serves ranks as soon as it has imported torch, torch.distributed
+    and launch's rank side (``prestart.PRELOAD``); the rest (``prestart.DEFERRED``:
+    sympy, torch._dynamo, ...) follows while it is idle. A rank forked before that rest
+    is in, which then needs it (torch.optim's first step imports torch._dynamo), imports
+    it itself: four ranks pay four times what the server would have paid once.
+
+    So launch forks early only a function that is *light*: one whose pickle names no
+    module but torch, torch.distributed and the standard library. Everything else (any
+    ``threeaxes`` module, torch.optim, torch.nn, DTensor, ...) waits for the warm server,
+    as every launch did before. A wrong guess costs time, never correctness: a light
+    function that needs more imports it in each rank, a heavy one waits as before.
+
+    The names come from the pickle's strings: module references (cloudpickle's
+    ``subimport('torch')``, a class's module) and the names a by-value function's code
+    uses, so ``torch.optim.SGD`` in a notebook function shows up as ``torch`` then ``optim``.
+    """
     words: set[str] = set()
     for opcode, arg, _ in pickletools.genops(payload):
         if isinstance(arg, str):

@@ -1,33 +1,4 @@
-"""Start launch's forkserver in the background as soon as ``threeaxes`` is imported.
-
-The first :func:`threeaxes.launch.launch` in a process starts a multiprocessing
-forkserver that imports torch once (``PRELOAD``, 1.5-2 s) and then, while idle, what
-ranks often need besides (``DEFERRED``: torch._dynamo, ..., another 1-2 s; see
-``threeaxes.launch.forkserver_idle``); every rank then forks from it already warm. Started
-at import time, by a daemon thread, that work overlaps with the student reading and
-running the next cells, so the first launch finds the server ready. ``import
-threeaxes`` waits for the thread to have spawned the server (``HEAD_START_S``), not
-for the server's imports.
-
-When it happens (``THREEAXES_PRESTART``):
-
-* unset or ``auto``: only in a Jupyter kernel (IPython's shell has a ``kernel``).
-  Kernels are where launches are interactive; the test suite, scripts and grading
-  helpers import threeaxes in many processes that never launch, and a server each
-  would cost them CPU for nothing.
-* ``1``: in any process (a script, a benchmark).
-* ``0``: never; the first launch starts the server itself, as before.
-
-Never on a platform without the forkserver start method (Windows), never inside the
-forkserver or a rank (the forkserver imports threeaxes: a prestart there would start
-servers without end), and never under torchrun (launch spawns nothing there).
-
-Safety: this module imports nothing heavy (no torch: importing torch on a second
-thread while the main thread imports too could hand either a half-built module).
-The thread only calls ``multiprocessing.forkserver.ensure_running()``, which holds the
-forkserver's own lock; a launch that arrives meanwhile waits on that lock and then
-uses the same server, which accepts it once it has imported PRELOAD.
-"""
+"""Start launch's forkserver in the background as soon as ``threeaxes`` is imported."""
 
 from __future__ import annotations
 
@@ -142,7 +113,36 @@ def _inside_forkserver() -> bool:
 
 def on_import() -> None:
     """Called by ``threeaxes/__init__``: decide, and start if so. Never raises; waits at
-    most HEAD_START_S, for the thread to have spawned the server (see there)."""
+    most HEAD_START_S, for the thread to have spawned the server (see there).
+
+    The first :func:`threeaxes.launch.launch` in a process starts a multiprocessing
+    forkserver that imports torch once (``PRELOAD``, 1.5-2 s) and then, while idle, what
+    ranks often need besides (``DEFERRED``: torch._dynamo, ..., another 1-2 s; see
+    ``threeaxes.launch.forkserver_idle``); every rank then forks from it already warm. Started
+    at import time, by a daemon thread, that work overlaps with the student reading and
+    running the next cells, so the first launch finds the server ready. ``import
+    threeaxes`` waits for the thread to have spawned the server (``HEAD_START_S``), not
+    for the server's imports.
+
+    When it happens (``THREEAXES_PRESTART``):
+
+    * unset or ``auto``: only in a Jupyter kernel (IPython's shell has a ``kernel``).
+      Kernels are where launches are interactive; the test suite, scripts and grading
+      helpers import threeaxes in many processes that never launch, and a server each
+      would cost them CPU for nothing.
+    * ``1``: in any process (a script, a benchmark).
+    * ``0``: never; the first launch starts the server itself.
+
+    Never on a platform without the forkserver start method (Windows), never inside the
+    forkserver or a rank (the forkserver imports threeaxes: a prestart there would start
+    servers without end), and never under torchrun (launch spawns nothing there).
+
+    Safety: this module imports nothing heavy (no torch: importing torch on a second
+    thread while the main thread imports too could hand either a half-built module).
+    The thread only calls ``multiprocessing.forkserver.ensure_running()``, which holds the
+    forkserver's own lock; a launch that arrives meanwhile waits on that lock and then
+    uses the same server, which accepts it once it has imported PRELOAD.
+    """
     global decision
     try:
         reason = skip_reason()

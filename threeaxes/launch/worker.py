@@ -1,16 +1,4 @@
-"""The rank side of :func:`threeaxes.launch.launch`: this runs inside each worker process.
-
-It lives apart from ``launcher.py`` and ``local.py`` so the forkserver can import it (and torch) once;
-every worker then forks with everything already imported.
-
-A rank talks to the launching process over one duplex pipe:
-
-* rank -> caller: ``("out", "stdout" | "stderr", [lines])``, ``("started",)`` just
-  before ``fn`` runs, then ``("ok", pickled_result)`` or ``("err", traceback_text)``,
-  and ``("stack", text)`` when asked where it is;
-* caller -> rank: ``"stack"`` (where is your main thread?); end of file means the
-  caller is gone (it finished, was interrupted, or died), and the rank exits at once.
-"""
+"""The rank side of :func:`threeaxes.launch.launch`: this runs inside each worker process."""
 
 from __future__ import annotations
 
@@ -37,7 +25,19 @@ _ALL_FINISHED_KEY = "threeaxes/all_finished"
 
 def run_rank(rank: int, world_size: int, backend: str, port: int, timeout_s: float, payload: bytes, conn: Connection,
              environ: dict[str, str]) -> None:
-    """Join the group through the caller's TCPStore, run fn, report back, leave the group."""
+    """Join the group through the caller's TCPStore, run fn, report back, leave the group.
+
+    It lives apart from ``launcher.py`` and ``local.py`` so the forkserver can import it (and torch) once;
+    every worker then forks with everything already imported.
+
+    A rank talks to the launching process over one duplex pipe:
+
+    * rank -> caller: ``("out", "stdout" | "stderr", [lines])``, ``("started",)`` just
+      before ``fn`` runs, then ``("ok", pickled_result)`` or ``("err", traceback_text)``,
+      and ``("stack", text)`` when asked where it is;
+    * caller -> rank: ``"stack"`` (where is your main thread?); end of file means the
+      caller is gone (it finished, was interrupted, or died), and the rank exits at once.
+    """
     # The forkserver holds the environment from when it started; use the caller's as it
     # is now (a notebook may have set NCCL_DEBUG, CUDA_VISIBLE_DEVICES, ... since), plus
     # the variables torchrun would set, which some libraries read.

@@ -1,19 +1,7 @@
-"""Pipeline parallelism: schedules as data, stages cut from the toy model,
-and an executor that runs any plan on real ranks.
-
-    schedules.py  Action, Plan, gpipe, one_f_one_b, interleaved_1f1b (Megatron's rule on m,
-                  or PyTorch's relaxed one), SCHEDULES, make_plan
-    simulate.py   dependency rules, simulate(plan) -> trace.Events, peak_in_flight,
-                  text timelines (plots.gantt draws the same events)
-    stages.py     split_stages(n_layers, p), StageModule built from full toy weights
-    executor.py   run_plan on ranks (send/recv through threeaxes.comms), pipeline training
-    reference.py  the same training with torch.distributed.pipelining (GPipe, 1F1B,
-                  interleaved and zero-bubble schedules)
-    torch_plans.py  PyTorch's schedules read into a Plan (torch_plan), so the same
-                  engine prints, simulates and counts them
-    measure.py    a step measured: bubble from the trace, saved activation bytes
-                  (saved.py), stages of known duration (delay.py)
-"""
+"""Pipeline parallelism: schedules as data (schedules.py), simulated (simulate.py), stages cut from
+the toy model (stages.py), an executor that runs any plan on real ranks (executor.py), the same
+training with torch.distributed.pipelining (reference.py) and its schedules read into a Plan
+(torch_plans.py), a step measured (measure.py, saved.py, delay.py)."""
 from .schedules import (
     SCHEDULES,
     Action,

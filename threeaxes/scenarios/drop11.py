@@ -1,19 +1,4 @@
-"""Drop 11's scenario (throughput lost on a bigger cluster).
-
-The story: GPT-3 175B trained with tp = 8 inside each 8-GPU DGX A100 node (the
-tensor-parallel size of Megatron-LM's 175B run, Narayanan et al. 2021, Table 1) moves to a cluster
-twice as large whose nodes hold 4 A100s on NVLink and share one 200 Gb/s HDR
-NIC per node (the DGX has one per GPU). The same (tp, pp) with twice the dp
-and twice the global batch gives each replica the same work, yet every GPU
-now trains far fewer tokens per second: the tp group straddles two nodes and
-crosses them through one NIC. Attention is memory-efficient (the planner's
-default), so nothing is recomputed.
-
-Only data lives here: `OLD_SCENARIO`, `NEW_SCENARIO` (what the layouts are
-judged in), `OLD_CONFIG` and `old_config_on(...)`, the layout that was moved.
-The references the hidden tests use are on the instructor's side
-(`autograder/references/drop11.py`); the visible checks read stored cases.
-"""
+"""Drop 11's scenario (throughput lost on a bigger cluster)."""
 from __future__ import annotations
 
 from typing import Any
@@ -44,6 +29,19 @@ AXES_BY_STRIDE = tuple(group_strides(1, 1, 1))   # the axes, tp fastest: "tp", "
 
 
 def old_config_on(cluster: Cluster) -> dict:
-    """The old layout on another cluster: same tp and pp, dp fills the GPUs."""
+    """The old layout on another cluster: same tp and pp, dp fills the GPUs.
+
+    The story: GPT-3 175B trained with tp = 8 inside each 8-GPU DGX A100 node (the
+    tensor-parallel size of Megatron-LM's 175B run, Narayanan et al. 2021, Table 1) moves to a cluster
+    twice as large whose nodes hold 4 A100s on NVLink and share one 200 Gb/s HDR
+    NIC per node (the DGX has one per GPU). The same (tp, pp) with twice the dp
+    and twice the global batch gives each replica the same work, yet every GPU
+    now trains far fewer tokens per second: the tp group straddles two nodes and
+    crosses them through one NIC. Attention is memory-efficient (the planner's
+    default), so nothing is recomputed.
+
+    Only data lives here: `OLD_SCENARIO`, `NEW_SCENARIO` (what the layouts are
+    judged in), `OLD_CONFIG` and `old_config_on(...)`, the layout that was moved.
+    """
     tp, pp = OLD_CONFIG["tp"], OLD_CONFIG["pp"]
     return {**OLD_CONFIG, "dp": cluster.n_gpus // (tp * pp)}

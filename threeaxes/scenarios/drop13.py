@@ -1,17 +1,5 @@
 """Drop 13's scenario (choose (dp, tp, pp) for a 30B model on
-32 GPUs), the notebook's alternatives, and how the visible check builds its cases.
-
-The scenario: LLaMA's 33B model ("30B") on four DGX A100-style nodes of 8
-A100 80GB GPUs, a global batch of 512 sequences of its 2,048-token context.
-
-`RIVALS` are the layouts the core's defence asks about (the student says what stops or
-slows each first, with its number). `best_for_shape(scenario, dp, tp, pp)` is the fastest fitting configuration of
-one (dp, tp, pp) shape, from the library's `search` (the notebook's
-alternatives; drop 14 uses it too). `model_from` and `cluster_from` build a
-model and a cluster from the plain specs the visible check stores. The
-references the hidden tests use are on the instructor's side
-(`autograder/references/drop13.py`).
-"""
+32 GPUs), the notebook's alternatives, and how the visible check builds its cases."""
 from __future__ import annotations
 
 from threeaxes.cost import custom_model, get_cluster, get_model, search
@@ -32,7 +20,17 @@ RIVALS = {
 
 
 def best_for_shape(scenario: dict, dp: int, tp: int, pp: int) -> PlanResult | None:
-    """The fastest fitting configuration with this (dp, tp, pp), or None if none fits."""
+    """The fastest fitting configuration with this (dp, tp, pp), or None if none fits.
+
+    The scenario: LLaMA's 33B model ("30B") on four DGX A100-style nodes of 8
+    A100 80GB GPUs, a global batch of 512 sequences of its 2,048-token context.
+
+    `RIVALS` are the layouts the core's defence asks about (the student says what stops or
+    slows each first, with its number). `best_for_shape(scenario, dp, tp, pp)` is the fastest fitting configuration of
+    one (dp, tp, pp) shape, from the library's `search` (the notebook's
+    alternatives; drop 14 uses it too). `model_from` and `cluster_from` build a
+    model and a cluster from the plain specs the visible check stores.
+    """
     found = [r for r in search(scenario["model"], scenario["cluster"], scenario["global_batch"],
                                scenario["seq_len"], only_fitting=True,
                                **scenario.get("assumptions", {}))

@@ -1,15 +1,5 @@
 """Drop 14's scenario (defend a (dp, tp, pp) tuple for a 70B
-model on 64 GPUs) and the changes to the job the notebook tries.
-
-The scenario: Llama 2 70B on eight DGX A100-style nodes of 8 A100 80GB
-GPUs, a global batch of 1,024 sequences of its 4,096-token context (the
-4M-token batch of Touvron et al. 2023b, Table 1).
-
-`RIVALS` are the layouts the core's defence asks about (the student says what stops or
-slows each first, with its number). `JOB_CHANGES` are the changes to the job the notebook tries ("what would change
-the choice"); `changed_scenario` builds each. The references the hidden tests
-use are on the instructor's side (`autograder/references/drop14.py`).
-"""
+model on 64 GPUs) and the changes to the job the notebook tries."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -42,7 +32,16 @@ JOB_CHANGES: dict[str, dict[str, Any]] = {
 
 
 def changed_scenario(name: str) -> dict:
-    """SCENARIO with one of `JOB_CHANGES` applied."""
+    """SCENARIO with one of `JOB_CHANGES` applied.
+
+    The scenario: Llama 2 70B on eight DGX A100-style nodes of 8 A100 80GB
+    GPUs, a global batch of 1,024 sequences of its 4,096-token context (the
+    4M-token batch of Touvron et al. 2023b, Table 1).
+
+    `RIVALS` are the layouts the core's defence asks about (the student says what stops or
+    slows each first, with its number). `JOB_CHANGES` are the changes to the job the notebook tries ("what would change
+    the choice"); `changed_scenario` builds each.
+    """
     change = JOB_CHANGES[name]
     cluster = SCENARIO["cluster"]
     if "gpu" in change:

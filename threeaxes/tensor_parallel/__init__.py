@@ -1,14 +1,8 @@
-"""Tensor parallelism from scratch: cut each layer's matmuls across the tp ranks.
-
-    maps.py    the conjugate autograd maps (copy_to_tp_region / reduce_from_tp_region, ...)
-    layers.py  ColumnParallelLinear, RowParallelLinear
-    block.py   TPBlock (the toy block, heads split across ranks), tensor_parallel_toy
-    shard.py   full weights <-> one tp rank's shard (shard_block_state, gather_block_state, ...)
-    sequence.py  sequence parallelism: the all-gather / reduce-scatter maps, SequenceParallelBlock
-    measure.py   one traced TP (or TP+SP) step: collectives per block, activation bytes kept
-
-Every collective goes through `threeaxes.comms` with axis="tp".
-"""
+"""Tensor parallelism from scratch: cut each layer's matmuls across the tp ranks. maps.py (the
+conjugate autograd maps), layers.py (Column/RowParallelLinear), block.py (TPBlock,
+tensor_parallel_toy), shard.py (full weights <-> a rank's shard), sequence.py (sequence
+parallelism), measure.py (one traced step). Every collective goes through `threeaxes.comms`
+with axis="tp"."""
 from threeaxes.tensor_parallel.block import TPMLP, TPBlock, TPCausalSelfAttention, tensor_parallel_toy
 from threeaxes.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
 from threeaxes.tensor_parallel.maps import (

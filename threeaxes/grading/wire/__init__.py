@@ -1,36 +1,10 @@
-"""How a test cell reads a student's answers from outside the student's kernel.
-
-When a submission is graded (`autograder/judging/judge.py`), its test cells do not run
-in the student's kernel: code there can rewrite later cells, patch `threeaxes`,
-builtins or IPython, and so decide its own grade. They run in the grader's own
-process, where each name the cell uses is asked of the kernel:
+"""How a test cell reads a student's answers from outside the student's kernel, as data
+(why, and the contract a reply keeps: CONTRIBUTING.md, "Test cells run in the grader").
 
     grader                                        student's kernel (sandboxed)
     Answers.get(["all_reduce_sizes", "cfg"])  ->  reply(): encode each value
     Remote(...)([4, 4, 8], 8)                 ->  reply(): call it there, encode the result
-    check_on_ranks(check, 4, Remote(...))     ->  reply(): run the check on ranks there
-
-The contract: a reply is data, never objects. Only JSON comes back (`encode`),
-and the grader rebuilds from it (`Answers.decode`, `wire_data`) nothing but plain
-data: None, bools, numbers, strings, lists, tuples, sets, dicts, tensors from
-their values, Fractions, torch dtypes from a fixed list of names, and the course's
-own result types listed in `wire_data.RECORDS`, each built by its constructor
-from exactly its declared fields, their values data too. No name the reply
-spells is resolved (no import paths, no attribute chains, no modules; a raised
-error's class name is only matched to a builtin exception), and no callable
-ever comes back: every function, method or class the kernel holds, a student's
-or a library's, becomes a `Remote` that is called in the kernel, and what it
-returns comes back as data again. Anything else (a model, a module, a class of
-the student's) is an `Opaque` placeholder that fails the first check it meets,
-saying why. A reply longer than `wire_data.MAX_REPLY_CHARS` is refused unread.
-Nothing the kernel sends is executed, unpickled or resolved by the grader, so
-the worst a tampered kernel can do is send wrong answers.
-
-The oracle of withheld functions (`threeaxes.grading.wire.oracle`,
-`autograder/judging/borrowed.py`) uses the same two halves the other way round.
-The same path also runs inside one process (`LocalKernel`, for the tests of the
-wire itself); `python -m autograder.apps.judge_check` runs a notebook the real way.
-"""
+    check_on_ranks(check, 4, Remote(...))     ->  reply(): run the check on ranks there"""
 from __future__ import annotations
 
 import base64
@@ -56,7 +30,7 @@ _handles: list[Any] = []   # objects the grader holds a Remote of, by index
 
 
 def encode(value: Any, depth: int = 0) -> Any:
-    """A JSON-able description of `value` (see the module docstring)."""
+    """A JSON-able description of `value` (the wire's contract: CONTRIBUTING.md)."""
     if depth > 20:
         return {"__opaque__": "a structure nested over 20 deep"}
     kind = type(value)
@@ -253,7 +227,7 @@ class Answers:
         return base64.b64encode(buf.getvalue()).decode()
 
     def decode(self, data: Any, depth: int = 0) -> Any:
-        """Plain data from a reply's JSON (the module docstring); a raised error or a
+        """Plain data from a reply's JSON (the wire's contract: CONTRIBUTING.md); a raised error or a
         missing name at the top raises."""
         kind = type(data)
         if kind in (type(None), bool, int, float, str):

@@ -1,15 +1,4 @@
-"""What a kernel's reply may hold, as the grader rebuilds it (`threeaxes.grading.wire`).
-
-A reply is JSON written by code the student controls, so the grader reads it as
-data and builds every value with its own code: JSON's numbers, strings, lists and
-None; tuples, sets and dicts (any hashable keys); tensors from their values
-(`tensor`); Fractions; torch dtypes by a name of `DTYPES`; and the course's own
-result types of `RECORDS`, each built by its own constructor from exactly its
-declared fields, whose values are data themselves (`record`). No name the reply
-spells is looked up in a module: a record's name is a key of `RECORDS`, whose
-classes are named here. Anything else becomes an `Opaque` placeholder, which
-fails the first check that uses it and says why.
-"""
+"""What a kernel's reply may hold, as the grader rebuilds it (`threeaxes.grading.wire`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -194,7 +183,18 @@ def record(path: object, fields: dict[str, Any]) -> Any:
 
 
 def is_data(value: Any, depth: int = 0) -> bool:
-    """True for what the decoder builds as data: no Opaque, no Remote, no callable."""
+    """True for what the decoder builds as data: no Opaque, no Remote, no callable.
+
+    A reply is JSON written by code the student controls, so the grader reads it as
+    data and builds every value with its own code: JSON's numbers, strings, lists and
+    None; tuples, sets and dicts (any hashable keys); tensors from their values
+    (`tensor`); Fractions; torch dtypes by a name of `DTYPES`; and the course's own
+    result types of `RECORDS`, each built by its own constructor from exactly its
+    declared fields, whose values are data themselves (`record`). No name the reply
+    spells is looked up in a module: a record's name is a key of `RECORDS`, whose
+    classes are named here. Anything else becomes an `Opaque` placeholder, which
+    fails the first check that uses it and says why.
+    """
     import torch
 
     if depth > MAX_DEPTH:
