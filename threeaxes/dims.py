@@ -1,33 +1,5 @@
 """ParallelDims: the (dp, tp, pp) layout of a run, the one answer to "my group,
-coordinate, size and neighbour along this axis".
-
-Ranks are laid out on a DeviceMesh of shape (pp, dp, tp), tp fastest (as in
-Megatron-LM), so the tp ranks of one replica are neighbours, which on a real
-cluster keeps them inside one node:
-
-    rank = pp_rank * (dp * tp) + dp_rank * tp + tp_rank
-
-Two ways to hold a layout:
-
-* pure arithmetic, no processes: `ParallelDims(dp=2, tp=2, pp=2)` answers
-  `coords(rank)`, `axis_ranks(axis, rank)`, `all_groups(axis)`; `.at(rank)`
-  answers the same for one rank as `coord(axis)`, `ranks(axis)`, `prev_rank`;
-* on launched ranks: `ParallelDims.init(dp=2, tp=2, pp=2)` builds the mesh
-  with `torch.distributed.device_mesh.init_device_mesh` (PyTorch's own groups,
-  so `dims.mesh["tp"]` also feeds `parallelize_module`), and makes it the
-  run's current layout: modules given no `dims` use `current()`. The next
-  `init` of another layout frees the groups of the one it replaces
-  (`release()`); `init` of the same layout again returns the current one;
-* with no layout at all, on launched ranks: `dp_layout()` is the whole world as
-  one dp axis on the default process group (`world_layout()`), the group
-  PyTorch's DDP, ZeroRedundancyOptimizer and fully_shard use when given none.
-  The data-parallel helpers and the sharding classes ask `dp_layout(dims)`;
-* beyond the three axes: `threeaxes.extra_axes.axis_layout("cp")` (or "ep") is
-  the whole world (or one process group) as a single context- or expert-parallel
-  axis, which comms takes as `dims=`; ParallelDims never holds cp or ep.
-
-Vocabulary: an "axis" is one of dp, tp, pp; a "dim" is a tensor dimension.
-"""
+coordinate, size and neighbour along this axis"."""
 from __future__ import annotations
 
 import dataclasses
@@ -55,6 +27,33 @@ def check_axis(axis: str) -> str:
 
 @dataclass(frozen=True)
 class ParallelDims:
+    """Ranks are laid out on a DeviceMesh of shape (pp, dp, tp), tp fastest (as in
+    Megatron-LM), so the tp ranks of one replica are neighbours, which on a real
+    cluster keeps them inside one node:
+
+        rank = pp_rank * (dp * tp) + dp_rank * tp + tp_rank
+
+    Two ways to hold a layout:
+
+    * pure arithmetic, no processes: `ParallelDims(dp=2, tp=2, pp=2)` answers
+      `coords(rank)`, `axis_ranks(axis, rank)`, `all_groups(axis)`; `.at(rank)`
+      answers the same for one rank as `coord(axis)`, `ranks(axis)`, `prev_rank`;
+    * on launched ranks: `ParallelDims.init(dp=2, tp=2, pp=2)` builds the mesh
+      with `torch.distributed.device_mesh.init_device_mesh` (PyTorch's own groups,
+      so `dims.mesh["tp"]` also feeds `parallelize_module`), and makes it the
+      run's current layout: modules given no `dims` use `current()`. The next
+      `init` of another layout frees the groups of the one it replaces
+      (`release()`); `init` of the same layout again returns the current one;
+    * with no layout at all, on launched ranks: `dp_layout()` is the whole world as
+      one dp axis on the default process group (`world_layout()`), the group
+      PyTorch's DDP, ZeroRedundancyOptimizer and fully_shard use when given none.
+      The data-parallel helpers and the sharding classes ask `dp_layout(dims)`;
+    * beyond the three axes: `threeaxes.extra_axes.axis_layout("cp")` (or "ep") is
+      the whole world (or one process group) as a single context- or expert-parallel
+      axis, which comms takes as `dims=`; ParallelDims never holds cp or ep.
+
+    Vocabulary: an "axis" is one of dp, tp, pp; a "dim" is a tensor dimension.
+    """
     dp: int = 1
     tp: int = 1
     pp: int = 1

@@ -1,15 +1,5 @@
 """Beyond the three axes: context parallelism (cp) and expert parallelism (ep), each as a
-one-axis layout, next to `threeaxes.dims`'s `world_layout` (the whole world as dp).
-
-Context parallelism (drop 15) and expert parallelism (drop 16) run on their own: the whole
-world, or one process group, is the cp (or the ep) group. They do not enter `ParallelDims`
-or its (pp, dp, tp) mesh, so nothing the three axes do changes; `threeaxes.comms` takes an
-`AxisLayout` as `dims=` and runs on its axis as on any other, traced the same way:
-
-    cp = axis_layout("cp")                                   # on launched ranks
-    comms.all_to_all(x, "cp", dims=cp)
-    comms.send(kv, dst=cp.ring_neighbours()[1], axis="cp", dims=cp)
-"""
+one-axis layout, next to `threeaxes.dims`'s `world_layout` (the whole world as dp)."""
 from __future__ import annotations
 
 import dataclasses
@@ -107,7 +97,17 @@ class AxisLayout:
 def axis_layout(axis: str, process_group: ProcessGroup | None = None) -> AxisLayout:
     """On launched ranks: `axis` ("cp" or "ep") over every rank of `process_group` (the default
     group, the whole world, when None). Like `world_layout`, it makes no process group: its
-    mesh wraps the group given, so nothing needs freeing."""
+    mesh wraps the group given, so nothing needs freeing.
+
+    Context parallelism (drop 15) and expert parallelism (drop 16) run on their own: the whole
+    world, or one process group, is the cp (or the ep) group. They do not enter `ParallelDims`
+    or its (pp, dp, tp) mesh, so nothing the three axes do changes; `threeaxes.comms` takes an
+    `AxisLayout` as `dims=` and runs on its axis as on any other, traced the same way:
+
+        cp = axis_layout("cp")                                   # on launched ranks
+        comms.all_to_all(x, "cp", dims=cp)
+        comms.send(kv, dst=cp.ring_neighbours()[1], axis="cp", dims=cp)
+    """
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
 

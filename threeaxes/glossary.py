@@ -1,14 +1,5 @@
 """The course's glossary: every term the drops' cores use, the drop whose core defines it, and
-one sentence for each.
-
-Each entry is data a test reads (tests/checks/test_glossary.py): `patterns` find the term in a core's
-prose (markdown cells; regular expressions, case-sensitive unless they say (?i)), and `defines`
-finds its definition in the defining drop's core; left out, a definition is the term in bold
-(`**...**` around a match of a pattern, the course's way of marking a term at first use) or in
-italics, or the term followed by a colon, a parenthesis, "is", "are" or "means".
-The glossary page (notebooks/glossary.ipynb) is `markdown()`, written by
-`python -m threeaxes.glossary --write`.
-"""
+one sentence for each."""
 from __future__ import annotations
 
 import re
@@ -192,7 +183,16 @@ PAGE = Path(__file__).resolve().parent.parent / "notebooks" / "glossary.ipynb"
 
 
 def write_page(path: Path = PAGE) -> None:
-    """Put markdown() into the page's cell tagged "glossary"."""
+    """Put markdown() into the page's cell tagged "glossary".
+
+    Each entry is data a test reads (tests/checks/test_glossary.py): `patterns` find the term in a core's
+    prose (markdown cells; regular expressions, case-sensitive unless they say (?i)), and `defines`
+    finds its definition in the defining drop's core; left out, a definition is the term in bold
+    (`**...**` around a match of a pattern, the course's way of marking a term at first use) or in
+    italics, or the term followed by a colon, a parenthesis, "is", "are" or "means".
+    The glossary page (notebooks/glossary.ipynb) is `markdown()`, written by
+    `python -m threeaxes.glossary --write`.
+    """
     import json
 
     nb = json.loads(path.read_text())

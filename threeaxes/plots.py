@@ -1,15 +1,6 @@
-"""Matplotlib drawings: one Gantt chart for every trace, memory bars, step-time bars.
-
-`gantt(events)` draws any list of `threeaxes.trace.Event`: measured on real
-ranks (compute spans and the collectives `threeaxes.comms` recorded) or
-predicted by `pipeline.simulate(plan)`, so predicted and measured timelines
-look the same and can be compared side by side.
-
-Everything draws on a ``matplotlib.figure.Figure`` made here (never through
-pyplot), so it works with any backend, headless included, and leaves no
-global figure state behind. Drawings only: ``threeaxes.display.show(fig)``
-displays a figure in a notebook, and the HTML tables live there too.
-"""
+"""Matplotlib drawings: one Gantt chart for every trace, memory bars, step-time bars. Each draws on a
+``matplotlib.figure.Figure`` made here, never through pyplot, so it works with any backend,
+headless included, and leaves no global figure state; ``threeaxes.display.show(fig)`` shows one."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -119,6 +110,11 @@ def gantt(events: Any, *, ax: Axes | None = None, title: str | None = None, time
     event starts at 0. `time_unit` is the unit of the x axis: "s", "ms" or
     "us" rescale measured seconds; any other text (e.g. "forward = 1" for a
     simulation) only labels the axis. Returns a matplotlib Figure.
+
+    `gantt(events)` draws any list of `threeaxes.trace.Event`: measured on real
+    ranks (compute spans and the collectives `threeaxes.comms` recorded) or
+    predicted by `pipeline.simulate(plan)`, so predicted and measured timelines
+    look the same and can be compared side by side.
     """
     events = _as_events(events)
     scale = TIME_SCALES.get(time_unit, 1.0)

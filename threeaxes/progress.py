@@ -1,21 +1,4 @@
-"""The student's progress through the two weeks, kept on their own machine.
-
-Each visible check that runs in a drop leaves one line of record: the answer it
-tried and whether it passed, or, for a check that sees only the answer's form (a sealed
-answer, a defence), that it was answered and is graded later (ANSWERED). The record is
-`.progress.json` at the top of the student's work folder (`work/`, which `make lab`
-makes; found by its `.copied.json`). Nothing is recorded elsewhere, nothing leaves the
-machine, and a notebook opened outside a work folder (the repository itself, Colab)
-records nothing.
-
-The start page reads the record: a drop's core is done when every code answer in
-its core (threeaxes/sections.py) has passed its latest visible check or, where that
-check sees only the form, has been answered; the map says which are graded later. The
-next drop is the first whose core is not done.
-
-    progress.record("drop06", "tp_wire_bytes_answer", passed=True)    # what the checks call
-    progress.course_map_with_progress()                               # the start page's map
-"""
+"""The student's progress through the two weeks, kept on their own machine."""
 from __future__ import annotations
 
 import json
@@ -51,7 +34,24 @@ def read(work: Path | None = None) -> dict:
 def record(drop: str, answer: str, *, passed: bool | str, work: Path | None = None) -> None:
     """Note the latest result of a visible check (`passed`: True, False, or ANSWERED for a
     check of the form alone); a record that cannot be written is skipped
-    (progress is a convenience: it never stands in the way of a check)."""
+    (progress is a convenience: it never stands in the way of a check).
+
+    Each visible check that runs in a drop leaves one line of record: the answer it
+    tried and whether it passed, or, for a check that sees only the answer's form (a sealed
+    answer, a defence), that it was answered and is graded later (ANSWERED). The record is
+    `.progress.json` at the top of the student's work folder (`work/`, which `make lab`
+    makes; found by its `.copied.json`). Nothing is recorded elsewhere, nothing leaves the
+    machine, and a notebook opened outside a work folder (the repository itself, Colab)
+    records nothing.
+
+    The start page reads the record: a drop's core is done when every code answer in
+    its core (threeaxes/sections.py) has passed its latest visible check or, where that
+    check sees only the form, has been answered; the map says which are graded later. The
+    next drop is the first whose core is not done.
+
+        progress.record("drop06", "tp_wire_bytes_answer", passed=True)    # what the checks call
+        progress.course_map_with_progress()                               # the start page's map
+    """
     work = work or work_folder()
     if work is None:
         return

@@ -1,24 +1,4 @@
-"""The toy 4-layer transformer that every drop walks through, and its data.
-
-The model is a GPT-style decoder small enough that a training step takes
-milliseconds on a laptop CPU, and large enough that every axis has something
-to split: 4 heads for tensor parallelism, 4 layers for pipeline stages, a
-batch for data parallelism.
-
-Layout (names the parallel modules rely on)::
-
-    tok_embed, pos_embed          (vocab, d_model), (seq_len, d_model)
-    blocks[i].ln1                 LayerNorm(d_model)
-    blocks[i].attn.q / k / v      Linear(d_model, d_model), one per projection
-    blocks[i].attn.proj           Linear(d_model, d_model)
-    blocks[i].ln2                 LayerNorm(d_model)
-    blocks[i].mlp.fc1             Linear(d_model, mlp_ratio * d_model)
-    blocks[i].mlp.fc2             Linear(mlp_ratio * d_model, d_model)
-    ln_f, head                    LayerNorm(d_model), Linear(d_model, vocab, bias=False)
-
-q, k and v are separate matrices (not one fused qkv) so that splitting each by
-output columns gives every tensor-parallel rank whole heads.
-"""
+"""The toy 4-layer transformer that every drop walks through, and its data."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -124,6 +104,25 @@ class ToyTransformer(nn.Module):
 
     The same seed gives the same weights in every process, which is what lets
     every parallel run start from exactly the single-process model.
+
+    The model is a GPT-style decoder small enough that a training step takes
+    milliseconds on a laptop CPU, and large enough that every axis has something
+    to split: 4 heads for tensor parallelism, 4 layers for pipeline stages, a
+    batch for data parallelism.
+
+    Layout (names the parallel modules rely on)::
+
+        tok_embed, pos_embed          (vocab, d_model), (seq_len, d_model)
+        blocks[i].ln1                 LayerNorm(d_model)
+        blocks[i].attn.q / k / v      Linear(d_model, d_model), one per projection
+        blocks[i].attn.proj           Linear(d_model, d_model)
+        blocks[i].ln2                 LayerNorm(d_model)
+        blocks[i].mlp.fc1             Linear(d_model, mlp_ratio * d_model)
+        blocks[i].mlp.fc2             Linear(mlp_ratio * d_model, d_model)
+        ln_f, head                    LayerNorm(d_model), Linear(d_model, vocab, bias=False)
+
+    q, k and v are separate matrices (not one fused qkv) so that splitting each by
+    output columns gives every tensor-parallel rank whole heads.
     """
 
     def __init__(self, cfg: ToyConfig = ToyConfig(), seed: int = 0) -> None:

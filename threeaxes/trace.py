@@ -4,18 +4,7 @@
         with trace.span("forward", module="stage 1", stage=1, microbatch=0):
             y = stage(x)                 # a compute Event
         comms.all_reduce(grad, "dp")     # a communication Event (comms emits it)
-    return t                             # travels back to the notebook by pickle
-
-    merged = Trace.merge(results)        # one Trace of every rank's events
-    merged.rows()                        # plain dicts, one per event, for a table
-    plots.gantt(merged.events)           # one row per rank
-
-The clock: `start` and `end` are `time.time()` seconds. Every process on one
-machine reads the same wall clock, so the events of all ranks of a launch sit
-on one time axis (across torchrun nodes it is each node's NTP-synced clock).
-A plan's predicted timeline (`pipeline.simulate`) uses the same Event type in
-simulated time units, so predicted and measured draw with the same function.
-"""
+    return t                             # travels back to the notebook by pickle"""
 from __future__ import annotations
 
 import contextlib
@@ -45,6 +34,16 @@ class Event:
     on a one-axis layout, `threeaxes.extra_axes`), `group` that
     axis group's global ranks, `bytes` the size under `threeaxes.comms`'s
     convention, `peer` the other global rank of a send or recv.
+
+        merged = Trace.merge(results)        # one Trace of every rank's events
+        merged.rows()                        # plain dicts, one per event, for a table
+        plots.gantt(merged.events)           # one row per rank
+
+    The clock: `start` and `end` are `time.time()` seconds. Every process on one
+    machine reads the same wall clock, so the events of all ranks of a launch sit
+    on one time axis (across torchrun nodes it is each node's NTP-synced clock).
+    A plan's predicted timeline (`pipeline.simulate`) uses the same Event type in
+    simulated time units, so predicted and measured draw with the same function.
     """
     rank: int
     kind: str

@@ -1,23 +1,4 @@
-"""The 3D trainer: pipeline stages whose blocks are tensor-parallel, gradients over dp.
-
-On dp x tp x pp ranks (one `ParallelDims`, tp fastest), one training step is:
-
-1. Data: each rank keeps its dp coordinate's slice of the global batch
-   (ranks that differ only in tp or pp keep the same slice).
-2. Pipeline: the pp group runs the schedule's plan on that slice, in m
-   microbatches; a stage's blocks are `TPBlock`s that all-reduce over the tp
-   group inside every forward and backward (Megatron's f and g).
-3. Data-parallel reduction: every gradient is averaged over the dp group,
-   so the dp replicas of a (tp, pp) shard stay identical.
-4. Optimizer step on this rank's shard.
-
-With dp = tp = pp = 1 this is single-process training, and every parameter
-after any number of steps equals `toy.train_steps` on the whole batch (the
-tests check that for every layout).
-
-The same function runs unchanged under torchrun (see README, "Beyond one
-machine"): `launch` hands it the real rank and world size there.
-"""
+"""The 3D trainer: pipeline stages whose blocks are tensor-parallel, gradients over dp."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -83,6 +64,24 @@ def train_3d(rank: int, world_size: int, cfg: ToyConfig, batches: Iterable[tuple
     Returns, per rank, {"coords": this rank's {dp, tp, pp}, "losses": the mean
     loss per step (ranks with the last stage; else []), "params": {name:
     this rank's shard}, "trace": every compute span and collective}.
+
+    On dp x tp x pp ranks (one `ParallelDims`, tp fastest), one training step is:
+
+    1. Data: each rank keeps its dp coordinate's slice of the global batch
+       (ranks that differ only in tp or pp keep the same slice).
+    2. Pipeline: the pp group runs the schedule's plan on that slice, in m
+       microbatches; a stage's blocks are `TPBlock`s that all-reduce over the tp
+       group inside every forward and backward (Megatron's f and g).
+    3. Data-parallel reduction: every gradient is averaged over the dp group,
+       so the dp replicas of a (tp, pp) shard stay identical.
+    4. Optimizer step on this rank's shard.
+
+    With dp = tp = pp = 1 this is single-process training, and every parameter
+    after any number of steps equals `toy.train_steps` on the whole batch (the
+    tests check that for every layout).
+
+    The same function runs unchanged under torchrun (see README, "Beyond one
+    machine"): `launch` hands it the real rank and world size there.
     """
     dims = ParallelDims.init(dp, tp, pp).check_model(cfg, v)
     plan = schedule if isinstance(schedule, Plan) else make_plan(schedule, pp, m, v)

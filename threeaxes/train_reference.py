@@ -1,46 +1,4 @@
-"""The 3D run again, built only from PyTorch's own pieces on one DeviceMesh.
-
-`torch_train_3d` trains the same model on the same data as `train.train_3d`
-and returns the same keys, so `train.full_state` reassembles either. Every
-axis is PyTorch's, on the mesh that `ParallelDims.init` builds:
-
-* tp: `parallelize_module` on `dims.mesh["tp"]`, ColwiseParallel for q, k, v,
-  fc1 and RowwiseParallel for proj, fc2 (Megatron's split; the parameters
-  become DTensors).
-* pp: `torch.distributed.pipelining`: a `PipelineStage` on `dims.group("pp")`
-  driven by ScheduleGPipe or Schedule1F1B with m microbatches.
-* dp: the FSDP-based `replicate` (torch.distributed._composable.replicate_with_fsdp)
-  on `dims.mesh["dp"]` by default, or `fully_shard` on the same mesh. Both turn
-  the tp DTensors into DTensors on the 2-D (dp, tp) mesh, and
-  `PipelineStage` knows both (it defers their gradient reduction to the last
-  microbatch).
-
-What composes on CPU gloo, torch 2.13, float64 (tests/core/test_train_reference.py):
-dp x tp x pp = 2 x 2 x 2 with `replicate` and with `fully_shard` equals one
-process and our `train_3d` to within 1e-16.
-
-What does not: `DistributedDataParallel` next to pipelining. A stage that runs
-two microbatch forwards before their backwards (every stage under GPipe, every
-stage but the last under 1F1B, for m >= 2) fails at the next step's first
-forward, inside DDP's bucket rebuild, with
-
-    RuntimeError: params_.size() == rebuilt_param_indices_.size() INTERNAL ASSERT
-    FAILED at "/__w/pytorch/pytorch/torch/csrc/distributed/c10d/reducer.cpp":2003,
-    please report a bug to PyTorch. rebuilt parameter indices size is not same as
-    original model parameters size.Original model param size is: 34 versus rebuilt
-    params size of: 68
-
-(wrapped by pipelining in "RuntimeError: [Stage 0] failed to run forward").
-With tp as well, DDP(device_mesh=dims.mesh["dp"]) runs but is silently wrong
-for m >= 2 (1.2e-2 off one process): its DDP+TP workaround turns the tp
-parameters into plain DTensor attributes at the first forward, so
-`PipelineStage.scale_grads`, which walks `submod.parameters()`, never divides
-their gradients by m. DDP(process_group=dims.group("dp")) refuses DTensor
-parameters outright ("RuntimeError: aten.cat.default got mixed torch.Tensor
-and DTensor, need to convert all torch.Tensor to DTensor before calling
-distributed operators!"). Without pipelining, DDP(device_mesh=...) with tp is
-exact. So `dp_api="ddp"` raises NotImplementedError.
-"""
+"""The 3D run again, built only from PyTorch's own pieces on one DeviceMesh."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -150,6 +108,47 @@ def torch_train_3d(rank: int, world_size: int, cfg: ToyConfig, batches: Sequence
     of this dp slice (last stage; else []), "params": {full-model name: this
     rank's tp shard, a plain CPU tensor}}, which `train.full_state` reassembles.
     Schedule1F1B needs m >= pp.
+
+    `torch_train_3d` trains the same model on the same data as `train.train_3d`
+    and returns the same keys, so `train.full_state` reassembles either. Every
+    axis is PyTorch's, on the mesh that `ParallelDims.init` builds:
+
+    * tp: `parallelize_module` on `dims.mesh["tp"]`, ColwiseParallel for q, k, v,
+      fc1 and RowwiseParallel for proj, fc2 (Megatron's split; the parameters
+      become DTensors).
+    * pp: `torch.distributed.pipelining`: a `PipelineStage` on `dims.group("pp")`
+      driven by ScheduleGPipe or Schedule1F1B with m microbatches.
+    * dp: the FSDP-based `replicate` (torch.distributed._composable.replicate_with_fsdp)
+      on `dims.mesh["dp"]` by default, or `fully_shard` on the same mesh. Both turn
+      the tp DTensors into DTensors on the 2-D (dp, tp) mesh, and
+      `PipelineStage` knows both (it defers their gradient reduction to the last
+      microbatch).
+
+    What composes on CPU gloo, torch 2.13, float64 (tests/core/test_train_reference.py):
+    dp x tp x pp = 2 x 2 x 2 with `replicate` and with `fully_shard` equals one
+    process and our `train_3d` to within 1e-16.
+
+    What does not: `DistributedDataParallel` next to pipelining. A stage that runs
+    two microbatch forwards before their backwards (every stage under GPipe, every
+    stage but the last under 1F1B, for m >= 2) fails at the next step's first
+    forward, inside DDP's bucket rebuild, with
+
+        RuntimeError: params_.size() == rebuilt_param_indices_.size() INTERNAL ASSERT
+        FAILED at "/__w/pytorch/pytorch/torch/csrc/distributed/c10d/reducer.cpp":2003,
+        please report a bug to PyTorch. rebuilt parameter indices size is not same as
+        original model parameters size.Original model param size is: 34 versus rebuilt
+        params size of: 68
+
+    (wrapped by pipelining in "RuntimeError: [Stage 0] failed to run forward").
+    With tp as well, DDP(device_mesh=dims.mesh["dp"]) runs but is silently wrong
+    for m >= 2 (1.2e-2 off one process): its DDP+TP workaround turns the tp
+    parameters into plain DTensor attributes at the first forward, so
+    `PipelineStage.scale_grads`, which walks `submod.parameters()`, never divides
+    their gradients by m. DDP(process_group=dims.group("dp")) refuses DTensor
+    parameters outright ("RuntimeError: aten.cat.default got mixed torch.Tensor
+    and DTensor, need to convert all torch.Tensor to DTensor before calling
+    distributed operators!"). Without pipelining, DDP(device_mesh=...) with tp is
+    exact. So `dp_api="ddp"` raises NotImplementedError.
     """
     _check_args(dp, m, schedule, dp_api, batches)  # before any import or process group (a Sequence: read twice)
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe

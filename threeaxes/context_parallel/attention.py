@@ -2,15 +2,7 @@
 
     cp = axis_layout("cp")
     layer = ContextParallelAttention(model.blocks[0].attn, cp, method="ring")
-    y = layer(x_local)      # x_local: this rank's tokens, split.split_sequence(x, cp rank, cp)
-
-The weights are the toy layer's own, whole on every cp rank (context parallelism
-splits tokens, not weights). Everything outside attention works token by token,
-so it runs on each rank's tokens unchanged; only attention needs the other
-ranks' keys and values. Each rank's weight gradients cover its tokens only:
-summed over the cp ranks (`all_reduce_grads`; Megatron-LM folds cp into the
-data-parallel all-reduce) they equal one process's.
-"""
+    y = layer(x_local)      # x_local: this rank's tokens, split.split_sequence(x, cp rank, cp)"""
 from __future__ import annotations
 
 import torch
@@ -29,6 +21,13 @@ METHODS = {"ring": ring_attention, "all_to_all": ulysses_attention}
 
 
 class ContextParallelAttention(nn.Module):
+    """The weights are the toy layer's own, whole on every cp rank (context parallelism
+    splits tokens, not weights). Everything outside attention works token by token,
+    so it runs on each rank's tokens unchanged; only attention needs the other
+    ranks' keys and values. Each rank's weight gradients cover its tokens only:
+    summed over the cp ranks (`all_reduce_grads`; Megatron-LM folds cp into the
+    data-parallel all-reduce) they equal one process's.
+    """
     def __init__(self, attn: CausalSelfAttention, cp: AxisLayout, method: str = "ring", balanced: bool = True) -> None:
         super().__init__()
         if method not in METHODS:

@@ -1,14 +1,7 @@
 """One attention layer of the toy under context parallelism, measured on launched ranks.
 
     runs = launch(cp_attention_run, 4, cfg)        # every rank: both ways, traced
-    whole = one_process_attention(cfg)             # the same layer on the whole sequence
-
-`cp_attention_run` runs the toy's first attention layer on this rank's share of
-the sequence (the load-balanced split), forward and backward, once per way, and
-returns raw results for the caller to compare: the output and input gradient of
-its tokens, its weight gradients (its tokens' share), the forward and backward
-traces, and the bytes the attention core saves for the backward.
-"""
+    whole = one_process_attention(cfg)             # the same layer on the whole sequence"""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -53,7 +46,14 @@ def wire_bytes(events: Iterable[Event]) -> int:
 
 def cp_attention_run(rank: int, world_size: int, cfg: ToyConfig, batch: int = 2, seed: int = 1,
                      methods: Iterable[str] = tuple(METHODS)) -> dict[str, Any]:
-    """On every launched rank (the whole world is the cp group): {method: results}."""
+    """On every launched rank (the whole world is the cp group): {method: results}.
+
+    `cp_attention_run` runs the toy's first attention layer on this rank's share of
+    the sequence (the load-balanced split), forward and backward, once per way, and
+    returns raw results for the caller to compare: the output and input gradient of
+    its tokens, its weight gradients (its tokens' share), the forward and backward
+    traces, and the bytes the attention core saves for the backward.
+    """
     cp = axis_layout("cp")
     me = cp.coord("cp")
     attn = _first_attention(cfg)

@@ -1,22 +1,4 @@
-"""Attention over key/value blocks one at a time: the online softmax.
-
-Softmax over a row of scores needs the row's maximum and its sum of
-exponentials. Blocks arriving one by one can still give the exact result if
-each row keeps a running maximum m, a running sum l and an unnormalised output
-o, rescaled whenever a block raises the maximum (Milakov and Gimelshein 2018;
-FlashAttention, Dao et al. 2022, Algorithm 1; ring attention, Liu et al. 2023):
-
-    m_new = max(m, rowmax(S));   l <- l * exp(m - m_new) + rowsum(exp(S - m_new))
-    o <- o * exp(m - m_new) + exp(S - m_new) @ V
-
-At the end out = o / l, and the log-sum-exp lse = m + log l is all the backward
-needs to rebuild any block's probabilities P = exp(S - lse) (Dao et al. 2022,
-Algorithm 2 / Appendix B.4). The causal mask is by global positions, so it
-holds for any split of the sequence.
-
-Shapes: q (batch, heads, s_q, head_dim), k and v (batch, heads, s_k, head_dim),
-positions 1-D (s_q,) and (s_k,).
-"""
+"""Attention over key/value blocks one at a time: the online softmax."""
 from __future__ import annotations
 
 import math
@@ -46,7 +28,25 @@ def start(q: torch.Tensor) -> State:
 def add_block(state: State, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor,
               k_pos: torch.Tensor) -> State:
     """Fold one key/value block into the running state. The first block a row sees must
-    hold at least one key it may attend to (a rank starts with its own block: the diagonal)."""
+    hold at least one key it may attend to (a rank starts with its own block: the diagonal).
+
+    Softmax over a row of scores needs the row's maximum and its sum of
+    exponentials. Blocks arriving one by one can still give the exact result if
+    each row keeps a running maximum m, a running sum l and an unnormalised output
+    o, rescaled whenever a block raises the maximum (Milakov and Gimelshein 2018;
+    FlashAttention, Dao et al. 2022, Algorithm 1; ring attention, Liu et al. 2023):
+
+        m_new = max(m, rowmax(S));   l <- l * exp(m - m_new) + rowsum(exp(S - m_new))
+        o <- o * exp(m - m_new) + exp(S - m_new) @ V
+
+    At the end out = o / l, and the log-sum-exp lse = m + log l is all the backward
+    needs to rebuild any block's probabilities P = exp(S - lse) (Dao et al. 2022,
+    Algorithm 2 / Appendix B.4). The causal mask is by global positions, so it
+    holds for any split of the sequence.
+
+    Shapes: q (batch, heads, s_q, head_dim), k and v (batch, heads, s_k, head_dim),
+    positions 1-D (s_q,) and (s_k,).
+    """
     m, l, o = state
     s = causal_scores(q, k, q_pos, k_pos)
     m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))

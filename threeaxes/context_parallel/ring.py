@@ -1,26 +1,4 @@
-"""Ring attention: each cp rank keeps its queries; the key/value blocks go round the ring.
-
-At step t rank i holds the key/value block of rank (i - t) mod cp: it folds that
-block into its queries' online softmax (`online_softmax.add_block`), then passes
-the block to the next rank and takes the previous rank's. After cp steps every
-query has seen every key, and the result is exact (Liu et al. 2023, "Ring
-Attention with Blockwise Transformers", Section 3; Brandon et al. 2023 and
-Megatron-LM's context parallelism run the same ring with the causal mask).
-
-The backward is written out (an explicit autograd Function, not autograd through
-the sends, not recomputation of the forward's ring): it sends the key/value
-blocks round the ring again, and each block's gradient (dk, dv) follows it one
-rank behind, collecting every other rank's share; its last hop takes it home to
-the rank that owns the block, which adds its own share (the FlashAttention
-backward per block, Dao et al. 2022, Algorithm 2, from the lse the forward saved).
-
-Messages per rank (each one rank's k and v, stacked: 2 * batch * seq/cp * d_model
-numbers): forward cp - 1; backward cp - 1 key/value blocks and cp - 1 gradient
-blocks: `threeaxes.cost.context.context_parallel_bytes(mode="ring")`.
-
-Shapes: q, k, v (batch, heads, seq/cp, head_dim), the rank's tokens in the order
-`split.sequence_positions` gives.
-"""
+"""Ring attention: each cp rank keeps its queries; the key/value blocks go round the ring."""
 from __future__ import annotations
 
 from typing import Any
@@ -100,7 +78,29 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cp: AxisLa
                    balanced: bool = True) -> torch.Tensor:
     """Causal attention of this rank's queries over the whole sequence, the key/value blocks
     passed round the cp ring (`cp`: a one-axis layout, `threeaxes.extra_axes.axis_layout("cp")`).
-    `balanced` says which split the ranks hold (`split.sequence_positions`)."""
+    `balanced` says which split the ranks hold (`split.sequence_positions`).
+
+    At step t rank i holds the key/value block of rank (i - t) mod cp: it folds that
+    block into its queries' online softmax (`online_softmax.add_block`), then passes
+    the block to the next rank and takes the previous rank's. After cp steps every
+    query has seen every key, and the result is exact (Liu et al. 2023, "Ring
+    Attention with Blockwise Transformers", Section 3; Brandon et al. 2023 and
+    Megatron-LM's context parallelism run the same ring with the causal mask).
+
+    The backward is written out (an explicit autograd Function, not autograd through
+    the sends, not recomputation of the forward's ring): it sends the key/value
+    blocks round the ring again, and each block's gradient (dk, dv) follows it one
+    rank behind, collecting every other rank's share; its last hop takes it home to
+    the rank that owns the block, which adds its own share (the FlashAttention
+    backward per block, Dao et al. 2022, Algorithm 2, from the lse the forward saved).
+
+    Messages per rank (each one rank's k and v, stacked: 2 * batch * seq/cp * d_model
+    numbers): forward cp - 1; backward cp - 1 key/value blocks and cp - 1 gradient
+    blocks: `threeaxes.cost.context.context_parallel_bytes(mode="ring")`.
+
+    Shapes: q, k, v (batch, heads, seq/cp, head_dim), the rank's tokens in the order
+    `split.sequence_positions` gives.
+    """
     if not (q.shape == k.shape == v.shape) or q.dim() != 4:
         raise ValueError(f"q, k, v must share one shape (batch, heads, seq/cp, head_dim); got "
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")

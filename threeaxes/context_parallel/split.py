@@ -1,17 +1,4 @@
-"""Which tokens each cp rank holds: the sequence split of context parallelism.
-
-Causal attention makes a plain split uneven: the rank holding the last tokens
-attends to everything before them, the rank holding the first tokens to almost
-nothing. The load-balanced split cuts the sequence into 2 cp chunks and gives
-rank i chunks i and 2 cp - 1 - i, one early and one late, so every rank scores
-the same number of (query, key) pairs (Megatron-LM's context parallelism and
-torchtitan both do this; Liu et al. 2023's ring attention is the ring it runs on).
-
-    sequence_positions(1, cp=2, seq_len=16)     # tensor([4, 5, 6, 7, 8, 9, 10, 11])
-    sequence_positions(0, cp=2, seq_len=16)     # tensor([0, 1, 2, 3, 12, 13, 14, 15])
-
-Pure functions of numbers and tensors; no processes.
-"""
+"""Which tokens each cp rank holds: the sequence split of context parallelism."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -38,7 +25,20 @@ def check_split(cp: int, seq_len: int, balanced: bool = True) -> None:
 
 
 def sequence_positions(cp_rank: int, cp: int, seq_len: int, balanced: bool = True) -> torch.Tensor:
-    """The global token positions rank `cp_rank` (0..cp-1) holds, in the order it holds them."""
+    """The global token positions rank `cp_rank` (0..cp-1) holds, in the order it holds them.
+
+    Causal attention makes a plain split uneven: the rank holding the last tokens
+    attends to everything before them, the rank holding the first tokens to almost
+    nothing. The load-balanced split cuts the sequence into 2 cp chunks and gives
+    rank i chunks i and 2 cp - 1 - i, one early and one late, so every rank scores
+    the same number of (query, key) pairs (Megatron-LM's context parallelism and
+    torchtitan both do this; Liu et al. 2023's ring attention is the ring it runs on).
+
+        sequence_positions(1, cp=2, seq_len=16)     # tensor([4, 5, 6, 7, 8, 9, 10, 11])
+        sequence_positions(0, cp=2, seq_len=16)     # tensor([0, 1, 2, 3, 12, 13, 14, 15])
+
+    Pure functions of numbers and tensors; no processes.
+    """
     check_split(cp, seq_len, balanced)
     if not 0 <= cp_rank < cp:
         raise ValueError(f"cp_rank={cp_rank!r} is outside 0..{cp - 1}")

@@ -1,18 +1,4 @@
-"""The all-to-all way (DeepSpeed-Ulysses, Jacobs et al. 2023, Section 3): swap the split.
-
-Each cp rank holds seq/cp tokens of every head. One all-to-all turns that into
-every token of heads/cp heads, so each rank runs ordinary causal attention over
-the whole sequence for its heads; a second all-to-all swaps back. The backward
-runs the same two exchanges the other way round (the all-to-all's gradient is the
-inverse all-to-all). cp must divide the number of heads.
-
-Per layer and rank: forward, one all-to-all of q, k, v stacked and one of the
-output; backward, the same two mirrored:
-`threeaxes.cost.context.context_parallel_bytes(mode="all_to_all")`.
-
-Shapes: q, k, v (batch, heads, seq/cp, head_dim), the rank's tokens in the order
-`split.sequence_positions` gives; after the exchange (batch, heads/cp, seq, head_dim).
-"""
+"""The all-to-all way (DeepSpeed-Ulysses, Jacobs et al. 2023, Section 3): swap the split."""
 from __future__ import annotations
 
 from typing import Any
@@ -97,7 +83,21 @@ class _CausalAttention(torch.autograd.Function):
 
 def ulysses_attention(q: Tensor, k: Tensor, v: Tensor, cp: AxisLayout, balanced: bool = True) -> Tensor:
     """Causal attention of this rank's tokens, heads exchanged for sequence and back
-    (`cp`: a one-axis layout, `threeaxes.extra_axes.axis_layout("cp")`)."""
+    (`cp`: a one-axis layout, `threeaxes.extra_axes.axis_layout("cp")`).
+
+    Each cp rank holds seq/cp tokens of every head. One all-to-all turns that into
+    every token of heads/cp heads, so each rank runs ordinary causal attention over
+    the whole sequence for its heads; a second all-to-all swaps back. The backward
+    runs the same two exchanges the other way round (the all-to-all's gradient is the
+    inverse all-to-all). cp must divide the number of heads.
+
+    Per layer and rank: forward, one all-to-all of q, k, v stacked and one of the
+    output; backward, the same two mirrored:
+    `threeaxes.cost.context.context_parallel_bytes(mode="all_to_all")`.
+
+    Shapes: q, k, v (batch, heads, seq/cp, head_dim), the rank's tokens in the order
+    `split.sequence_positions` gives; after the exchange (batch, heads/cp, seq, head_dim).
+    """
     n, heads = cp.size("cp"), q.shape[1]
     if heads % n:
         options = "{" + ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0) + "}"

@@ -1,30 +1,4 @@
-"""Activation memory: what the backward pass needs the forward pass to keep.
-
-Source: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
-Transformer Models" (arXiv 2205.05198, MLSys 2023). Section 4.1 derives the
-per-layer bytes with 16-bit activations and 1-byte dropout masks; Table 2
-lists them for each mix of tensor parallelism (t), sequence parallelism and
-recomputation. Variables follow the paper: s sequence length, b micro-batch
-size, h hidden size, a attention heads, L layers, p pipeline stages.
-
-Memory-efficient attention (``flash_attention=True``): FlashAttention (Dao
-et al. 2022, "FlashAttention: Fast and Memory-Efficient Exact Attention with
-IO-Awareness", Section 3.1 and Theorem 1) computes softmax(QK^T)V in tiles
-and recomputes the scores in the backward pass, so it never stores the s x s
-matrices: extra memory linear in s. Korthikanti's 5as^2b term (softmax output
-2, its dropout mask 1, the dropout's output 2 bytes per score; the raw QK^T
-is not kept) is then gone, exactly the term their selective recomputation
-removes (Section 5). What stays is the linear part: sbh * 34, sbh (10 + 24/t)
-with tensor parallelism, sbh * 34/t with sequence parallelism. FlashAttention
-also keeps the softmax's row statistics, 4 bytes per row and head (4asb),
-under 0.5% of the linear part for head sizes of 64 and up; it is left out.
-
-The formulas describe a GPT-style layer (multi-head attention, GeLU MLP of
-width 4h, dropout). The LLaMA presets (SwiGLU MLP of width about 8h/3,
-grouped-query attention for 70B, no dropout) are counted with the same
-formula, an approximation: drops 10 and 14 say so and size the error with
-``llama_layer_bytes``, the same count done for a Llama layer.
-"""
+"""Activation memory: what the backward pass needs the forward pass to keep."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -78,7 +52,7 @@ def activation_bytes(seq_len: int, micro_batch: int, d_model: int, n_heads: int,
     split it over t, since that would cost an extra all-gather).
 
     ``flash_attention=True``: attention that never stores the s x s scores
-    (FlashAttention, Dao et al. 2022; module docstring). The 5as^2b/t term
+    (FlashAttention, Dao et al. 2022; see below). The 5as^2b/t term
     is 0, as under selective recomputation; the linear terms are unchanged.
     Default False: the paper's rows, attention as Megatron-LM ran it in 2022.
 
@@ -87,6 +61,31 @@ def activation_bytes(seq_len: int, micro_batch: int, d_model: int, n_heads: int,
     it from Transformer Engine's fused modules, no dropout
     (``llama_layer_bytes(..., fused_swiglu=True)``) instead of the GPT layer's 34;
     full recomputation and the scores' term are as above.
+
+    Source: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+    Transformer Models" (arXiv 2205.05198, MLSys 2023). Section 4.1 derives the
+    per-layer bytes with 16-bit activations and 1-byte dropout masks; Table 2
+    lists them for each mix of tensor parallelism (t), sequence parallelism and
+    recomputation. Variables follow the paper: s sequence length, b micro-batch
+    size, h hidden size, a attention heads, L layers, p pipeline stages.
+
+    Memory-efficient attention (``flash_attention=True``): FlashAttention (Dao
+    et al. 2022, "FlashAttention: Fast and Memory-Efficient Exact Attention with
+    IO-Awareness", Section 3.1 and Theorem 1) computes softmax(QK^T)V in tiles
+    and recomputes the scores in the backward pass, so it never stores the s x s
+    matrices: extra memory linear in s. Korthikanti's 5as^2b term (softmax output
+    2, its dropout mask 1, the dropout's output 2 bytes per score; the raw QK^T
+    is not kept) is then gone, exactly the term their selective recomputation
+    removes (Section 5). What stays is the linear part: sbh * 34, sbh (10 + 24/t)
+    with tensor parallelism, sbh * 34/t with sequence parallelism. FlashAttention
+    also keeps the softmax's row statistics, 4 bytes per row and head (4asb),
+    under 0.5% of the linear part for head sizes of 64 and up; it is left out.
+
+    The formulas describe a GPT-style layer (multi-head attention, GeLU MLP of
+    width 4h, dropout). The LLaMA presets (SwiGLU MLP of width about 8h/3,
+    grouped-query attention for 70B, no dropout) are counted with the same
+    formula, an approximation: drops 10 and 14 say so and size the error with
+    ``llama_layer_bytes``, the same count done for a Llama layer.
     """
     if count not in ACTIVATION_COUNTS:
         raise ValueError(f"count={count!r}; choose count in {set(ACTIVATION_COUNTS)}")

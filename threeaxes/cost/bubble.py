@@ -1,18 +1,4 @@
-"""The pipeline bubble, measured two ways.
-
-Two different ratios are called "the bubble" in the literature, and the
-course keeps their names apart:
-
-- ``bubble_fraction``: idle time over a step's *wall time*, the share of the
-  timeline a stage sits idle. (p - 1)/(m + p - 1) for GPipe and 1F1B.
-  This is what a timeline shows and what a simulation measures.
-- ``bubble_overhead``: idle time over the *ideal compute time* m (t_f + t_b),
-  how much longer a step takes than it would with no bubble. Megatron-LM's
-  (p - 1)/m (Narayanan et al. 2021, Section 2.2.1), (1/v)(p - 1)/m
-  interleaved (Section 2.2.2).
-
-They describe the same idle time: overhead = fraction / (1 - fraction).
-"""
+"""The pipeline bubble, measured two ways."""
 from __future__ import annotations
 
 from ..pipeline.schedules import SCHEDULES
@@ -66,6 +52,19 @@ def bubble_fraction(pp: int, micro_batches: int, *, schedule: str = "1f1b",
     >= 0.10's free group, any m >= p. The share is the same for any group
     that runs (7/33 for p = 8, m = 13, v = 2 with a group of 13), as it is for
     PyTorch's relaxed schedule.
+
+    Two different ratios are called "the bubble" in the literature, and the
+    course keeps their names apart:
+
+    - ``bubble_fraction``: idle time over a step's *wall time*, the share of the
+      timeline a stage sits idle. (p - 1)/(m + p - 1) for GPipe and 1F1B.
+      This is what a timeline shows and what a simulation measures.
+    - ``bubble_overhead``: idle time over the *ideal compute time* m (t_f + t_b),
+      how much longer a step takes than it would with no bubble. Megatron-LM's
+      (p - 1)/m (Narayanan et al. 2021, Section 2.2.1), (1/v)(p - 1)/m
+      interleaved (Section 2.2.2).
+
+    They describe the same idle time: overhead = fraction / (1 - fraction).
     """
     p, m, v = _validate(pp, micro_batches, schedule, virtual_stages, interleave)
     return (p - 1) / (v * m + p - 1)

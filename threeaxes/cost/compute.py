@@ -1,18 +1,5 @@
-"""Training FLOPs, step time and model FLOPs utilisation (MFU).
-
-Sources:
-- Kaplan et al. 2020, "Scaling Laws for Neural Language Models", Section 2.1
-  (Table 1): a forward pass costs about 2N FLOPs per token, training about 6N.
-- Narayanan et al. 2021 (Megatron-LM), Section 5.1, eq. 3: FLOPs per
-  iteration with full activation recomputation,
-  F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)); eq. 4: training time 8TP/(nX).
-- Korthikanti et al. 2022, Appendix A, eq. 7 (model FLOPs without
-  recomputation, 72 B s l h^2 (1 + s/(6h) + V/(12 l h))) and eq. 8 (hardware
-  FLOPs with selective recomputation, 72 B s l h^2 (1 + s/(3h) + V/(12 l h))).
-  Section 6.3 defines MFU (model FLOPs) against HFU (hardware FLOPs).
-- Chowdhery et al. 2022 (PaLM), Appendix B: 6N + 12 L H Q T FLOPs per token,
-  the attention term written with heads H and head size Q (H Q = h).
-"""
+"""Training FLOPs, step time and model FLOPs utilisation (MFU); each function cites its formula
+(Kaplan et al. 2020, Narayanan et al. 2021, Korthikanti et al. 2022, Chowdhery et al. 2022)."""
 from __future__ import annotations
 
 from typing import NamedTuple

@@ -1,34 +1,5 @@
 """The rules a (dp, tp, pp, ...) configuration must follow, with errors that
-say what to change.
-
-- dp * tp * pp equals the number of GPUs.
-- tp divides the attention heads (each rank takes whole heads: Shoeybi et al.
-  2019, Section 3) and, with grouped-query attention, the key/value heads.
-- tp stays inside a node unless told otherwise (Narayanan et al. 2021,
-  Section 3.2, Takeaway #1: TP's all-reduces need NVLink).
-- pp divides the layers (equal stages), pp * v when interleaving, and the
-  interleaved schedule needs micro-batches it can move through each chunk in
-  groups (``interleave_group``). Which m it accepts is a framework's rule:
-  Megatron-LM sends groups of N micro-batches, and since Megatron Core 0.10
-  (``--microbatch-group-size-per-virtual-pipeline-stage``,
-  ``ModelParallelConfig.microbatch_group_size_per_vp_stage``) N may be any
-  value with p <= N <= m and m % N == 0 or m % N >= p
-  (``megatron/core/pipeline_parallel/schedules.py``,
-  ``forward_backward_pipelining_with_interleaving``): every m >= p runs
-  (``interleave="flexible"``, the planner's default). Its default N is p, the
-  only group before Core 0.10 and the rule of Narayanan et al. 2021, Section
-  2.2.2: m a multiple of p (``interleave="group_p"``). PyTorch's
-  ScheduleInterleaved1F1B has a third rule (max(1, m // p) equal rounds,
-  ``threeaxes.pipeline.schedules.interleaved_group``).
-- the global batch splits evenly over dp replicas and each replica's share
-  into micro-batches.
-- ZeRO stages 2 and 3 are not combined with pipelining unless asked
-  (``allow_sharded_pp``). This is DeepSpeed's rule, not a law: its pipeline
-  engine allows ZeRO-1 only, since sharded gradients would have to be reduced
-  after every micro-batch. Other frameworks combine them: Llama 3 was trained
-  with FSDP and pipelining together (Dubey et al. 2024, Section 3.3.2), and
-  torchtitan composes FSDP2 with PyTorch's pipelining.
-"""
+say what to change."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -45,7 +16,7 @@ if TYPE_CHECKING:
 __all__ = ["Violation", "violations", "divisors", "fmt_choices", "valid_tp", "check_model_split",
            "check_config", "INTERLEAVE_RULES", "interleave_group"]
 
-# which micro-batch groups an interleaved schedule may use (module docstring)
+# which micro-batch groups an interleaved schedule may use (`violations`' docstring)
 INTERLEAVE_RULES = {
     "flexible": "Megatron Core >= 0.10 with --microbatch-group-size-per-virtual-pipeline-stage",
     "group_p": "Megatron-LM's default group of p (its only one before Megatron Core 0.10)",
@@ -166,7 +137,7 @@ def violations(model: Model, cluster: Cluster, global_batch: int, *, dp: int, tp
                sequence_parallel: bool = False) -> list:
     """Every rule the configuration breaks, as `Violation`s ([] when it follows them all).
 
-    Rules (module docstring): "gpus", "tp_heads", "tp_kv_heads", "tp_node",
+    Rules (below): "gpus", "tp_heads", "tp_kv_heads", "tp_node",
     "pp_layers", "zero_stage", "zero_pp", "batch_dp", "micro_batch",
     "recompute", "interleave"; with context parallelism (``cp`` > 1, the
     sequence of ``seq_len``, default the model's, split ``cp_mode``'s way)
@@ -180,6 +151,34 @@ def violations(model: Model, cluster: Cluster, global_batch: int, *, dp: int, tp
     ValueError. `suggest_flags=False` leaves out the hints to pass
     allow_tp_across_nodes or allow_sharded_pp (a student's configuration has no
     such key: the rule is the point).
+
+    - dp * tp * pp equals the number of GPUs.
+    - tp divides the attention heads (each rank takes whole heads: Shoeybi et al.
+      2019, Section 3) and, with grouped-query attention, the key/value heads.
+    - tp stays inside a node unless told otherwise (Narayanan et al. 2021,
+      Section 3.2, Takeaway #1: TP's all-reduces need NVLink).
+    - pp divides the layers (equal stages), pp * v when interleaving, and the
+      interleaved schedule needs micro-batches it can move through each chunk in
+      groups (``interleave_group``). Which m it accepts is a framework's rule:
+      Megatron-LM sends groups of N micro-batches, and since Megatron Core 0.10
+      (``--microbatch-group-size-per-virtual-pipeline-stage``,
+      ``ModelParallelConfig.microbatch_group_size_per_vp_stage``) N may be any
+      value with p <= N <= m and m % N == 0 or m % N >= p
+      (``megatron/core/pipeline_parallel/schedules.py``,
+      ``forward_backward_pipelining_with_interleaving``): every m >= p runs
+      (``interleave="flexible"``, the planner's default). Its default N is p, the
+      only group before Core 0.10 and the rule of Narayanan et al. 2021, Section
+      2.2.2: m a multiple of p (``interleave="group_p"``). PyTorch's
+      ScheduleInterleaved1F1B has a third rule (max(1, m // p) equal rounds,
+      ``threeaxes.pipeline.schedules.interleaved_group``).
+    - the global batch splits evenly over dp replicas and each replica's share
+      into micro-batches.
+    - ZeRO stages 2 and 3 are not combined with pipelining unless asked
+      (``allow_sharded_pp``). This is DeepSpeed's rule, not a law: its pipeline
+      engine allows ZeRO-1 only, since sharded gradients would have to be reduced
+      after every micro-batch. Other frameworks combine them: Llama 3 was trained
+      with FSDP and pipelining together (Dubey et al. 2024, Section 3.3.2), and
+      torchtitan composes FSDP2 with PyTorch's pipelining.
     """
     for name, value in (("dp", dp), ("tp", tp), ("pp", pp), ("virtual_stages", virtual_stages),
                         ("cp", cp), ("ep", ep)):

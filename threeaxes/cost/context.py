@@ -1,36 +1,4 @@
-"""Context parallelism: the sequence split over cp ranks, its bytes, time and rules.
-
-Each of the cp ranks holds s/cp of every sequence's tokens, so everything a
-layer keeps per token (activations) and does per token (the linear layers)
-is divided by cp. Attention is the one place a token needs the others: its
-query must meet every earlier key and value. Three ways to bring them:
-
-- ``"ring"``: ring attention (Liu et al. 2023, "Ring Attention with
-  Blockwise Transformers", Section 3; Megatron-LM's context parallelism on
-  Transformer Engine). Each rank keeps its queries and passes its key/value
-  block to the next rank cp - 1 times, computing attention on the block it
-  holds while the next one travels (online softmax adds the blocks up). The
-  backward pass sends the key/value blocks round again, and their gradients
-  with them: twice the forward bytes. The sends hide behind the block's
-  attention when the block takes longer to compute than to send.
-- ``"all_gather"``: Llama 3's way (Dubey et al. 2024, Section 3.3.2): all-gather
-  the keys and values, attend with the local queries; the backward pass
-  reduce-scatters their gradients. The same bytes as one pass of the ring,
-  not overlapped (the paper finds the exposed time small with grouped-query
-  attention's few key/value heads).
-- ``"all_to_all"``: DeepSpeed-Ulysses (Jacobs et al. 2023, Section 3.1). An
-  all-to-all trades the sequence split for a head split before attention (Q,
-  K and V) and back after it (the output), so each rank attends over the whole
-  sequence for 1/cp of the heads; the backward pass runs the same four
-  all-to-alls on the gradients. Each all-to-all sends (cp - 1)/cp of the
-  rank's tensor (``network.all_to_all_time``).
-
-The load-balanced causal split (Megatron-LM's context parallelism; Llama 3,
-Section 3.3.2) cuts the sequence into 2 cp chunks and gives rank i chunks i
-and 2cp - 1 - i, so every rank does the same causal work: s must divide by
-2 cp. Ulysses needs whole heads on every rank: cp divides the heads each
-tensor-parallel rank holds (query and key/value heads).
-"""
+"""Context parallelism: the sequence split over cp ranks, its bytes, time and rules."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -83,6 +51,37 @@ def context_parallel_bytes(seq_len: int, micro_batch: int, d_model: int, cp: int
       leave it; backward the same on the gradients.
 
     With cp = 1 nothing is sent.
+
+    Each of the cp ranks holds s/cp of every sequence's tokens, so everything a
+    layer keeps per token (activations) and does per token (the linear layers)
+    is divided by cp. Attention is the one place a token needs the others: its
+    query must meet every earlier key and value. Three ways to bring them:
+
+    - ``"ring"``: ring attention (Liu et al. 2023, "Ring Attention with
+      Blockwise Transformers", Section 3; Megatron-LM's context parallelism on
+      Transformer Engine). Each rank keeps its queries and passes its key/value
+      block to the next rank cp - 1 times, computing attention on the block it
+      holds while the next one travels (online softmax adds the blocks up). The
+      backward pass sends the key/value blocks round again, and their gradients
+      with them: twice the forward bytes. The sends hide behind the block's
+      attention when the block takes longer to compute than to send.
+    - ``"all_gather"``: Llama 3's way (Dubey et al. 2024, Section 3.3.2): all-gather
+      the keys and values, attend with the local queries; the backward pass
+      reduce-scatters their gradients. The same bytes as one pass of the ring,
+      not overlapped (the paper finds the exposed time small with grouped-query
+      attention's few key/value heads).
+    - ``"all_to_all"``: DeepSpeed-Ulysses (Jacobs et al. 2023, Section 3.1). An
+      all-to-all trades the sequence split for a head split before attention (Q,
+      K and V) and back after it (the output), so each rank attends over the whole
+      sequence for 1/cp of the heads; the backward pass runs the same four
+      all-to-alls on the gradients. Each all-to-all sends (cp - 1)/cp of the
+      rank's tensor (``network.all_to_all_time``).
+
+    The load-balanced causal split (Megatron-LM's context parallelism; Llama 3,
+    Section 3.3.2) cuts the sequence into 2 cp chunks and gives rank i chunks i
+    and 2cp - 1 - i, so every rank does the same causal work: s must divide by
+    2 cp. Ulysses needs whole heads on every rank: cp divides the heads each
+    tensor-parallel rank holds (query and key/value heads).
     """
     s, b, h = _positive("seq_len", seq_len), _positive("micro_batch", micro_batch), \
         _positive("d_model", d_model)

@@ -1,23 +1,7 @@
 """The planner's terms for context parallelism (cp) and expert parallelism (ep):
 what ``evaluate`` adds to a (dp, tp, pp) configuration when cp or ep > 1. With
 cp = ep = 1 (and etp = tp) each function gives what the three-axis planner
-always gave, so every three-axis result is unchanged.
-
-- model states: the dense weights are split by tp and pp and, under ZeRO,
-  sharded over the dp x cp ranks that hold the same weights (Megatron-LM's
-  distributed optimizer shards over its data-parallel group with context
-  parallelism); the routed experts are split by etp, ep and pp and sharded
-  over the experts' data-parallel group edp (``placement.layout_strides``).
-- gradients: the dense ones reduced over dp x cp, the experts' over edp, each
-  group at the link its ranks reach (``network.group_link``).
-- context parallelism, per layer and micro-batch: ``context.context_parallel_time``
-  for this rank's heads (the tp rank's h/t query and k/t key/value widths); the
-  ring hides behind the attention it overlaps (Liu et al. 2023, Section 3).
-- expert parallelism, per MoE layer and micro-batch: four all-to-alls of the
-  tokens this rank holds, b s / (cp t) with sequence parallelism, k copies each
-  (``experts.expert_all_to_all_time``; Lepikhin et al. 2021, Section 2.3), at
-  the bandwidth an all-to-all gets across nodes (``network.all_to_all_link``).
-"""
+always gave, so every three-axis result is unchanged."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -39,7 +23,23 @@ __all__ = ["state_bytes", "gradient_groups", "cp_comm_time", "ep_comm_time"]
 def state_bytes(model: Model, *, dp: int, tp: int, pp: int, cp: int, ep: int, etp: int, zero_stage: int,
                 precision: str) -> ModelStateBytes:
     """Parameters, gradients and optimizer states per GPU (ZeRO's accounting,
-    Rajbhandari et al. 2020, Section 5 and Figure 1, applied to each part)."""
+    Rajbhandari et al. 2020, Section 5 and Figure 1, applied to each part).
+
+    - model states: the dense weights are split by tp and pp and, under ZeRO,
+      sharded over the dp x cp ranks that hold the same weights (Megatron-LM's
+      distributed optimizer shards over its data-parallel group with context
+      parallelism); the routed experts are split by etp, ep and pp and sharded
+      over the experts' data-parallel group edp (``placement.layout_strides``).
+    - gradients: the dense ones reduced over dp x cp, the experts' over edp, each
+      group at the link its ranks reach (``network.group_link``).
+    - context parallelism, per layer and micro-batch: ``context.context_parallel_time``
+      for this rank's heads (the tp rank's h/t query and k/t key/value widths); the
+      ring hides behind the attention it overlaps (Liu et al. 2023, Section 3).
+    - expert parallelism, per MoE layer and micro-batch: four all-to-alls of the
+      tokens this rank holds, b s / (cp t) with sequence parallelism, k copies each
+      (``experts.expert_all_to_all_time``; Lepikhin et al. 2021, Section 2.3), at
+      the bandwidth an all-to-all gets across nodes (``network.all_to_all_link``).
+    """
     experts = model.expert_params
     dense = model_state_bytes(model.n_params - experts, dp=dp * cp, tp=tp, pp=pp,
                               zero_stage=zero_stage, precision=precision)

@@ -3,26 +3,7 @@
     walk = walk_tree(get_model("30B"), get_cluster("a100-80gb", n_gpus=8), global_batch=256)
     walk.scheme        # "tp"
     walk.decisions     # each question, its yes/no, and the numbers behind it
-    walk.result        # the planner's evaluation of the configuration the tree ends at
-
-The tree (one question per level, as the practice set's cheatsheet draws it):
-
-1. Do the model states fit one GPU? The 16N rule: mixed-precision Adam keeps
-   2 + 2 + 12 bytes per parameter (ZeRO, Rajbhandari et al. 2020, Section 3.1;
-   `model_state_bytes`). Yes, and the cost model finds the activations room
-   too: data parallelism alone.
-2. Will the team split layers (TP/PP)? No: FSDP / ZeRO-3 over every GPU
-   (ZeRO Section 5.3: each GPU keeps 16N / N_d bytes).
-3. Do the model states fit one node (16N over the node's GPUs)? Yes: tensor
-   parallelism inside the node, the smallest tp that fits, data parallelism
-   across nodes. No: 3D, tp fills the node, the smallest pp that fits, dp on top.
-
-Each end is a (dp, tp, pp) with the plainest settings that fit in the cost
-model's memory (`plan`: states plus activations): micro-batch 1, then
-recomputation (none, selective, full) before any ZeRO stage the scheme does not
-already imply. The planner evaluates it; `judge` compares it with the search's
-best.
-"""
+    walk.result        # the planner's evaluation of the configuration the tree ends at"""
 from __future__ import annotations
 
 import math
@@ -129,7 +110,26 @@ def _gb(x: float) -> str:
 def walk_tree(model: Model, cluster: Cluster, global_batch: int, seq_len: int | None = None, *,
               split_layers: bool = True) -> TreeWalk:
     """Walk the cheatsheet's tree for `model` on `cluster`; `split_layers=False` is a
-    team that will not use tensor or pipeline parallelism (ZeRO/FSDP instead)."""
+    team that will not use tensor or pipeline parallelism (ZeRO/FSDP instead).
+
+    The tree (one question per level, as the practice set's cheatsheet draws it):
+
+    1. Do the model states fit one GPU? The 16N rule: mixed-precision Adam keeps
+       2 + 2 + 12 bytes per parameter (ZeRO, Rajbhandari et al. 2020, Section 3.1;
+       `model_state_bytes`). Yes, and the cost model finds the activations room
+       too: data parallelism alone.
+    2. Will the team split layers (TP/PP)? No: FSDP / ZeRO-3 over every GPU
+       (ZeRO Section 5.3: each GPU keeps 16N / N_d bytes).
+    3. Do the model states fit one node (16N over the node's GPUs)? Yes: tensor
+       parallelism inside the node, the smallest tp that fits, data parallelism
+       across nodes. No: 3D, tp fills the node, the smallest pp that fits, dp on top.
+
+    Each end is a (dp, tp, pp) with the plainest settings that fit in the cost
+    model's memory (`plan`: states plus activations): micro-batch 1, then
+    recomputation (none, selective, full) before any ZeRO stage the scheme does not
+    already imply. The planner evaluates it; `judge` compares it with the search's
+    best.
+    """
     n, per_node, hbm = cluster.n_gpus, cluster.gpus_per_node, cluster.hbm_bytes
     states = model_state_bytes(model.n_params).total       # 16N: 2 + 2 + 12 bytes each
     decisions: list[Decision] = []

@@ -1,44 +1,6 @@
 """One configuration's memory per GPU and step time, by term: the model the
 planner applies (``planner.plan`` checks the rules, then calls ``evaluate``;
-``planner.search`` calls it for every configuration).
-
-The step-time model (every assumption is an argument of ``plan``):
-
-- compute: hardware FLOPs (Chowdhery et al. 2022 App. B, 6N + 12 l h s per
-  token, plus what recomputation re-runs, Korthikanti et al. 2022 App. A)
-  over n_gpus * peak * ``compute_efficiency``. With
-  ``compute_efficiency="shapes"`` instead: the slowest (last) pipeline
-  stage's layers and output layer, m micro-batches of them, each timed from
-  its shapes by ``kernel_time.layer_time`` (GEMMs below peak when a tensor-
-  parallel shard is thin, memory-bound element-wise work at HBM bandwidth).
-- memory: activations of the first pipeline stage (``activations``), by
-  default with memory-efficient attention (``flash_attention=True``:
-  FlashAttention, Dao et al. 2022, never stores the s x s scores, the 5as^2b
-  term of Korthikanti et al. 2022 that selective recomputation also
-  removes). That is what a Llama-style run uses today; pass
-  ``flash_attention=False`` for attention that materialises the scores
-  (Megatron-LM's 2021-2022 runs). With sequence parallelism the memory is
-  Korthikanti's 34 sbh/t (Table 2), which assumes Megatron-LM's extra
-  all-gather of each sublayer's input in the backward pass instead of
-  storing it whole (Section 4.2.2, overlapped with compute there); the
-  planner charges no time or bytes for that all-gather.
-- TP communication: 4 all-reduces of the b s h activation per layer per
-  micro-batch, 2 forward and 2 backward (Shoeybi et al. 2019, Section 3,
-  Figure 4), 6 with full recomputation; sequence parallelism swaps each for
-  a reduce-scatter plus all-gather of the same volume (Korthikanti et al.
-  2022, Section 4.2.2). None of it overlaps with compute.
-- links: NVLink inside a node; a group that crosses nodes runs at the NICs
-  it can use (``network.group_link``: k members per node drive up to k of
-  the node's NICs at once, as NCCL's parallel rings do).
-- PP communication: one send forward and one backward per micro-batch per
-  model chunk, counted on the critical path. ``pp_scatter_gather`` splits
-  each send over the t tensor-parallel ranks' own InfiniBand cards and
-  all-gathers it over NVLink on arrival (Narayanan et al. 2021, Section 4.1).
-- DP communication and how much of it hides (``dp_overlap``): each ZeRO
-  stage's exchange with m micro-batches per step, ``dp_exchange``.
-- bubble: ``bubble_overhead`` (Narayanan et al. 2021, Section 2.2) times the
-  pipeline's busy time (compute + TP communication).
-"""
+``planner.search`` calls it for every configuration)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
@@ -189,7 +151,45 @@ def evaluate(ctx: PlanContext, dp: int, tp: int, pp: int, mbs: int, zero: int, r
              sp: bool, cp: int = 1, ep: int = 1, etp: int | None = None, cp_mode: str = "ring") -> PlanResult:
     """Memory and step time of one configuration (already checked against the
     rules) under the assumptions ``ctx`` holds. cp and ep's terms are
-    ``cp_ep_terms``'s; with cp = ep = 1 they add nothing."""
+    ``cp_ep_terms``'s; with cp = ep = 1 they add nothing.
+
+    The step-time model (every assumption is an argument of ``plan``):
+
+    - compute: hardware FLOPs (Chowdhery et al. 2022 App. B, 6N + 12 l h s per
+      token, plus what recomputation re-runs, Korthikanti et al. 2022 App. A)
+      over n_gpus * peak * ``compute_efficiency``. With
+      ``compute_efficiency="shapes"`` instead: the slowest (last) pipeline
+      stage's layers and output layer, m micro-batches of them, each timed from
+      its shapes by ``kernel_time.layer_time`` (GEMMs below peak when a tensor-
+      parallel shard is thin, memory-bound element-wise work at HBM bandwidth).
+    - memory: activations of the first pipeline stage (``activations``), by
+      default with memory-efficient attention (``flash_attention=True``:
+      FlashAttention, Dao et al. 2022, never stores the s x s scores, the 5as^2b
+      term of Korthikanti et al. 2022 that selective recomputation also
+      removes). That is what a Llama-style run uses today; pass
+      ``flash_attention=False`` for attention that materialises the scores
+      (Megatron-LM's 2021-2022 runs). With sequence parallelism the memory is
+      Korthikanti's 34 sbh/t (Table 2), which assumes Megatron-LM's extra
+      all-gather of each sublayer's input in the backward pass instead of
+      storing it whole (Section 4.2.2, overlapped with compute there); the
+      planner charges no time or bytes for that all-gather.
+    - TP communication: 4 all-reduces of the b s h activation per layer per
+      micro-batch, 2 forward and 2 backward (Shoeybi et al. 2019, Section 3,
+      Figure 4), 6 with full recomputation; sequence parallelism swaps each for
+      a reduce-scatter plus all-gather of the same volume (Korthikanti et al.
+      2022, Section 4.2.2). None of it overlaps with compute.
+    - links: NVLink inside a node; a group that crosses nodes runs at the NICs
+      it can use (``network.group_link``: k members per node drive up to k of
+      the node's NICs at once, as NCCL's parallel rings do).
+    - PP communication: one send forward and one backward per micro-batch per
+      model chunk, counted on the critical path. ``pp_scatter_gather`` splits
+      each send over the t tensor-parallel ranks' own InfiniBand cards and
+      all-gathers it over NVLink on arrival (Narayanan et al. 2021, Section 4.1).
+    - DP communication and how much of it hides (``dp_overlap``): each ZeRO
+      stage's exchange with m micro-batches per step, ``dp_exchange``.
+    - bubble: ``bubble_overhead`` (Narayanan et al. 2021, Section 2.2) times the
+      pipeline's busy time (compute + TP communication).
+    """
     model, cluster = ctx.model, ctx.cluster
     etp = tp if etp is None else etp
     if ctx.shapes and (cp > 1 or model.expert_params):

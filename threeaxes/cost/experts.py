@@ -1,22 +1,4 @@
-"""Mixture of experts: the description, its parameters, the all-to-all bytes, the rules.
-
-A mixture-of-experts layer replaces the MLP by E expert MLPs and a router
-that sends each token to its top k of them (Shazeer et al. 2017; Fedus et
-al. 2022, "Switch Transformers", Section 2.1, k = 1; Mixtral, Jiang et al.
-2024, Section 2.1, E = 8, k = 2). Expert parallelism puts E/ep experts on each
-of ep ranks (Lepikhin et al. 2021, "GShard", Section 2.3): every token's
-hidden state travels to the ranks that hold its experts (the dispatch
-all-to-all) and its outputs come back (the combine all-to-all). Backward the
-gradients make the same two trips in reverse: four all-to-alls per MoE layer
-and micro-batch, two forward and two backward.
-
-Megatron Core's layout (MoE parallel folding, Liu et al. 2025, arXiv
-2504.14960, Section 3; Megatron Core >= 0.10): the expert layers have their
-own tensor-parallel size etp (default: the attention's tp) and expert-parallel
-size ep, folded over the same ranks as the attention's tp x cp x dp: etp * ep
-must divide tp * cp * dp, and the rest, edp = tp * cp * dp / (etp * ep), is the
-experts' data-parallel size, over which their gradients are reduced.
-"""
+"""Mixture of experts: the description, its parameters, the all-to-all bytes, the rules."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,7 +21,25 @@ class MoE:
     ``expert_hidden`` (SwiGLU when ``gated``: three h x f matrices each, as
     Mixtral's), ``top_k`` of them per token; ``moe_layers`` of the model's
     layers have them (None: all), the others a dense MLP. ``shared_experts``
-    run on every token (DeepSeekMoE, Dai et al. 2024), held like dense weights."""
+    run on every token (DeepSeekMoE, Dai et al. 2024), held like dense weights.
+
+    A mixture-of-experts layer replaces the MLP by E expert MLPs and a router
+    that sends each token to its top k of them (Shazeer et al. 2017; Fedus et
+    al. 2022, "Switch Transformers", Section 2.1, k = 1; Mixtral, Jiang et al.
+    2024, Section 2.1, E = 8, k = 2). Expert parallelism puts E/ep experts on each
+    of ep ranks (Lepikhin et al. 2021, "GShard", Section 2.3): every token's
+    hidden state travels to the ranks that hold its experts (the dispatch
+    all-to-all) and its outputs come back (the combine all-to-all). Backward the
+    gradients make the same two trips in reverse: four all-to-alls per MoE layer
+    and micro-batch, two forward and two backward.
+
+    Megatron Core's layout (MoE parallel folding, Liu et al. 2025, arXiv
+    2504.14960, Section 3; Megatron Core >= 0.10): the expert layers have their
+    own tensor-parallel size etp (default: the attention's tp) and expert-parallel
+    size ep, folded over the same ranks as the attention's tp x cp x dp: etp * ep
+    must divide tp * cp * dp, and the rest, edp = tp * cp * dp / (etp * ep), is the
+    experts' data-parallel size, over which their gradients are reduced.
+    """
     n_experts: int
     top_k: int
     expert_hidden: int

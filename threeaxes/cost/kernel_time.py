@@ -1,38 +1,4 @@
-"""How long one GPU takes for its share of a transformer layer, from shapes.
-
-A constant "fraction of peak" hides two effects that make small shards slow:
-
-1. Matrix multiplications run below peak when one of their dimensions is
-   small: the output is cut into tiles, each tile steps through K, and a
-   thin dimension leaves tiles partly empty and the GPU's SMs partly idle
-   (NVIDIA, "Matrix Multiplication Background User's Guide", Deep Learning
-   Performance documentation: sections "Dimension Quantization Effects"
-   (tile and wave quantization) and "Math and memory bounds"; Anthony et
-   al. 2024, "The Case for Co-Designing Model Architectures with Hardware",
-   arXiv 2401.14489, Section IV, measure the same on A100 GEMMs). Tensor
-   parallelism makes exactly those dimensions small: a layer's GEMMs have
-   the tokens of a micro-batch (b s) as one side and h/t (or 4h/t) as the
-   sharded side; the attention products have the head size h/a as their
-   inner dimension.
-2. The element-wise work (layer norms, GeLU, dropout, bias, residual adds,
-   softmax) is bound by memory bandwidth, not FLOPs. Its bytes are those
-   Korthikanti et al. 2022 (Table 2) count as stored activations: the layer
-   norms and dropouts (10 sbh) are *replicated* on every tensor-parallel
-   rank unless sequence parallelism splits them, so their share of a TP
-   rank's time grows with t.
-
-The model: time = GEMM FLOPs / (peak * gemm_efficiency) + element-wise
-bytes / HBM bandwidth, each term returned by name.
-
-The three constants below are NOT datasheet figures. They were fitted to
-Narayanan et al. 2021, Table 1 (ten runs, three constants, by a coarse grid
-search minimising the largest error; see threeaxes/cost/published.py and
-tests/cost/test_cost_published.py). They are checked on runs they were not
-fitted to (Narayanan et al. 2021, Table 2; Korthikanti et al. 2022, Table 5:
-within 7% and 14%), and they are of the order the sources above describe: a large bf16 GEMM on A100 runs
-well below the 312 TFLOP/s peak, and thin operands (a head size of 64-128,
-a shard of a few hundred columns) cost a large share of it.
-"""
+"""How long one GPU takes for its share of a transformer layer, from shapes."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -42,7 +8,7 @@ from .activations import activation_bytes
 __all__ = ["GEMM_PEAK_FRACTION", "GEMM_HALF_DIM", "ELEMENTWISE_BYTES_PER_STORED_BYTE",
            "dim_factor", "gemm_efficiency", "LayerTime", "layer_time", "logits_time"]
 
-# Fraction of peak a GEMM with every dimension large reaches (fitted, see above).
+# Fraction of peak a GEMM with every dimension large reaches (fitted: `layer_time`'s docstring says how).
 GEMM_PEAK_FRACTION = 0.70
 # Operand dimension at which a GEMM runs at half of GEMM_PEAK_FRACTION (fitted):
 # the attention products, whose inner side is the head size (96 to 160 here),
@@ -102,6 +68,39 @@ def layer_time(seq_len: int, micro_batch: int, d_model: int, n_heads: int, *, tp
     the element-wise bytes leave out the 5as^2b term, and the backward pass
     recomputes the attention products once (Section 3.1), as selective
     recomputation does (no second charge when both are on).
+
+    A constant "fraction of peak" hides two effects that make small shards slow:
+
+    1. Matrix multiplications run below peak when one of their dimensions is
+       small: the output is cut into tiles, each tile steps through K, and a
+       thin dimension leaves tiles partly empty and the GPU's SMs partly idle
+       (NVIDIA, "Matrix Multiplication Background User's Guide", Deep Learning
+       Performance documentation: sections "Dimension Quantization Effects"
+       (tile and wave quantization) and "Math and memory bounds"; Anthony et
+       al. 2024, "The Case for Co-Designing Model Architectures with Hardware",
+       arXiv 2401.14489, Section IV, measure the same on A100 GEMMs). Tensor
+       parallelism makes exactly those dimensions small: a layer's GEMMs have
+       the tokens of a micro-batch (b s) as one side and h/t (or 4h/t) as the
+       sharded side; the attention products have the head size h/a as their
+       inner dimension.
+    2. The element-wise work (layer norms, GeLU, dropout, bias, residual adds,
+       softmax) is bound by memory bandwidth, not FLOPs. Its bytes are those
+       Korthikanti et al. 2022 (Table 2) count as stored activations: the layer
+       norms and dropouts (10 sbh) are *replicated* on every tensor-parallel
+       rank unless sequence parallelism splits them, so their share of a TP
+       rank's time grows with t.
+
+    The model: time = GEMM FLOPs / (peak * gemm_efficiency) + element-wise
+    bytes / HBM bandwidth, each term returned by name.
+
+    The three constants (GEMM_PEAK_FRACTION, GEMM_HALF_DIM, ELEMENTWISE_BYTES_PER_STORED_BYTE)
+    are NOT datasheet figures. They were fitted to Narayanan et al. 2021, Table 1 (ten runs,
+    three constants, by a coarse grid search minimising the largest error; see
+    threeaxes/cost/published.py and tests/cost/test_cost_published.py). They are checked on runs
+    they were not fitted to (Narayanan et al. 2021, Table 2; Korthikanti et al. 2022, Table 5:
+    within 7% and 14%), and they are of the order the sources above describe: a large bf16 GEMM
+    on A100 runs well below the 312 TFLOP/s peak, and thin operands (a head size of 64-128, a
+    shard of a few hundred columns) cost a large share of it.
     """
     s, b, h, a, t = seq_len, micro_batch, d_model, n_heads, tp
     ffn = 4 * h if ffn_hidden is None else ffn_hidden

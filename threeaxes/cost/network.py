@@ -1,31 +1,4 @@
-"""Time and bytes of collectives, with a latency and a bandwidth term.
-
-Source: the ring algorithms' alpha-beta cost model, Thakur, Rabenseifner and
-Gropp 2005, "Optimization of Collective Communication Operations in MPICH"
-(IJHPCA 19(1)), Section 2 and Table 1; Patarasuk and Yuan 2009,
-"Bandwidth optimal all-reduce algorithms for clusters of workstations"
-(JPDC 69(2)), Section 3, prove the ring all-reduce's 2(n-1)/n S per process
-optimal. NVIDIA's nccl-tests (doc/PERFORMANCE.md) uses the same factors to
-turn algorithm bandwidth into bus bandwidth.
-
-For a message of S bytes over n GPUs with per-step latency alpha (seconds)
-and per-GPU bandwidth B (bytes/s, one direction):
-
-================  ==================  =====================
-operation         latency term        bandwidth term
-================  ==================  =====================
-all-reduce        2 (n - 1) alpha     2 (n - 1)/n * S / B
-all-gather        (n - 1) alpha       (n - 1)/n * S / B
-reduce-scatter    (n - 1) alpha       (n - 1)/n * S / B
-point-to-point    alpha               S / B
-all-to-all        (n - 1) alpha       (n - 1)/n * S / B
-================  ==================  =====================
-
-S is the full (unsharded) tensor for all-gather and reduce-scatter, and one
-rank's whole input for all-to-all: n chunks of S/n, n - 1 of which leave it, one
-to each other rank (Thakur et al. 2005's pairwise-exchange algorithm for
-MPI_Alltoall; context parallelism's Ulysses and expert parallelism use it).
-"""
+"""Time and bytes of collectives, with a latency and a bandwidth term."""
 from __future__ import annotations
 
 from typing import Any, NamedTuple
@@ -79,7 +52,34 @@ def bytes_sent_per_gpu(op: str, size_bytes: float, n: int) -> float:
 
 def collective_time(op: str, size_bytes: float, n: int, bandwidth: float,
                     latency: float = 0.0) -> CommTime:
-    """Alpha-beta time of a ring collective (Thakur et al. 2005, Section 2)."""
+    """Alpha-beta time of a ring collective (Thakur et al. 2005, Section 2).
+
+    Source: the ring algorithms' alpha-beta cost model, Thakur, Rabenseifner and
+    Gropp 2005, "Optimization of Collective Communication Operations in MPICH"
+    (IJHPCA 19(1)), Section 2 and Table 1; Patarasuk and Yuan 2009,
+    "Bandwidth optimal all-reduce algorithms for clusters of workstations"
+    (JPDC 69(2)), Section 3, prove the ring all-reduce's 2(n-1)/n S per process
+    optimal. NVIDIA's nccl-tests (doc/PERFORMANCE.md) uses the same factors to
+    turn algorithm bandwidth into bus bandwidth.
+
+    For a message of S bytes over n GPUs with per-step latency alpha (seconds)
+    and per-GPU bandwidth B (bytes/s, one direction):
+
+    ================  ==================  =====================
+    operation         latency term        bandwidth term
+    ================  ==================  =====================
+    all-reduce        2 (n - 1) alpha     2 (n - 1)/n * S / B
+    all-gather        (n - 1) alpha       (n - 1)/n * S / B
+    reduce-scatter    (n - 1) alpha       (n - 1)/n * S / B
+    point-to-point    alpha               S / B
+    all-to-all        (n - 1) alpha       (n - 1)/n * S / B
+    ================  ==================  =====================
+
+    S is the full (unsharded) tensor for all-gather and reduce-scatter, and one
+    rank's whole input for all-to-all: n chunks of S/n, n - 1 of which leave it, one
+    to each other rank (Thakur et al. 2005's pairwise-exchange algorithm for
+    MPI_Alltoall; context parallelism's Ulysses and expert parallelism use it).
+    """
     _check(size_bytes, n, bandwidth, latency)
     if op == "p2p":
         steps = 1

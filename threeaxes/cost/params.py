@@ -1,15 +1,4 @@
-"""How many parameters a transformer has.
-
-The default arguments count a GPT-style decoder exactly as Megatron-LM does
-(Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
-Clusters Using Megatron-LM", Section 5.1, eq. 2):
-
-    P = 12 l h^2 + 13 l h + (V + s) h
-
-Keyword options cover LLaMA-style decoders (gated MLP, grouped-query
-attention, no biases, RMSNorm, untied embeddings) so that the presets can
-quote the sizes of released checkpoints.
-"""
+"""How many parameters a transformer has."""
 from __future__ import annotations
 
 __all__ = ["ParamCount", "transformer_params"]
@@ -84,6 +73,16 @@ def transformer_params(n_layers: int, d_model: int, vocab_size: int,
     - ``tied_embeddings``: the output layer reuses the input embedding;
       False adds another V h.
     - ``final_norm``: count the norm after the last layer (eq. 2 leaves it out).
+
+    The default arguments count a GPT-style decoder exactly as Megatron-LM does
+    (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
+    Clusters Using Megatron-LM", Section 5.1, eq. 2):
+
+        P = 12 l h^2 + 13 l h + (V + s) h
+
+    Keyword options cover LLaMA-style decoders (gated MLP, grouped-query
+    attention, no biases, RMSNorm, untied embeddings) so that the presets can
+    quote the sizes of released checkpoints.
     """
     l = _positive_int("n_layers", n_layers)
     h = _positive_int("d_model", d_model)

@@ -1,28 +1,4 @@
-"""Which parameters one rank holds, term by term, for a (tp, pp) layout.
-
-`model_state_bytes` divides a model's parameters evenly, Psi / (tp * pp).
-A real layout is not even, and for a small model the difference is large:
-
-* Tensor parallelism splits only the big matrices (Shoeybi et al. 2019,
-  "Megatron-LM", Section 3, Figure 3): Q, K, V and the first MLP matrix by
-  columns (their biases with them), the attention output and the second MLP
-  matrix by rows. The row-parallel layers' biases are added after the
-  all-reduce, so every tp rank holds them whole, and so are the LayerNorms.
-* Pipeline parallelism puts the embeddings on the first stage and the final
-  norm and the output layer on the last (Narayanan et al. 2021, Section 2.2).
-  When the output layer shares the word embedding (tied weights) and pp > 1,
-  the last stage keeps its own copy of the table, and the two copies' gradients
-  are summed every step (what Megatron-LM's code does with its "embedding
-  group"; with pp = 1 the one table serves both ends).
-* The word embedding and the output layer may be split over tp by vocabulary
-  (Megatron's vocab-parallel embedding) or kept whole on every tp rank (the
-  course's toy model): `vocab_parallel` says which. Position embeddings are
-  always whole.
-
-With tp = pp = 1 the terms add up to `transformer_params` exactly; the test
-checks it, and checks every layout of the toy model against the tensors its
-tensor-parallel pipeline stages really hold.
-"""
+"""Which parameters one rank holds, term by term, for a (tp, pp) layout."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -80,7 +56,30 @@ def rank_params(n_layers: int, d_model: int, vocab_size: int, seq_len: int = 0, 
     The shape arguments mean what they mean in `transformer_params` (seq_len:
     learned positions, 0 for rotary; kv_width: d_model * n_kv_heads / n_heads
     under grouped-query attention). `layers_on_stage` defaults to the even
-    split n_layers / pp. See the module docstring for where each term lives.
+    split n_layers / pp. Where each term lives: below.
+
+    `model_state_bytes` divides a model's parameters evenly, Psi / (tp * pp).
+    A real layout is not even, and for a small model the difference is large:
+
+    * Tensor parallelism splits only the big matrices (Shoeybi et al. 2019,
+      "Megatron-LM", Section 3, Figure 3): Q, K, V and the first MLP matrix by
+      columns (their biases with them), the attention output and the second MLP
+      matrix by rows. The row-parallel layers' biases are added after the
+      all-reduce, so every tp rank holds them whole, and so are the LayerNorms.
+    * Pipeline parallelism puts the embeddings on the first stage and the final
+      norm and the output layer on the last (Narayanan et al. 2021, Section 2.2).
+      When the output layer shares the word embedding (tied weights) and pp > 1,
+      the last stage keeps its own copy of the table, and the two copies' gradients
+      are summed every step (what Megatron-LM's code does with its "embedding
+      group"; with pp = 1 the one table serves both ends).
+    * The word embedding and the output layer may be split over tp by vocabulary
+      (Megatron's vocab-parallel embedding) or kept whole on every tp rank (the
+      course's toy model): `vocab_parallel` says which. Position embeddings are
+      always whole.
+
+    With tp = pp = 1 the terms add up to `transformer_params` exactly; the test
+    checks it, and checks every layout of the toy model against the tensors its
+    tensor-parallel pipeline stages really hold.
     """
     l, h, v = _check("n_layers", n_layers), _check("d_model", d_model), _check("vocab_size", vocab_size)
     s = _check("seq_len", seq_len, 0)

@@ -1,17 +1,4 @@
-"""Evaluate one (dp, tp, pp, ...) configuration, or search them all.
-
-``plan`` checks one configuration against the rules (``constraints``) and
-turns it into memory per GPU by term, whether it fits, step time by term and
-throughput. ``search`` evaluates every valid configuration and ranks them:
-those that fit first, then by tokens per second, then by memory. The model
-both apply, and the papers behind each term, is in ``evaluate``: by default
-attention is memory-efficient (FlashAttention, never storing the s x s
-scores), a group that crosses nodes drives as many NICs as it has members
-per node, DeepSpeed's rule keeps ZeRO-2/3 away from pipelining unless
-``allow_sharded_pp``, ZeRO-2/3 exchange their shards once per micro-batch
-(as DeepSpeed and FSDP2 do by default), and the interleaved schedule takes
-any m >= p (Megatron Core >= 0.10; ``interleave``).
-"""
+"""Evaluate one (dp, tp, pp, ...) configuration, or search them all."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
@@ -123,6 +110,18 @@ def plan(model: Model, cluster: Cluster, global_batch: int, seq_len: int | None 
     constraint: dp*tp*pp (*cp) = GPUs, tp divides the heads, pp the layers, tp
     stays in a node, the batch splits evenly, and cp's and ep's rules
     (``constraints.violations``).
+
+    ``plan`` checks one configuration against the rules (``constraints``) and
+    turns it into memory per GPU by term, whether it fits, step time by term and
+    throughput. ``search`` evaluates every valid configuration and ranks them:
+    those that fit first, then by tokens per second, then by memory. The model
+    both apply, and the papers behind each term, is in ``evaluate``: by default
+    attention is memory-efficient (FlashAttention, never storing the s x s
+    scores), a group that crosses nodes drives as many NICs as it has members
+    per node, DeepSpeed's rule keeps ZeRO-2/3 away from pipelining unless
+    ``allow_sharded_pp``, ZeRO-2/3 exchange their shards once per micro-batch
+    (as DeepSpeed and FSDP2 do by default), and the interleaved schedule takes
+    any m >= p (Megatron Core >= 0.10; ``interleave``).
     """
     ctx = PlanContext(model, cluster, global_batch, seq_len, precision, compute_efficiency,
                       dp_overlap, usable_memory_fraction, pp_scatter_gather, flash_attention,

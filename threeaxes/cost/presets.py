@@ -1,33 +1,4 @@
-"""Named clusters and models, each figure with its source, plus custom ones.
-
-GPU and node figures (SXM parts, bf16 dense tensor-core peak, one direction
-of each link unless said otherwise):
-
-- NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM): 312 TFLOPS BF16
-  (624 with sparsity), 80 GB HBM2e, 2,039 GB/s, NVLink 600 GB/s (the
-  datasheet's figure counts both directions: 12 links x 25 GB/s each way,
-  so 300 GB/s each way).
-- NVIDIA H100 Tensor Core GPU datasheet (H100 SXM): 989 TFLOPS BF16 dense
-  (the datasheet's 1,979 is with sparsity), 80 GB HBM3, 3.35 TB/s, NVLink
-  900 GB/s both directions (450 GB/s each way).
-- NVIDIA DGX A100 datasheet: 8 GPUs on NVSwitch, 8 single-port ConnectX-6
-  HDR InfiniBand adapters, 200 Gb/s each, one per GPU (25 GB/s each way).
-- NVIDIA DGX H100 datasheet: 8 GPUs on NVSwitch, 8 ConnectX-7 NDR
-  InfiniBand ports, 400 Gb/s each, one per GPU (50 GB/s each way).
-
-``inter_node_bandwidth`` is one NIC's rate and ``nics_per_node`` how many a
-node has (default: one per GPU, as on both DGX systems). A group that
-crosses nodes uses several NICs at once when it has several members per
-node (``network.group_link``).
-
-Memory capacity is the datasheet's 80 GB = 80e9 bytes. The devices expose
-80 GiB (about 85.9e9 bytes); the difference is left as headroom for what the
-formulas do not count (CUDA context, NCCL buffers, allocator fragmentation).
-
-The latencies are not datasheet figures: they are assumed per-step costs of
-one ring step (kernel launch, synchronisation, wire), of the order NCCL shows
-for small messages. They only matter for small messages; change them freely.
-"""
+"""Named clusters and models, each figure with its source, plus custom ones."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -41,15 +12,44 @@ __all__ = ["Cluster", "Model", "CLUSTERS", "MODELS", "a100_cluster", "h100_clust
            "get_cluster", "get_model", "custom_model", "MOE_MODELS"]
 
 
-ASSUMED_INTRA_NODE_LATENCY = 5e-6    # s per ring step inside a node (assumption, see above)
-ASSUMED_INTER_NODE_LATENCY = 10e-6   # s per ring step across nodes (assumption, see above)
+ASSUMED_INTRA_NODE_LATENCY = 5e-6    # s per ring step inside a node (assumption: `Cluster`'s docstring)
+ASSUMED_INTER_NODE_LATENCY = 10e-6   # s per ring step across nodes (assumption: `Cluster`'s docstring)
 
 
 @dataclass(frozen=True)
 class Cluster:
     """Identical nodes of ``gpus_per_node`` GPUs and ``nics_per_node`` network
     cards (None: one per GPU); NVLink bandwidth per GPU, InfiniBand per NIC,
-    one direction."""
+    one direction.
+
+    GPU and node figures (SXM parts, bf16 dense tensor-core peak, one direction
+    of each link unless said otherwise):
+
+    - NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM): 312 TFLOPS BF16
+      (624 with sparsity), 80 GB HBM2e, 2,039 GB/s, NVLink 600 GB/s (the
+      datasheet's figure counts both directions: 12 links x 25 GB/s each way,
+      so 300 GB/s each way).
+    - NVIDIA H100 Tensor Core GPU datasheet (H100 SXM): 989 TFLOPS BF16 dense
+      (the datasheet's 1,979 is with sparsity), 80 GB HBM3, 3.35 TB/s, NVLink
+      900 GB/s both directions (450 GB/s each way).
+    - NVIDIA DGX A100 datasheet: 8 GPUs on NVSwitch, 8 single-port ConnectX-6
+      HDR InfiniBand adapters, 200 Gb/s each, one per GPU (25 GB/s each way).
+    - NVIDIA DGX H100 datasheet: 8 GPUs on NVSwitch, 8 ConnectX-7 NDR
+      InfiniBand ports, 400 Gb/s each, one per GPU (50 GB/s each way).
+
+    ``inter_node_bandwidth`` is one NIC's rate and ``nics_per_node`` how many a
+    node has (default: one per GPU, as on both DGX systems). A group that
+    crosses nodes uses several NICs at once when it has several members per
+    node (``network.group_link``).
+
+    Memory capacity is the datasheet's 80 GB = 80e9 bytes. The devices expose
+    80 GiB (about 85.9e9 bytes); the difference is left as headroom for what the
+    formulas do not count (CUDA context, NCCL buffers, allocator fragmentation).
+
+    The latencies are not datasheet figures: they are assumed per-step costs of
+    one ring step (kernel launch, synchronisation, wire), of the order NCCL shows
+    for small messages. They only matter for small messages; change them freely.
+    """
     name: str
     gpu: str
     n_nodes: int

@@ -1,26 +1,4 @@
-"""Published training runs, and the planner's prediction for each.
-
-Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
-Clusters Using Megatron-LM" (SC'21, arXiv 2104.04473), Table 1: weak scaling
-of GPT models from 1.7B to 1T parameters on Selene (DGX A100 nodes: 8 A100
-80GB on NVLink/NVSwitch, eight 200 Gb/s HDR InfiniBand cards per node;
-Section 5). The same table is in the Megatron-LM repository's README.
-Section 5.1 fixes what the table does not show: vocabulary 51,200, sequence
-length 2048, mixed precision, full activation recomputation (eq. 3 counts
-its extra forward pass), the interleaved pipeline schedule with the
-scatter/gather optimisation (Section 4.1). The micro-batch size and the
-number of model chunks per GPU are not published; the planner picks the
-fastest for the published (tp, pp, dp). Data-parallel gradients are
-all-reduced after the backward pass, not overlapped (``dp_overlap=0``);
-tensor-parallel all-reduces and pipeline sends sit on the critical path.
-Every published split is even (105 layers over 35 stages, 128 over 64), so
-no uneven layer split is modelled; the output layer does make the last
-stage the slowest, and the shape model times that stage.
-
-Throughput is compared in the paper's unit: teraFLOP/s per GPU, counting
-eq. 3's FLOPs (``megatron_flops(..., recompute="full").total``) over the
-step time.
-"""
+"""Published training runs, and the planner's prediction for each."""
 from __future__ import annotations
 
 from typing import Any, NamedTuple
@@ -137,7 +115,29 @@ class Prediction(NamedTuple):
 def predict(run: PublishedRun, **assumptions: Any) -> Prediction:
     """Search the row's model, cluster and batch under ``MEGATRON_2021``
     (override any of it with ``assumptions``); return the fastest fitting
-    configuration with the published (dp, tp, pp) beside the best overall."""
+    configuration with the published (dp, tp, pp) beside the best overall.
+
+    Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
+    Clusters Using Megatron-LM" (SC'21, arXiv 2104.04473), Table 1: weak scaling
+    of GPT models from 1.7B to 1T parameters on Selene (DGX A100 nodes: 8 A100
+    80GB on NVLink/NVSwitch, eight 200 Gb/s HDR InfiniBand cards per node;
+    Section 5). The same table is in the Megatron-LM repository's README.
+    Section 5.1 fixes what the table does not show: vocabulary 51,200, sequence
+    length 2048, mixed precision, full activation recomputation (eq. 3 counts
+    its extra forward pass), the interleaved pipeline schedule with the
+    scatter/gather optimisation (Section 4.1). The micro-batch size and the
+    number of model chunks per GPU are not published; the planner picks the
+    fastest for the published (tp, pp, dp). Data-parallel gradients are
+    all-reduced after the backward pass, not overlapped (``dp_overlap=0``);
+    tensor-parallel all-reduces and pipeline sends sit on the critical path.
+    Every published split is even (105 layers over 35 stages, 128 over 64), so
+    no uneven layer split is modelled; the output layer does make the last
+    stage the slowest, and the shape model times that stage.
+
+    Throughput is compared in the paper's unit: teraFLOP/s per GPU, counting
+    eq. 3's FLOPs (``megatron_flops(..., recompute="full").total``) over the
+    step time.
+    """
     options = {**MEGATRON_2021, **assumptions}
     if run.micro_batch is not None:
         options.setdefault("micro_batch_sizes", (run.micro_batch,))

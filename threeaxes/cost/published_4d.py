@@ -1,56 +1,4 @@
-"""Published runs with more than three axes, and the planner's prediction for each.
-
-Llama 3 405B (Dubey et al. 2024, "The Llama 3 Herd of Models", arXiv
-2407.21783, Section 3.3.2 and Table 4): tensor, context, pipeline and data
-parallelism on H100 80GB GPUs, eight per server on NVLink, 400 Gb/s RoCE
-per GPU between servers (Section 3.3.1), BF16 peak 989 teraFLOP/s (MFU 38-43%
-in the table is teraFLOP/s over that peak). Section 3.3.2 fixes what the
-table does not: FSDP sharding the optimizer states and gradients with
-pipelining (ZeRO-2 with pp, ``allow_sharded_pp``); gradients accumulated and
-reduce-scattered in FP32 (4 bytes per gradient: ``precision="megatron-bf16"``);
-context parallelism by all-gathering the keys and values (``cp_mode=
-"all_gather"``) with the load-balanced split into 2 cp chunks; an interleaved
-schedule with a tunable number of micro-batches (Megatron Core's flexible
-group: ``interleave="flexible"``); the first and last pipeline stages each
-hold one layer fewer, the embedding and the output layer taking their slots, so
-the 126 layers fill 128 slots, 8 on each of 16 stages. The planner sees those
-128 equal slots (``llama3_405b_pipeline``): it times the bottleneck stage's 8
-layers and counts parameters and FLOPs for the real 126; the first slot, the
-embedding, keeps no layer's activations (``Model.embedding_slot``). "The first
-model chunk on the first stage has only the embedding" makes a chunk one slot,
-V = 8; the planner is left to choose V and picks 8 where 4 would not fit.
-Section 3.3.2 also says the 8K stage ran "without activation checkpointing":
-the planner counts a layer's activations as Megatron Core builds a SwiGLU layer
-(``activation_count="as_built"``: 31.75 sbh/t with sequence parallelism, where
-Korthikanti et al.'s GPT layer keeps 34) and so fits the published layouts
-without recomputation, within 5% of the 80 GB, as the paper's care with memory
-suggests; with the GPT layer's count they would have to recompute. The micro-batch is one
-sequence (not published; with 16 or 32 sequences per replica and 16 stages the
-pipeline needs them all as micro-batches). Llama 3 numbers its ranks TP, CP,
-PP, DP (Section 3.3.2, pipeline inside data parallelism); the planner uses
-Megatron-LM's tp-cp-(ep)-dp-pp. With tp = 8 filling a server, every cp, pp and
-dp group of these runs has one member per server in either order, so each
-reaches the same link.
-
-The mixture of experts: Qwen3-235B-A22B trained with Megatron Core on 256 H100s
-(NVIDIA's Megatron-MoE-ModelZoo, best_practice/Qwen3/readme.md, "Intra-node EP
-strategy", the DeepEP row with Megatron FSDP): sequence 4096, TP 2, CP 1, EP 8,
-PP 1, expert TP 1, expert DP 32, DP 128, FSDP on (ZeRO-3), micro-batch 4, global
-batch 2048, full recomputation, 17.6 s per step, 276 teraFLOP/s per GPU. Its
-shape (Qwen3 Technical Report, Yang et al. 2025, Table 2, and the released
-config): 94 layers, hidden 4096, 64 query heads of 128 (a query width of 8192,
-twice the hidden size) and 4 key/value heads, 128 experts of width 1536, top 8,
-vocabulary 151,936, untied.
-
-Throughput is compared in each source's unit, teraFLOP/s per GPU of model
-FLOPs: 6 x active parameters per token (Chowdhery et al. 2022, App. B) plus
-attention, w being the query width. Llama 3 reports MFU, the measure Chowdhery
-et al. define (App. B: 6N + 12 l w s per token, attention over the whole
-sequence), and does not say otherwise: that count. Megatron counts causal
-attention, half of it: its 276 teraFLOP/s over 17.6 s per step is 1.48e11 FLOPs
-per token, where 6 N_active + 6 l w s gives 1.52e11 and 6 N_active + 12 l w s
-1.71e11. Either way the planner's time charges the full 12 l h s.
-"""
+"""Published runs with more than three axes, and the planner's prediction for each."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -205,7 +153,59 @@ Prediction4D = Prediction
 def predict_4d(run: Published4D, **assumptions: Any) -> Prediction4D:
     """Search everything ``run.era`` allows on H100 nodes; return the fastest
     fitting configuration with the published (dp, tp, pp, cp, ep, etp) beside the
-    best overall."""
+    best overall.
+
+    Llama 3 405B (Dubey et al. 2024, "The Llama 3 Herd of Models", arXiv
+    2407.21783, Section 3.3.2 and Table 4): tensor, context, pipeline and data
+    parallelism on H100 80GB GPUs, eight per server on NVLink, 400 Gb/s RoCE
+    per GPU between servers (Section 3.3.1), BF16 peak 989 teraFLOP/s (MFU 38-43%
+    in the table is teraFLOP/s over that peak). Section 3.3.2 fixes what the
+    table does not: FSDP sharding the optimizer states and gradients with
+    pipelining (ZeRO-2 with pp, ``allow_sharded_pp``); gradients accumulated and
+    reduce-scattered in FP32 (4 bytes per gradient: ``precision="megatron-bf16"``);
+    context parallelism by all-gathering the keys and values (``cp_mode=
+    "all_gather"``) with the load-balanced split into 2 cp chunks; an interleaved
+    schedule with a tunable number of micro-batches (Megatron Core's flexible
+    group: ``interleave="flexible"``); the first and last pipeline stages each
+    hold one layer fewer, the embedding and the output layer taking their slots, so
+    the 126 layers fill 128 slots, 8 on each of 16 stages. The planner sees those
+    128 equal slots (``llama3_405b_pipeline``): it times the bottleneck stage's 8
+    layers and counts parameters and FLOPs for the real 126; the first slot, the
+    embedding, keeps no layer's activations (``Model.embedding_slot``). "The first
+    model chunk on the first stage has only the embedding" makes a chunk one slot,
+    V = 8; the planner is left to choose V and picks 8 where 4 would not fit.
+    Section 3.3.2 also says the 8K stage ran "without activation checkpointing":
+    the planner counts a layer's activations as Megatron Core builds a SwiGLU layer
+    (``activation_count="as_built"``: 31.75 sbh/t with sequence parallelism, where
+    Korthikanti et al.'s GPT layer keeps 34) and so fits the published layouts
+    without recomputation, within 5% of the 80 GB, as the paper's care with memory
+    suggests; with the GPT layer's count they would have to recompute. The micro-batch is one
+    sequence (not published; with 16 or 32 sequences per replica and 16 stages the
+    pipeline needs them all as micro-batches). Llama 3 numbers its ranks TP, CP,
+    PP, DP (Section 3.3.2, pipeline inside data parallelism); the planner uses
+    Megatron-LM's tp-cp-(ep)-dp-pp. With tp = 8 filling a server, every cp, pp and
+    dp group of these runs has one member per server in either order, so each
+    reaches the same link.
+
+    The mixture of experts: Qwen3-235B-A22B trained with Megatron Core on 256 H100s
+    (NVIDIA's Megatron-MoE-ModelZoo, best_practice/Qwen3/readme.md, "Intra-node EP
+    strategy", the DeepEP row with Megatron FSDP): sequence 4096, TP 2, CP 1, EP 8,
+    PP 1, expert TP 1, expert DP 32, DP 128, FSDP on (ZeRO-3), micro-batch 4, global
+    batch 2048, full recomputation, 17.6 s per step, 276 teraFLOP/s per GPU. Its
+    shape (Qwen3 Technical Report, Yang et al. 2025, Table 2, and the released
+    config): 94 layers, hidden 4096, 64 query heads of 128 (a query width of 8192,
+    twice the hidden size) and 4 key/value heads, 128 experts of width 1536, top 8,
+    vocabulary 151,936, untied.
+
+    Throughput is compared in each source's unit, teraFLOP/s per GPU of model
+    FLOPs: 6 x active parameters per token (Chowdhery et al. 2022, App. B) plus
+    attention, w being the query width. Llama 3 reports MFU, the measure Chowdhery
+    et al. define (App. B: 6N + 12 l w s per token, attention over the whole
+    sequence), and does not say otherwise: that count. Megatron counts causal
+    attention, half of it: its 276 teraFLOP/s over 17.6 s per step is 1.48e11 FLOPs
+    per token, where 6 N_active + 6 l w s gives 1.52e11 and 6 N_active + 12 l w s
+    1.71e11. Either way the planner's time charges the full 12 l h s.
+    """
     options = {**run.era, **assumptions}
     cluster = h100_cluster(run.n_gpus // 8)
     results = search(run.model, cluster, run.batch, run.seq_len, **options)

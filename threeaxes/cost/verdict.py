@@ -3,14 +3,7 @@
     verdict = judge(get_model("30B"), get_cluster("a100", n_nodes=4), 512,
                     config=dict(dp=4, tp=8, pp=1, micro_batch=1, zero_stage=1))
     verdict.score       # 0.0 infeasible, `partial` when it fits, 1.0 when near the best
-    verdict.feedback    # every reason, in words
-
-Feasible means: no rule broken (`constraints.violations`) and the memory per
-GPU within the GPU's (`plan(...).fits`; a "memory" violation otherwise). The
-student's own configuration is what is evaluated; any feasible tuple whose
-predicted step time is within `margin` of the search's best scores in full,
-so there is never one right answer.
-"""
+    verdict.feedback    # every reason, in words"""
 from __future__ import annotations
 
 import functools
@@ -81,6 +74,12 @@ def judge(model: Model, cluster: Cluster, global_batch: int, seq_len: int | None
 
     0.0 when infeasible; `partial` when it fits but its predicted step time is more
     than (1 + margin) times the best's; 1.0 within the margin.
+
+    Feasible means: no rule broken (`constraints.violations`) and the memory per
+    GPU within the GPU's (`plan(...).fits`; a "memory" violation otherwise). The
+    student's own configuration is what is evaluated; any feasible tuple whose
+    predicted step time is within `margin` of the search's best scores in full,
+    so there is never one right answer.
     """
     unknown = sorted(set(config) - set(CONFIG_KEYS))
     if unknown:

@@ -1,19 +1,6 @@
 """Naive against overlapped data parallelism, step by step: a `launch` target.
 
-    results = launch(naive_vs_overlapped, 4, cfg, batch, bucket_bytes=65536)
-
-On every rank, from the same model and the same slice of `batch`:
-
-* "naive": forward, backward, then `average_gradients_bucketed` (every bucket
-  all-reduced after backward has finished), optimizer step;
-* "overlapped": the same through `DataParallel`, whose buckets start their
-  all-reduce from gradient hooks while backward is still running.
-
-Each variant runs `warmup` untimed steps, `steps` timed steps (the two variants
-take turns step by step, and the ranks are lined up before each one, so a
-step's time is the same window on every rank), then one traced step: per-layer forward and backward spans
-(`trace.module_spans`), the optimizer, and each all-reduce.
-"""
+    results = launch(naive_vs_overlapped, 4, cfg, batch, bucket_bytes=65536)"""
 from __future__ import annotations
 
 import statistics
@@ -53,7 +40,20 @@ def naive_vs_overlapped(rank: int, world_size: int, cfg: ToyConfig, batch: tuple
                         bucket_bytes: int, *, steps: int = 5, warmup: int = 2, lr: float = 0.1,
                         seed: int = 0) -> dict[str, dict]:
     """Per variant: {"seconds": [time of each timed step on this rank],
-    "trace": the traced last step, "state": the final parameters}."""
+    "trace": the traced last step, "state": the final parameters}.
+
+    On every rank, from the same model and the same slice of `batch`:
+
+    * "naive": forward, backward, then `average_gradients_bucketed` (every bucket
+      all-reduced after backward has finished), optimizer step;
+    * "overlapped": the same through `DataParallel`, whose buckets start their
+      all-reduce from gradient hooks while backward is still running.
+
+    Each variant runs `warmup` untimed steps, `steps` timed steps (the two variants
+    take turns step by step, and the ranks are lined up before each one, so a
+    step's time is the same window on every rank), then one traced step: per-layer forward and backward spans
+    (`trace.module_spans`), the optimizer, and each all-reduce.
+    """
     if steps < 1 or warmup < 0:
         raise ValueError(f"steps={steps}, warmup={warmup}; time at least one step (steps >= 1)")
     dims = ParallelDims.init(dp=world_size)

@@ -1,41 +1,4 @@
-"""Data parallelism that overlaps the gradient all-reduces with backward.
-
-`step.average_gradients_bucketed` waits for the whole backward pass, then sends
-every bucket. But backward produces gradients from the last layer to the
-first, so the head's gradients are final long before the embeddings' are.
-`DataParallel` starts each bucket's all-reduce the moment its last gradient is
-ready (a hook on every parameter) and lets the backend send it in the
-background while autograd goes on computing the earlier layers. That is what
-PyTorch's `DistributedDataParallel` does.
-
-    dims = ParallelDims.init(dp=4)
-    model = DataParallel(ToyTransformer(cfg), bucket_bytes=2048)   # broadcasts rank 0's weights
-    loss = lm_loss(model(inputs), targets)
-    loss.backward()                           # buckets start their all-reduce as they fill
-    model.finish_gradient_synchronization()   # wait, divide by dp, write back into .grad
-    optimizer.step()
-
-The rules:
-
-* Buckets: the trainable parameters in the REVERSE of registration order
-  (head first), grouped by `plan_buckets`, so the plan is exactly
-  `gradient_buckets(model, bucket_bytes)`'s. `bucket_bytes=None` gives one
-  bucket per parameter.
-* Launch order: buckets are launched strictly in bucket order. A bucket that is
-  full waits for the ones before it. Every rank therefore starts the same
-  collectives in the same order, even if its hooks fire in another order.
-* Frozen parameters (`requires_grad=False`) are in no bucket and never reduced.
-* Unused parameters (trainable, but no gradient in this backward) count as a
-  zero gradient on this rank. Their bucket, and every bucket after it, is
-  launched when the backward pass ends (as DDP does), so each rank still makes
-  one all-reduce per bucket. Afterwards their `.grad` holds the dp average (zeros
-  when no rank used them), never None.
-* One backward per step: a second backward before
-  `finish_gradient_synchronization()` raises a RuntimeError that says so.
-
-The hooks and the launch order are `BucketHooks`, which ZeRO-2
-(`threeaxes.sharding.Zero2Optimizer`) uses too, with a reduce-scatter.
-"""
+"""Data parallelism that overlaps the gradient all-reduces with backward."""
 from __future__ import annotations
 
 import itertools
@@ -138,8 +101,8 @@ class BucketHooks:
 
 
 class DataParallel(nn.Module):
-    """Wrap `module` for pure data parallelism over the "dp" axis of `dims`; see the
-    module docstring for the rules.
+    """Wrap `module` for pure data parallelism over the "dp" axis of `dims`; the rules
+    are below.
 
     As DistributedDataParallel: with no `dims` and no current layout (no
     `ParallelDims.init`), every rank is one dp axis on the default process group;
@@ -158,6 +121,42 @@ class DataParallel(nn.Module):
       average, never None;
     * buffers are copied from the first replica once, when wrapping, not at
       every forward (DDP's `broadcast_buffers`).
+
+    `step.average_gradients_bucketed` waits for the whole backward pass, then sends
+    every bucket. But backward produces gradients from the last layer to the
+    first, so the head's gradients are final long before the embeddings' are.
+    `DataParallel` starts each bucket's all-reduce the moment its last gradient is
+    ready (a hook on every parameter) and lets the backend send it in the
+    background while autograd goes on computing the earlier layers. That is what
+    PyTorch's `DistributedDataParallel` does.
+
+        dims = ParallelDims.init(dp=4)
+        model = DataParallel(ToyTransformer(cfg), bucket_bytes=2048)   # broadcasts rank 0's weights
+        loss = lm_loss(model(inputs), targets)
+        loss.backward()                           # buckets start their all-reduce as they fill
+        model.finish_gradient_synchronization()   # wait, divide by dp, write back into .grad
+        optimizer.step()
+
+    The rules:
+
+    * Buckets: the trainable parameters in the REVERSE of registration order
+      (head first), grouped by `plan_buckets`, so the plan is exactly
+      `gradient_buckets(model, bucket_bytes)`'s. `bucket_bytes=None` gives one
+      bucket per parameter.
+    * Launch order: buckets are launched strictly in bucket order. A bucket that is
+      full waits for the ones before it. Every rank therefore starts the same
+      collectives in the same order, even if its hooks fire in another order.
+    * Frozen parameters (`requires_grad=False`) are in no bucket and never reduced.
+    * Unused parameters (trainable, but no gradient in this backward) count as a
+      zero gradient on this rank. Their bucket, and every bucket after it, is
+      launched when the backward pass ends (as DDP does), so each rank still makes
+      one all-reduce per bucket. Afterwards their `.grad` holds the dp average (zeros
+      when no rank used them), never None.
+    * One backward per step: a second backward before
+      `finish_gradient_synchronization()` raises a RuntimeError that says so.
+
+    The hooks and the launch order are `BucketHooks`, which ZeRO-2
+    (`threeaxes.sharding.Zero2Optimizer`) uses too, with a reduce-scatter.
     """
 
     def __init__(self, module: nn.Module, bucket_bytes: int | None = None, dims: ParallelDims | None = None, *,

@@ -1,27 +1,4 @@
-"""Data parallelism from scratch: split the batch, average the gradients.
-
-Every dp rank holds the same full model. Each step, rank i takes the i-th
-equal slice of the global batch, runs forward and backward on it alone, and
-then the ranks all-reduce their gradients and divide by dp. Because every
-slice has the same size, the mean of the dp local mean-losses is the global
-mean loss, so the averaged gradient is exactly the gradient one process would
-get from the whole batch, and the identical optimizer step on every rank
-keeps the replicas identical.
-
-Two ways to average, same result, different number of messages:
-
-* `average_gradients`: one all-reduce per parameter tensor.
-* `average_gradients_bucketed`: gradients are copied into flat buffers of
-  about `bucket_bytes` each (`plan_buckets` in buckets.py decides which go
-  together), one all-reduce per buffer, then copied back. Fewer, larger messages, which is
-  what `DistributedDataParallel` does (its default bucket is 25 MiB).
-
-Every function takes the run's layout as `dims`: None means the current
-layout, or with none made (no `ParallelDims.init`), every rank as one dp axis
-on the default process group, as PyTorch's DistributedDataParallel uses it
-(`threeaxes.dims.dp_layout`). Every collective goes through `threeaxes.comms`
-on the "dp" axis, so the trace sees it.
-"""
+"""Data parallelism from scratch: split the batch, average the gradients."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -121,6 +98,28 @@ def average_gradients_bucketed(model: nn.Module, bucket_bytes: int = DEFAULT_BUC
 
     For each bucket (see `gradient_buckets`): copy its gradients into one flat
     buffer, all-reduce the buffer, divide by dp, copy the slices back.
+
+    Every dp rank holds the same full model. Each step, rank i takes the i-th
+    equal slice of the global batch, runs forward and backward on it alone, and
+    then the ranks all-reduce their gradients and divide by dp. Because every
+    slice has the same size, the mean of the dp local mean-losses is the global
+    mean loss, so the averaged gradient is exactly the gradient one process would
+    get from the whole batch, and the identical optimizer step on every rank
+    keeps the replicas identical.
+
+    Two ways to average, same result, different number of messages:
+
+    * `average_gradients`: one all-reduce per parameter tensor.
+    * `average_gradients_bucketed`: gradients are copied into flat buffers of
+      about `bucket_bytes` each (`plan_buckets` in buckets.py decides which go
+      together), one all-reduce per buffer, then copied back. Fewer, larger messages, which is
+      what `DistributedDataParallel` does (its default bucket is 25 MiB).
+
+    Every function takes the run's layout as `dims`: None means the current
+    layout, or with none made (no `ParallelDims.init`), every rank as one dp axis
+    on the default process group, as PyTorch's DistributedDataParallel uses it
+    (`threeaxes.dims.dp_layout`). Every collective goes through `threeaxes.comms`
+    on the "dp" axis, so the trace sees it.
     """
     check_bucket_bytes(bucket_bytes)
     dims = dp_layout(dims)

@@ -1,15 +1,5 @@
 """PyTorch's keyword arguments, met by the course's wrappers: taken where they mean what
-the course does, refused with what to do instead where they do not.
-
-Code written for `DistributedDataParallel`, `ZeroRedundancyOptimizer` or FSDP2's
-`fully_shard` often passes their options by name. `check_options` runs each through
-a table `name -> (values that behave as here, what to do instead)`: a value in the
-table passes, any other is a ValueError that says why and what to use, and a name
-PyTorch does not have either is the usual TypeError. `DDP_OPTIONS` is
-`DataParallel`'s table; ZeRO's and FSDP2's sit beside their classes in
-`threeaxes.sharding`. `group_of_mesh` turns PyTorch's one-axis `DeviceMesh`
-argument into its process group, for `threeaxes.dims.dp_layout`.
-"""
+the course does, refused with what to do instead where they do not."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -31,7 +21,17 @@ def _same(value: object, accepted: Iterable[object]) -> bool:
 
 def check_options(owner: str, given: dict, table: dict) -> None:
     """Refuse, saying what to use, every option in `given` that does not behave here as
-    in PyTorch (its value not among the table's); a name the table lacks is a TypeError."""
+    in PyTorch (its value not among the table's); a name the table lacks is a TypeError.
+
+    Code written for `DistributedDataParallel`, `ZeroRedundancyOptimizer` or FSDP2's
+    `fully_shard` often passes their options by name. `check_options` runs each through
+    a table `name -> (values that behave as here, what to do instead)`: a value in the
+    table passes, any other is a ValueError that says why and what to use, and a name
+    PyTorch does not have either is the usual TypeError. `DDP_OPTIONS` is
+    `DataParallel`'s table; ZeRO's and FSDP2's sit beside their classes in
+    `threeaxes.sharding`. `group_of_mesh` turns PyTorch's one-axis `DeviceMesh`
+    argument into its process group, for `threeaxes.dims.dp_layout`.
+    """
     for name, value in given.items():
         if name not in table:
             raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}")

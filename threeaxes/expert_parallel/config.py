@@ -1,17 +1,4 @@
-"""The mixture-of-experts toy's extra sizes: how many experts, how many per token, how much room.
-
-The dense toy (`threeaxes.toy.ToyConfig`) stays as drops 1 to 14 use it; an MoE toy is that
-same config plus this one, which says what replaces each block's MLP:
-
-    MoEConfig(n_experts=4, top_k=1, capacity_factor=1.0)
-
-* `n_experts` (E): each expert is the toy's MLP (d_model -> d_mlp -> d_model), its own weights;
-* `top_k` (k): how many experts each token visits (Switch Transformer: 1; GShard, Mixtral: 2);
-* `capacity_factor`: the room each expert has, as a multiple of its even share of a group's
-  token choices (`routing.expert_capacity`); tokens past it are dropped. None pads every
-  expert to the busiest one's load instead, so no token is dropped (DeepSpeed's
-  `drop_tokens=False`): the buffers, and the bytes, then grow with the imbalance.
-"""
+"""The mixture-of-experts toy's extra sizes: how many experts, how many per token, how much room."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,7 +8,20 @@ __all__ = ["MoEConfig"]
 
 @dataclass(frozen=True)
 class MoEConfig:
-    """Checked when made; each error says what to change."""
+    """Checked when made; each error says what to change.
+
+    The dense toy (`threeaxes.toy.ToyConfig`) stays as drops 1 to 14 use it; an MoE toy is that
+    same config plus this one, which says what replaces each block's MLP:
+
+        MoEConfig(n_experts=4, top_k=1, capacity_factor=1.0)
+
+    * `n_experts` (E): each expert is the toy's MLP (d_model -> d_mlp -> d_model), its own weights;
+    * `top_k` (k): how many experts each token visits (Switch Transformer: 1; GShard, Mixtral: 2);
+    * `capacity_factor`: the room each expert has, as a multiple of its even share of a group's
+      token choices (`routing.expert_capacity`); tokens past it are dropped. None pads every
+      expert to the busiest one's load instead, so no token is dropped (DeepSpeed's
+      `drop_tokens=False`): the buffers, and the bytes, then grow with the imbalance.
+    """
 
     n_experts: int = 4
     top_k: int = 1

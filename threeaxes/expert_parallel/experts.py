@@ -1,19 +1,7 @@
 """The mixture-of-experts toy in one process: the reference every expert-parallel run equals.
 
     model = MoEToy(ToyConfig(dtype=torch.float64), MoEConfig(n_experts=4, top_k=1))
-    model.set_groups(ep)   # route in ep groups, as ep ranks do (each its own tokens)
-
-It is the dense toy with each block's MLP replaced by an `MoELayer`: a router
-(Linear(d_model, E), its bias zero at init) and E experts, each the toy's MLP shape
-(d_model -> d_mlp -> d_model) with its own weights, stacked in `Experts` so that a rank
-holding experts [i, j) holds rows [i, j) of every weight.
-
-Groups: with a capacity, which choices are dropped depends on which tokens compete for the
-slots. Under expert parallelism each rank routes its own tokens (GShard's local groups,
-Lepikhin et al. 2020, Section 2.2), so the reference routes the batch in the same groups:
-`set_groups(n)` splits the flattened (batch * seq) tokens into n equal groups in order,
-which are the batch rows each of n ranks holds.
-"""
+    model.set_groups(ep)   # route in ep groups, as ep ranks do (each its own tokens)"""
 from __future__ import annotations
 
 from typing import cast
@@ -100,7 +88,19 @@ class MoELayer(nn.Module):
 
 class MoEToy(ToyTransformer):
     """The toy transformer with every block's MLP an `MoELayer`; the same seed gives the same
-    weights in every process (the toy's `init_weights`, over this model's parameters)."""
+    weights in every process (the toy's `init_weights`, over this model's parameters).
+
+    It is the dense toy with each block's MLP replaced by an `MoELayer`: a router
+    (Linear(d_model, E), its bias zero at init) and E experts, each the toy's MLP shape
+    (d_model -> d_mlp -> d_model) with its own weights, stacked in `Experts` so that a rank
+    holding experts [i, j) holds rows [i, j) of every weight.
+
+    Groups: with a capacity, which choices are dropped depends on which tokens compete for the
+    slots. Under expert parallelism each rank routes its own tokens (GShard's local groups,
+    Lepikhin et al. 2020, Section 2.2), so the reference routes the batch in the same groups:
+    `set_groups(n)` splits the flattened (batch * seq) tokens into n equal groups in order,
+    which are the batch rows each of n ranks holds.
+    """
 
     def __init__(self, cfg: ToyConfig = ToyConfig(), moe: MoEConfig = MoEConfig(), seed: int = 0) -> None:
         super().__init__(cfg, seed)

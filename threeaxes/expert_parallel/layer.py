@@ -1,23 +1,4 @@
-"""Expert parallelism: the experts spread over the ep ranks, tokens sent to them and back.
-
-Each of the ep ranks holds E/ep whole experts (rank r: experts r*E/ep .. (r+1)*E/ep - 1),
-a copy of the router, and its own tokens (its share of the batch). One MoE layer, forward:
-
-    route      this rank's tokens choose experts, fill (E, C, d) slots   (routing.py)
-    dispatch   all-to-all: rank r's slots for rank j's experts go to j   (E/ep, C, d) each way
-    experts    each local expert runs on the ep * C slots it received
-    combine    all-to-all back: the outputs return to their tokens' rank
-               each token sums its experts' outputs times their gates
-
-Backward runs the two all-to-alls again, in reverse (exchange.py). With no capacity factor,
-the ranks first agree on the busiest expert's load (an all-reduce of the maximum), since an
-all-to-all sends chunks of one size.
-
-The router and every weight outside the experts are copies on each rank, which sees only
-its own tokens: their gradients are summed over ep after backward (`sum_replicated_grads`),
-as data parallelism would; the expert weights need no sum, every token that used them
-sent its gradient home through the backward all-to-all.
-"""
+"""Expert parallelism: the experts spread over the ep ranks, tokens sent to them and back."""
 from __future__ import annotations
 
 import copy
@@ -42,7 +23,26 @@ def local_experts(n_experts: int, ep_size: int, ep_rank: int) -> range:
 
 
 class ExpertParallelMoE(nn.Module):
-    """One `MoELayer` over the ep ranks: the router copied, the experts split (`local_experts`)."""
+    """One `MoELayer` over the ep ranks: the router copied, the experts split (`local_experts`).
+
+    Each of the ep ranks holds E/ep whole experts (rank r: experts r*E/ep .. (r+1)*E/ep - 1),
+    a copy of the router, and its own tokens (its share of the batch). One MoE layer, forward:
+
+        route      this rank's tokens choose experts, fill (E, C, d) slots   (routing.py)
+        dispatch   all-to-all: rank r's slots for rank j's experts go to j   (E/ep, C, d) each way
+        experts    each local expert runs on the ep * C slots it received
+        combine    all-to-all back: the outputs return to their tokens' rank
+                   each token sums its experts' outputs times their gates
+
+    Backward runs the two all-to-alls again, in reverse (exchange.py). With no capacity factor,
+    the ranks first agree on the busiest expert's load (an all-reduce of the maximum), since an
+    all-to-all sends chunks of one size.
+
+    The router and every weight outside the experts are copies on each rank, which sees only
+    its own tokens: their gradients are summed over ep after backward (`sum_replicated_grads`),
+    as data parallelism would; the expert weights need no sum, every token that used them
+    sent its gradient home through the backward all-to-all.
+    """
 
     def __init__(self, layer: MoELayer, ep: AxisLayout) -> None:
         super().__init__()

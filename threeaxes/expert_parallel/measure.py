@@ -2,14 +2,7 @@
 
     results = launch(ep_step, 2, cfg, moe, inputs, targets)
     bytes_per_rank(results)        # all-to-all bytes (comms' S) each rank sent, per layer
-    load_by_expert(results)        # each layer's token choices per expert, kept and dropped
-
-`ep_step` (a `launch` target) builds the MoE toy from its seed on every rank, makes it
-expert-parallel over all the ranks, runs forward and backward on this rank's rows of the
-batch under `trace.record()` (a forward and a backward span per layer), sums the copied
-weights' gradients over ep, and returns raw values: logits, the loss, every gradient, the
-trace, each layer's routing counts.
-"""
+    load_by_expert(results)        # each layer's token choices per expert, kept and dropped"""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -36,6 +29,12 @@ __all__ = ["ep_step", "ep_steps", "bytes_per_rank", "load_by_expert"]
 
 def ep_step(rank: int, world_size: int, cfg: ToyConfig, moe: MoEConfig, inputs: torch.Tensor, targets: torch.Tensor,
             *, seed: int = 0, skew: float = 0.0) -> dict[str, Any]:
+    """`ep_step` (a `launch` target) builds the MoE toy from its seed on every rank, makes it
+    expert-parallel over all the ranks, runs forward and backward on this rank's rows of the
+    batch under `trace.record()` (a forward and a backward span per layer), sums the copied
+    weights' gradients over ep, and returns raw values: logits, the loss, every gradient, the
+    trace, each layer's routing counts.
+    """
     ep = axis_layout("ep")
     reference = MoEToy(cfg, moe, seed)
     if skew:

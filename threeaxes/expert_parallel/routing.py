@@ -1,22 +1,4 @@
-"""The router's choices and the fixed-size buffers they fill: capacity, slots, dispatch, combine.
-
-A group of T tokens (one rank's tokens under expert parallelism: GShard's "local group
-dispatching", Lepikhin et al. 2020, Section 2.2) is routed in four steps:
-
-1. choose: softmax over the E experts' logits, keep the top k. The gate is the chosen
-   expert's probability (Switch Transformer, k = 1: y = p_i(x) E_i(x), Fedus et al. 2022,
-   Section 2.1, eq. 2); for k > 1 the k gates are renormalised to sum to 1 (GShard's top-2
-   gating, Algorithm 1; Mixtral does the same);
-2. count: each expert has C slots, `expert_capacity` (Switch Transformer, Section 2.2, eq. 3);
-3. place: slots go in GShard's order, every token's first choice before any second choice,
-   tokens in order within a choice; a choice that finds its expert full is dropped (its
-   token skips the expert; the block's residual connection still carries it);
-4. dispatch/combine: the kept choices fill an (E, C, d_model) buffer, empty slots zero;
-   after the experts, each token sums its kept experts' outputs times their gates.
-
-Everything here is one process and plain tensor ops, so autograd differentiates it; the
-expert-parallel layer (`layer.py`) runs the same four steps on each rank.
-"""
+"""The router's choices and the fixed-size buffers they fill: capacity, slots, dispatch, combine."""
 from __future__ import annotations
 
 import math
@@ -102,7 +84,25 @@ def assign_slots(expert: torch.Tensor, n_experts: int) -> tuple[torch.Tensor, to
 
 
 def route(logits: torch.Tensor, top_k: int, capacity: int) -> Routing:
-    """Steps 1 to 3 for one group: choose, place, keep what fits in `capacity` slots."""
+    """Steps 1 to 3 for one group: choose, place, keep what fits in `capacity` slots.
+
+    A group of T tokens (one rank's tokens under expert parallelism: GShard's "local group
+    dispatching", Lepikhin et al. 2020, Section 2.2) is routed in four steps:
+
+    1. choose: softmax over the E experts' logits, keep the top k. The gate is the chosen
+       expert's probability (Switch Transformer, k = 1: y = p_i(x) E_i(x), Fedus et al. 2022,
+       Section 2.1, eq. 2); for k > 1 the k gates are renormalised to sum to 1 (GShard's top-2
+       gating, Algorithm 1; Mixtral does the same);
+    2. count: each expert has C slots, `expert_capacity` (Switch Transformer, Section 2.2, eq. 3);
+    3. place: slots go in GShard's order, every token's first choice before any second choice,
+       tokens in order within a choice; a choice that finds its expert full is dropped (its
+       token skips the expert; the block's residual connection still carries it);
+    4. dispatch/combine: the kept choices fill an (E, C, d_model) buffer, empty slots zero;
+       after the experts, each token sums its kept experts' outputs times their gates.
+
+    Everything here is one process and plain tensor ops, so autograd differentiates it; the
+    expert-parallel layer (`layer.py`) runs the same four steps on each rank.
+    """
     if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
         raise ValueError(f"capacity={capacity!r}; every expert needs at least one slot")
     expert, gate = choose_experts(logits, top_k)

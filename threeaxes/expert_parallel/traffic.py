@@ -1,18 +1,4 @@
-"""What one MoE layer's all-to-alls cost each ep rank, by formula (the trace measures the same).
-
-Per MoE layer and training step, each rank runs four all-to-alls of one (E, C, d_model)
-buffer: dispatch and combine forward, then both again backward (their gradients). Under
-`threeaxes.comms`'s convention an all-to-all's size S is the rank's whole input,
-
-    S = E * C * d_model * bytes_per_element        C = ceil(k * T * cf / E)
-
-(T: this rank's tokens; C: `routing.expert_capacity`, Switch Transformer's eq. 3 with k
-choices per token). Of its ep chunks, one is for the rank's own experts and never leaves it,
-so each all-to-all sends (ep - 1)/ep * S per rank (Thakur et al. 2005's pairwise exchange;
-`threeaxes.cost.network.bytes_sent_per_gpu("all_to_all", S, ep)`). The slots are padded, so
-the bytes do not depend on where the tokens went: a skewed router costs dropped tokens at a
-fixed capacity factor, or, with none (padding to the busiest expert), a larger C for every rank.
-"""
+"""What one MoE layer's all-to-alls cost each ep rank, by formula (the trace measures the same)."""
 from __future__ import annotations
 
 from threeaxes.expert_parallel.routing import expert_capacity
@@ -32,6 +18,19 @@ def moe_all_to_all_bytes(tokens_per_rank: int, d_model: int, n_experts: int, ep:
     sent_each       (ep - 1)/ep * S: what one all-to-all puts on the wire from this rank
     all_to_alls     4 (dispatch and combine, forward and backward)
     sent_per_layer  4 * sent_each: the layer's bytes per rank per step
+
+    Per MoE layer and training step, each rank runs four all-to-alls of one (E, C, d_model)
+    buffer: dispatch and combine forward, then both again backward (their gradients). Under
+    `threeaxes.comms`'s convention an all-to-all's size S is the rank's whole input,
+
+        S = E * C * d_model * bytes_per_element        C = ceil(k * T * cf / E)
+
+    (T: this rank's tokens; C: `routing.expert_capacity`, Switch Transformer's eq. 3 with k
+    choices per token). Of its ep chunks, one is for the rank's own experts and never leaves it,
+    so each all-to-all sends (ep - 1)/ep * S per rank (Thakur et al. 2005's pairwise exchange;
+    `threeaxes.cost.network.bytes_sent_per_gpu("all_to_all", S, ep)`). The slots are padded, so
+    the bytes do not depend on where the tokens went: a skewed router costs dropped tokens at a
+    fixed capacity factor, or, with none (padding to the busiest expert), a larger C for every rank.
     """
     for name, value in (("tokens_per_rank", tokens_per_rank), ("d_model", d_model),
                         ("n_experts", n_experts), ("ep", ep), ("bytes_per_element", bytes_per_element)):

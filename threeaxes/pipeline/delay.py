@@ -1,14 +1,4 @@
-"""Giving every pipeline stage a known duration: `DelayedStage`, a teaching device.
-
-The toy stages take well under a millisecond, and 4 ranks share 2 CPU cores,
-so their real compute time is mostly process scheduling: a measured timeline
-would show noise, not the schedule. `DelayedStage` wraps a stage so that each
-forward lasts a fixed `forward_s` seconds and each backward `backward_s`: it
-sleeps for whatever the stage's own compute left of that time. It changes no
-number the stage computes. Sleeping stands in for a GPU kernel: the host waits
-while the device works, and the CPU stays free for the other ranks, so four
-"busy" ranks fit on two cores.
-"""
+"""Giving every pipeline stage a known duration: `DelayedStage`, a teaching device."""
 from __future__ import annotations
 
 import time
@@ -73,8 +63,8 @@ def _check_seconds(name: str, value: object) -> float:
 
 class DelayedStage(nn.Module):
     """A pipeline stage whose forward lasts at least `forward_s` seconds and
-    whose backward at least `backward_s` (a teaching device, see the module
-    docstring): when the stage's own compute finishes sooner, it sleeps for the
+    whose backward at least `backward_s` (a teaching device, see
+    below): when the stage's own compute finishes sooner, it sleeps for the
     rest. The backward is timed from the gradient reaching the stage's output
     to the gradient leaving its first block's input (the embedding's backward,
     on the first stage, comes after and is not padded).
@@ -82,6 +72,15 @@ class DelayedStage(nn.Module):
     Everything `run_plan` reads from a stage (`cfg`, parameters, `is_first`,
     `is_last`, `layers`) is the wrapped stage's; outputs and gradients are
     exactly the wrapped stage's.
+
+    The toy stages take well under a millisecond, and 4 ranks share 2 CPU cores,
+    so their real compute time is mostly process scheduling: a measured timeline
+    would show noise, not the schedule. `DelayedStage` wraps a stage so that each
+    forward lasts a fixed `forward_s` seconds and each backward `backward_s`: it
+    sleeps for whatever the stage's own compute left of that time. It changes no
+    number the stage computes. Sleeping stands in for a GPU kernel: the host waits
+    while the device works, and the CPU stays free for the other ranks, so four
+    "busy" ranks fit on two cores.
     """
 
     def __init__(self, stage: StageModule, forward_s: float, backward_s: float) -> None:

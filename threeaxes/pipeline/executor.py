@@ -1,21 +1,4 @@
-"""Running a pipeline plan for real, on ranks.
-
-`run_plan` walks this rank's row of a `Plan` in order. A forward receives
-its stage's input activation from the previous stage, runs the stage module
-and sends the output on; a backward receives the gradient of that output
-from the next stage, runs autograd and sends the input's gradient back.
-
-Why it cannot deadlock: sends are posted without waiting (`comms.isend`), and
-each message carries a tag naming its stage, microbatch and direction, so a
-rank blocks only in `recv`, for an action the plan orders before this one
-on the sending rank. A `Plan` is only made when its slot grid is a valid
-timing of every action (schedules.Plan._check), so that order exists and
-every recv is eventually matched. All sends are waited for before returning.
-
-Every compute action is a `trace.span` (op forward/backward, stage,
-microbatch) and every send/recv a comms event, in the one trace;
-`plots.gantt` draws them.
-"""
+"""Running a pipeline plan for real, on ranks."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -64,6 +47,22 @@ def run_plan(plan: Plan, stages: dict, inputs: torch.Tensor, targets: torch.Tens
     the gradients of the mean loss over the whole batch. Returns that mean
     loss on the rank holding the last stage, None elsewhere. Every action is
     a compute span in the trace being recorded.
+
+    `run_plan` walks this rank's row of a `Plan` in order. A forward receives
+    its stage's input activation from the previous stage, runs the stage module
+    and sends the output on; a backward receives the gradient of that output
+    from the next stage, runs autograd and sends the input's gradient back.
+
+    Why it cannot deadlock: sends are posted without waiting (`comms.isend`), and
+    each message carries a tag naming its stage, microbatch and direction, so a
+    rank blocks only in `recv`, for an action the plan orders before this one
+    on the sending rank. A `Plan` is only made when its slot grid is a valid
+    timing of every action (schedules.Plan._check), so that order exists and
+    every recv is eventually matched. All sends are waited for before returning.
+
+    Every compute action is a `trace.span` (op forward/backward, stage,
+    microbatch) and every send/recv a comms event, in the one trace;
+    `plots.gantt` draws them.
     """
     split = sorted({a.kind for r in plan for a in plan.actions(r)} - {"F", "B"})
     if split:

@@ -2,31 +2,7 @@
 memory from autograd.
 
     runs = launch(measure_pipeline, 4, cfg, [("1f1b", 8, 1)], batch=8)
-    bubble = measured_bubble(runs[0][("1f1b", 8, 1)]["trace"] merged over ranks)
-
-Two measurements, each set beside what the plan predicts:
-
-* **Time.** `run_plan` records a compute span for every forward and backward
-  of every stage and microbatch. `measured_bubble` turns those spans into the
-  share of the step each rank sat idle (definition in its docstring), which the
-  formula (p - 1)/(v m + p - 1) predicts (`threeaxes.cost.bubble`).
-* **Activation memory.** `SavedActivations` counts, with PyTorch's
-  `torch.autograd.graph.saved_tensors_hooks`, the bytes autograd keeps for the
-  backward pass, live, and their peak over the step. The plan predicts the
-  peak: in-flight microbatches times one microbatch's saved bytes
-  (`predicted_peak_bytes`; `threeaxes.cost.activations.in_flight_micro_batches`).
-
-**The delay, a teaching device** (delay.py): `DelayedStage` makes each
-forward and backward of a stage last a fixed, known time, so that the measured
-timeline shows the schedule rather than process scheduling on a shared CPU.
-With these durations well above the real compute and the send/recv latency,
-every stage costs the same time, which is what the bubble formula assumes.
-
-    delay.py  DelayedStage
-    saved.py  SavedActivations, one_microbatch_saved_bytes, predicted_peak_bytes
-    measure.py (here)  measured_bubble and its tolerance, measure_pipeline
-    (threeaxes.plots.measured_beside_predicted draws a measured step beside its plan)
-"""
+    bubble = measured_bubble(runs[0][("1f1b", 8, 1)]["trace"] merged over ranks)"""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -163,6 +139,29 @@ def measure_pipeline(rank: int, world_size: int, cfg: ToyConfig, runs: Iterable[
     (as `timeit` keeps the best of its repeats).
     Returns {(schedule, m, v): {"trace": the measured step's Trace, "peak_bytes":
     this rank's most saved bytes during it, "stages": the stages it held}}.
+
+    Two measurements, each set beside what the plan predicts:
+
+    * **Time.** `run_plan` records a compute span for every forward and backward
+      of every stage and microbatch. `measured_bubble` turns those spans into the
+      share of the step each rank sat idle (definition in its docstring), which the
+      formula (p - 1)/(v m + p - 1) predicts (`threeaxes.cost.bubble`).
+    * **Activation memory.** `SavedActivations` counts, with PyTorch's
+      `torch.autograd.graph.saved_tensors_hooks`, the bytes autograd keeps for the
+      backward pass, live, and their peak over the step. The plan predicts the
+      peak: in-flight microbatches times one microbatch's saved bytes
+      (`predicted_peak_bytes`; `threeaxes.cost.activations.in_flight_micro_batches`).
+
+    **The delay, a teaching device** (delay.py): `DelayedStage` makes each
+    forward and backward of a stage last a fixed, known time, so that the measured
+    timeline shows the schedule rather than process scheduling on a shared CPU.
+    With these durations well above the real compute and the send/recv latency,
+    every stage costs the same time, which is what the bubble formula assumes.
+
+        delay.py  DelayedStage
+        saved.py  SavedActivations, one_microbatch_saved_bytes, predicted_peak_bytes
+        measure.py (here)  measured_bubble and its tolerance, measure_pipeline
+        (threeaxes.plots.measured_beside_predicted draws a measured step beside its plan)
     """
     from ..dims import ParallelDims
 

@@ -1,16 +1,4 @@
-"""The same training with PyTorch's own pipeline: torch.distributed.pipelining.
-
-Each rank builds the layout (`ParallelDims.init(pp=world_size)`), wraps our
-stage module in a `PipelineStage` on the layout's pp group and hands it to
-`ScheduleGPipe` or `Schedule1F1B`; with v > 1 stages per rank (rank r holds
-stages r, r + p, ...) it hands the v `PipelineStage`s to
-`ScheduleInterleaved1F1B` or `ScheduleInterleavedZeroBubble`
-(`torch_plans.TORCH_SCHEDULES`; the zero-bubble one also runs with v = 1).
-PyTorch splits the batch into
-microbatches, sends activations and gradients itself (not through
-threeaxes.comms) and, with its default scale_grads=True, divides the summed
-gradients by m: the same mean-of-microbatch-means loss as our executor.
-"""
+"""The same training with PyTorch's own pipeline: torch.distributed.pipelining."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -34,7 +22,19 @@ def torch_pipeline_train(rank: int, world_size: int, cfg: ToyConfig,
     {"losses", "params", "grads", "plan"} (no trace). Schedule1F1B needs
     m >= pp. "interleaved" and "zero_bubble" take v stages per rank; "plan" is
     the plan PyTorch ran, read into a `Plan` (None for the single-stage
-    schedules, which keep no plan)."""
+    schedules, which keep no plan).
+
+    Each rank builds the layout (`ParallelDims.init(pp=world_size)`), wraps our
+    stage module in a `PipelineStage` on the layout's pp group and hands it to
+    `ScheduleGPipe` or `Schedule1F1B`; with v > 1 stages per rank (rank r holds
+    stages r, r + p, ...) it hands the v `PipelineStage`s to
+    `ScheduleInterleaved1F1B` or `ScheduleInterleavedZeroBubble`
+    (`torch_plans.TORCH_SCHEDULES`; the zero-bubble one also runs with v = 1).
+    PyTorch splits the batch into
+    microbatches, sends activations and gradients itself (not through
+    threeaxes.comms) and, with its default scale_grads=True, divides the summed
+    gradients by m: the same mean-of-microbatch-means loss as our executor.
+    """
     from torch.distributed.pipelining import PipelineStage
 
     cls = torch_schedule_class(schedule)

@@ -1,24 +1,4 @@
-"""Pipeline schedules as data.
-
-A schedule is a `Plan`: for each rank, a row of time slots, each holding an
-`Action` (stage, microbatch, "F" or "B") or None, an idle slot (a bubble).
-Zero-bubble plans (Qi et al. 2024) split a backward into "I" (input gradient)
-and "W" (weight gradient); `torch_plans.py` reads PyTorch's into this form.
-The same plan object is printed as a grid (`print(plan)`), simulated with
-costs (`simulate`), counted for its bubble (`plan.bubble_fraction()`,
-`peak_in_flight`) and run for real on ranks (`executor.run_plan`), so those
-four can never disagree (PyTorch's pipelining/schedules.py keeps the same
-`rank -> [action or None]` form and the same `2F0` spelling). This module is
-the package's one definition of GPipe, 1F1B and interleaved 1F1B (Megatron's,
-and PyTorch's relaxed variant); `SCHEDULES` names them and `make_plan` builds
-one by name.
-
-In the grid every action takes one slot, forward or backward, and a slot
-never holds an action before the slots of what it waits for (see
-simulate.dependencies). The schedule functions only decide each rank's order
-of work; `Plan.from_orders` places that order into the earliest slots it can
-take, so the idle slots are exactly the waits the order forces.
-"""
+"""Pipeline schedules as data."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
@@ -68,6 +48,25 @@ class Plan(Mapping):
     every (stage, microbatch) runs forward once and backward once (a B, or an
     I and a W); and no action sits in a slot at or before a slot of an action
     it waits for.
+
+    A schedule is a `Plan`: for each rank, a row of time slots, each holding an
+    `Action` (stage, microbatch, "F" or "B") or None, an idle slot (a bubble).
+    Zero-bubble plans (Qi et al. 2024) split a backward into "I" (input gradient)
+    and "W" (weight gradient); `torch_plans.py` reads PyTorch's into this form.
+    The same plan object is printed as a grid (`print(plan)`), simulated with
+    costs (`simulate`), counted for its bubble (`plan.bubble_fraction()`,
+    `peak_in_flight`) and run for real on ranks (`executor.run_plan`), so those
+    four can never disagree (PyTorch's pipelining/schedules.py keeps the same
+    `rank -> [action or None]` form and the same `2F0` spelling). This module is
+    the package's one definition of GPipe, 1F1B and interleaved 1F1B (Megatron's,
+    and PyTorch's relaxed variant); `SCHEDULES` names them and `make_plan` builds
+    one by name.
+
+    In the grid every action takes one slot, forward or backward, and a slot
+    never holds an action before the slots of what it waits for (see
+    simulate.dependencies). The schedule functions only decide each rank's order
+    of work; `Plan.from_orders` places that order into the earliest slots it can
+    take, so the idle slots are exactly the waits the order forces.
     """
 
     def __init__(self, slots: Mapping, name: str = "plan") -> None:

@@ -1,29 +1,4 @@
-"""Timing a pipeline plan: the dependency rules, a simulator, and a text timeline.
-
-The rules every plan must respect (s is a stage, k a microbatch, S the number
-of stages):
-
-    F(s, k) waits for F(s-1, k)      the activation comes from the previous stage
-    B(s, k) waits for F(s, k)        backward needs this stage's own forward
-    B(s, k) waits for B(s+1, k)      the gradient comes from the next stage
-
-and every rank runs its own actions one at a time, in the plan's order.
-Zero-bubble schedules (Qi et al. 2024, Section 2) split a backward in two:
-I(s, k), the gradient of the stage's input, which the previous stage waits
-for, and W(s, k), the gradient of its weights, which nothing waits for. I
-waits as B does (for F(s, k) and for the next stage's input gradient), W
-waits for I(s, k); a B hands the previous stage its input gradient just as an
-I does.
-Communication is free here; the simulator measures only how the order of
-work leaves ranks idle, which is what the bubble formula counts.
-
-This module works on anything with `.stage`, `.microbatch` and `.kind`, so
-it does not import the `Plan` class (schedules.py imports it instead).
-
-A simulation's events are the package's one `threeaxes.trace.Event`, in
-simulated time units, so `plots.gantt` draws a predicted timeline exactly as
-it draws one measured on real ranks.
-"""
+"""Timing a pipeline plan: the dependency rules, a simulator, and a text timeline."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -144,6 +119,30 @@ def simulate(plan: _Plan, forward_cost: Cost = 1, backward_cost: Cost = 2,
 
     Each action becomes a `trace.Event(rank, "compute", "forward"|"backward",
     start, end, module="stage s", stage=s, microbatch=k)`.
+
+    The rules every plan must respect (s is a stage, k a microbatch, S the number
+    of stages):
+
+        F(s, k) waits for F(s-1, k)      the activation comes from the previous stage
+        B(s, k) waits for F(s, k)        backward needs this stage's own forward
+        B(s, k) waits for B(s+1, k)      the gradient comes from the next stage
+
+    and every rank runs its own actions one at a time, in the plan's order.
+    Zero-bubble schedules (Qi et al. 2024, Section 2) split a backward in two:
+    I(s, k), the gradient of the stage's input, which the previous stage waits
+    for, and W(s, k), the gradient of its weights, which nothing waits for. I
+    waits as B does (for F(s, k) and for the next stage's input gradient), W
+    waits for I(s, k); a B hands the previous stage its input gradient just as an
+    I does.
+    Communication is free here; the simulator measures only how the order of
+    work leaves ranks idle, which is what the bubble formula counts.
+
+    This module works on anything with `.stage`, `.microbatch` and `.kind`, so
+    it does not import the `Plan` class (schedules.py imports it instead).
+
+    A simulation's events are the package's one `threeaxes.trace.Event`, in
+    simulated time units, so `plots.gantt` draws a predicted timeline exactly as
+    it draws one measured on real ranks.
     """
     w = weight_cost
     if w is None:                                    # half a backward; exact costs stay exact

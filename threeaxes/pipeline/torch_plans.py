@@ -1,34 +1,4 @@
-"""PyTorch's own pipeline schedules, read into the course's `Plan`.
-
-`torch.distributed.pipelining` keeps each schedule as data too: after it is
-built, a schedule object holds `pipeline_order`, rank -> [action or None],
-each action a stage index, a computation type and a microbatch. This module
-turns that into the course's `Plan`, so PyTorch's plan is printed, simulated
-and counted for its bubble by the same engine as the course's own plans:
-
-    plan = torch_plan("interleaved", p=8, m=13, v=2)     # PyTorch's plan, our Plan
-    simulate(plan, Fraction(1, 2), Fraction(2, 2)).idle_fraction
-
-Only the order of each rank's work is taken; `Plan.from_orders` places it in
-slots by the dependency rules, so the counted bubble is what that order
-forces, whatever padding PyTorch's own grid carries.
-
-The names this course uses, and PyTorch's classes:
-
-    "gpipe"        ScheduleGPipe                   one stage per rank
-    "1f1b"         Schedule1F1B                    one stage per rank
-    "interleaved"  ScheduleInterleaved1F1B         v stages per rank, r, r + p, ...
-    "zero_bubble"  ScheduleInterleavedZeroBubble   Qi et al. 2024 (its docstring: "ZB1P");
-                                                   with v = 1 its order idles as their
-                                                   ZB-H1 (tests/axes/test_pipeline_torch_plans.py),
-                                                   v > 1 interleaves it
-
-Building a multi-stage schedule needs only what each rank's stages say about
-themselves (how many stages, the group's size, this rank), so `torch_plan`
-hands it small stand-ins and never starts a process group; PyTorch's own
-schedule tests build their plans the same way. To read the plan a real run
-used, pass that schedule's `pipeline_order` to `plan_from_torch_order`.
-"""
+"""PyTorch's own pipeline schedules, read into the course's `Plan`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -82,7 +52,37 @@ def torch_plan(schedule: str, p: int, m: int, v: int = 1) -> Plan:
     rank, built by PyTorch's own class and read into a `Plan`. PyTorch's
     errors (an m its rule refuses) come through unchanged. ScheduleGPipe and
     Schedule1F1B keep no plan object; for them this returns the course's
-    gpipe / one_f_one_b, which run each rank's work in the same order."""
+    gpipe / one_f_one_b, which run each rank's work in the same order.
+
+    `torch.distributed.pipelining` keeps each schedule as data too: after it is
+    built, a schedule object holds `pipeline_order`, rank -> [action or None],
+    each action a stage index, a computation type and a microbatch. This module
+    turns that into the course's `Plan`, so PyTorch's plan is printed, simulated
+    and counted for its bubble by the same engine as the course's own plans:
+
+        plan = torch_plan("interleaved", p=8, m=13, v=2)     # PyTorch's plan, our Plan
+        simulate(plan, Fraction(1, 2), Fraction(2, 2)).idle_fraction
+
+    Only the order of each rank's work is taken; `Plan.from_orders` places it in
+    slots by the dependency rules, so the counted bubble is what that order
+    forces, whatever padding PyTorch's own grid carries.
+
+    The names this course uses, and PyTorch's classes:
+
+        "gpipe"        ScheduleGPipe                   one stage per rank
+        "1f1b"         Schedule1F1B                    one stage per rank
+        "interleaved"  ScheduleInterleaved1F1B         v stages per rank, r, r + p, ...
+        "zero_bubble"  ScheduleInterleavedZeroBubble   Qi et al. 2024 (its docstring: "ZB1P");
+                                                       with v = 1 its order idles as their
+                                                       ZB-H1 (tests/axes/test_pipeline_torch_plans.py),
+                                                       v > 1 interleaves it
+
+    Building a multi-stage schedule needs only what each rank's stages say about
+    themselves (how many stages, the group's size, this rank), so `torch_plan`
+    hands it small stand-ins and never starts a process group; PyTorch's own
+    schedule tests build their plans the same way. To read the plan a real run
+    used, pass that schedule's `pipeline_order` to `plan_from_torch_order`.
+    """
     import torch
 
     cls = torch_schedule_class(schedule)

@@ -1,13 +1,4 @@
-"""What one rank actually holds: bytes of parameters, gradients and optimizer state.
-
-Counted from the tensors themselves, one storage counted once (a parameter
-that is a view into a flat buffer counts the whole buffer once, padding
-included), so the numbers are what the rank's memory holds, to set beside
-`threeaxes.cost.memory.model_state_bytes`.
-
-ZeRO-3 also holds whole parameters for a while: `fsdp.GATHERED` follows the
-bytes of gathered flat buffers alive at each moment and their peak.
-"""
+"""What one rank actually holds: bytes of parameters, gradients and optimizer state."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -22,6 +13,14 @@ __all__ = ["HeldBytes", "held_bytes"]
 
 
 class HeldBytes(NamedTuple):
+    """Counted from the tensors themselves, one storage counted once (a parameter
+    that is a view into a flat buffer counts the whole buffer once, padding
+    included), so the numbers are what the rank's memory holds, to set beside
+    `threeaxes.cost.memory.model_state_bytes`.
+
+    ZeRO-3 also holds whole parameters for a while: `fsdp.GATHERED` follows the
+    bytes of gathered flat buffers alive at each moment and their peak.
+    """
     params: int
     grads: int
     optimizer: int

@@ -1,14 +1,4 @@
-"""Flat buffers: many tensors laid end to end in one 1-D buffer, cut into n shards.
-
-Every ZeRO stage here shards the same way (ZeRO's "partition", DeepSpeed's and
-FSDP1's flat parameter): the tensors of a group are concatenated in a fixed
-order into one flat buffer of `numel` numbers, zero-padded at the end to
-`padded_numel`, the next multiple of n, and dp rank i owns the i-th equal
-slice of `shard_numel = padded_numel / n` numbers. A shard may start or end in
-the middle of a tensor; an elementwise optimizer (SGD, Adam) does not care.
-
-`FlatLayout` is pure arithmetic (no processes), so it is checked in one process.
-"""
+"""Flat buffers: many tensors laid end to end in one 1-D buffer, cut into n shards."""
 from __future__ import annotations
 
 import math
@@ -53,6 +43,15 @@ class FlatLayout:
 
         layout = FlatLayout([(3, 2), (5,)], n=4)   # 11 numbers, padded to 12
         layout.shard_range(1)                       # (3, 6): rank 1's numbers
+
+    Every ZeRO stage here shards the same way (ZeRO's "partition", DeepSpeed's and
+    FSDP1's flat parameter): the tensors of a group are concatenated in a fixed
+    order into one flat buffer of `numel` numbers, zero-padded at the end to
+    `padded_numel`, the next multiple of n, and dp rank i owns the i-th equal
+    slice of `shard_numel = padded_numel / n` numbers. A shard may start or end in
+    the middle of a tensor; an elementwise optimizer (SGD, Adam) does not care.
+
+    `FlatLayout` is pure arithmetic (no processes), so it is checked in one process.
     """
 
     def __init__(self, shapes: Iterable[torch.Size | tuple[int, ...]], n: int) -> None:

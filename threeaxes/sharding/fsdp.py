@@ -3,27 +3,7 @@
     for block in model.blocks:
         fully_shard(block)        # one unit per block
     fully_shard(model)            # the root: embeddings, final norm, head
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)   # sees only the flat shards
-
-A unit's parameters live as one flat buffer cut into dp equal ranges
-(`flat.FlatLayout`, padded to a multiple of dp); each rank keeps its range as
-the parameter `flat_shard` of the unit's module, and the original parameters
-are removed. Each step, per unit (Rajbhandari et al. 2020, Section 5.3, P_os+g+p):
-
-* before its forward (forward pre-hook): all-gather the whole flat buffer and
-  set each original parameter as a view of it;
-* after its forward (forward hook): free the whole buffer. What autograd saves
-  for backward from it is replaced by a note (saved-tensor hooks), not kept;
-* before its backward (a hook on the gradient of its output): all-gather again;
-* after its backward (the backward of the function that tied the whole buffer
-  to the shard): reduce-scatter the whole gradient over dp into the shard's
-  gradient, divided by dp, and free the whole buffer.
-
-With `prefetch=True` a unit also starts the next unit's all-gather (in the
-order the first forward ran them) as its own begins, forward and backward.
-`GATHERED` counts the bytes of whole buffers alive (the gather and free hooks
-update it) and their peak; `accounting.held_bytes` counts what stays.
-"""
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)   # sees only the flat shards"""
 from __future__ import annotations
 
 import weakref
@@ -293,6 +273,25 @@ def fully_shard(module: nn.Module, dims: ParallelDims | None = None, prefetch: b
     the root's); prefetching is `prefetch=True`, the next unit in the first
     forward's order. FSDP2's other options pass where they mean what happens
     here and are refused, saying what to do, where not (`_fsdp2_options`).
+
+    A unit's parameters live as one flat buffer cut into dp equal ranges
+    (`flat.FlatLayout`, padded to a multiple of dp); each rank keeps its range as
+    the parameter `flat_shard` of the unit's module, and the original parameters
+    are removed. Each step, per unit (Rajbhandari et al. 2020, Section 5.3, P_os+g+p):
+
+    * before its forward (forward pre-hook): all-gather the whole flat buffer and
+      set each original parameter as a view of it;
+    * after its forward (forward hook): free the whole buffer. What autograd saves
+      for backward from it is replaced by a note (saved-tensor hooks), not kept;
+    * before its backward (a hook on the gradient of its output): all-gather again;
+    * after its backward (the backward of the function that tied the whole buffer
+      to the shard): reduce-scatter the whole gradient over dp into the shard's
+      gradient, divided by dp, and free the whole buffer.
+
+    With `prefetch=True` a unit also starts the next unit's all-gather (in the
+    order the first forward ran them) as its own begins, forward and backward.
+    `GATHERED` counts the bytes of whole buffers alive (the gather and free hooks
+    update it) and their peak; `accounting.held_bytes` counts what stays.
     """
     if hasattr(module, "_sharding_unit"):
         raise ValueError(f"{type(module).__name__} is already sharded; call fully_shard once "

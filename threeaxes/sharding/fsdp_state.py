@@ -1,19 +1,7 @@
 """ZeRO-3 parameters whole, by their original names, and back into the shards.
 
     state = gathered_state(model)          # every rank: {name: whole tensor}, like state_dict()
-    load_gathered_state(fresh, state)      # every rank: each keeps its range of each unit
-
-`gathered_state` holds every parameter under every name it is registered by
-(a tied parameter under each, as `module.state_dict()` has it), frozen ones
-included, so it loads into the unsharded model with `load_state_dict` too.
-
-PyTorch's way for FSDP2 is `torch.distributed.checkpoint.state_dict`:
-`get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))` and
-`set_model_state_dict`. Here the two are plain functions over the units, so a
-reader sees the all-gather (saving) and the cut into ranges (loading); the
-optimizer's state stays per rank (each rank's `optimizer.state_dict()` of its
-shards), to be loaded on the same dp size.
-"""
+    load_gathered_state(fresh, state)      # every rank: each keeps its range of each unit"""
 from __future__ import annotations
 
 import torch
@@ -37,7 +25,19 @@ def _whole_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
 
 def gathered_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """Every original parameter, whole, by its original name: a collective (each unit
-    all-gathers), call it on every dp rank. Detached copies; the units end freed as they were."""
+    all-gathers), call it on every dp rank. Detached copies; the units end freed as they were.
+
+    `gathered_state` holds every parameter under every name it is registered by
+    (a tied parameter under each, as `module.state_dict()` has it), frozen ones
+    included, so it loads into the unsharded model with `load_state_dict` too.
+
+    PyTorch's way for FSDP2 is `torch.distributed.checkpoint.state_dict`:
+    `get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))` and
+    `set_model_state_dict`. Here the two are plain functions over the units, so a
+    reader sees the all-gather (saving) and the cut into ranges (loading); the
+    optimizer's state stays per rank (each rank's `optimizer.state_dict()` of its
+    shards), to be loaded on the same dp size.
+    """
     state = {}
     for prefix, sub in model.named_modules():
         unit = getattr(sub, "_sharding_unit", None)

@@ -1,31 +1,7 @@
 """One training step of the toy under each memory regime, and what each rank then holds.
 
     held = launch(measure_regimes, 4, cfg, batch)          # measured, per rank
-    predicted = predicted_bytes(cfg, "zero2", 4)           # the cost model, for rank 0
-
-The regimes, each on `world_size` ranks (Adam, in the toy's dtype):
-
-    dp      plain data parallelism: every rank the whole model and optimizer
-    zero1   ZeroOptimizer: the optimizer state sharded, gradients all-reduced first
-    zero2   Zero2Optimizer: the gradients reduce-scattered and sharded too
-    zero3   fully_shard on every block and the root: the parameters sharded too
-    tp      tensor parallelism over all ranks (tp = world_size)
-    pp      pipeline parallelism over all ranks (pp = world_size), one stage each
-
-Measured: `held_bytes` counts the tensors a rank keeps after the step;
-`GATHERED.peak` the most whole ZeRO-3 parameters alive at once; the trace
-the bytes each rank put on the wire (`cost.network.bytes_sent_per_gpu`).
-
-Predicted: `cost.placement.rank_params` says how many parameters the rank's
-(tp, pp) position holds and `rank_state_bytes` applies ZeRO's accounting to
-them (4 + 4 bytes per fp32 parameter and gradient, 8 for Adam's two moments).
-One term is PyTorch's, not the paper's: Adam keeps a one-number float32
-`step` counter for every tensor it updates, 4 bytes each, so the optimizer
-term adds 4 bytes per tensor stepped (every parameter tensor; or one per
-bucket under ZeRO-1/2, one per unit under ZeRO-3, which step flat shards).
-The toy's flat buffers need no padding on 2 or 4 ranks; with padding the
-measured shards would be larger by under dp numbers per bucket or unit.
-"""
+    predicted = predicted_bytes(cfg, "zero2", 4)           # the cost model, for rank 0"""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -107,7 +83,31 @@ def measure_regimes(rank: int, world_size: int, cfg: ToyConfig, batch: tuple[tor
                     regimes: Iterable[str] = REGIMES, lr: float = 1e-3) -> dict:
     """A `launch` target: one step under each regime; per regime this rank's
     {"held": (params, grads, optimizer, total) bytes, "gathered_peak": bytes,
-     "wire": bytes this rank sent in the step, "coords": its (dp, tp, pp) coordinates}."""
+     "wire": bytes this rank sent in the step, "coords": its (dp, tp, pp) coordinates}.
+
+    The regimes, each on `world_size` ranks (Adam, in the toy's dtype):
+
+        dp      plain data parallelism: every rank the whole model and optimizer
+        zero1   ZeroOptimizer: the optimizer state sharded, gradients all-reduced first
+        zero2   Zero2Optimizer: the gradients reduce-scattered and sharded too
+        zero3   fully_shard on every block and the root: the parameters sharded too
+        tp      tensor parallelism over all ranks (tp = world_size)
+        pp      pipeline parallelism over all ranks (pp = world_size), one stage each
+
+    Measured: `held_bytes` counts the tensors a rank keeps after the step;
+    `GATHERED.peak` the most whole ZeRO-3 parameters alive at once; the trace
+    the bytes each rank put on the wire (`cost.network.bytes_sent_per_gpu`).
+
+    Predicted: `cost.placement.rank_params` says how many parameters the rank's
+    (tp, pp) position holds and `rank_state_bytes` applies ZeRO's accounting to
+    them (4 + 4 bytes per fp32 parameter and gradient, 8 for Adam's two moments).
+    One term is PyTorch's, not the paper's: Adam keeps a one-number float32
+    `step` counter for every tensor it updates, 4 bytes each, so the optimizer
+    term adds 4 bytes per tensor stepped (every parameter tensor; or one per
+    bucket under ZeRO-1/2, one per unit under ZeRO-3, which step flat shards).
+    The toy's flat buffers need no padding on 2 or 4 ranks; with padding the
+    measured shards would be larger by under dp numbers per bucket or unit.
+    """
     from threeaxes import sharding, trace
     from threeaxes.cost.network import bytes_sent_per_gpu
 

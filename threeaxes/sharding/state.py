@@ -1,23 +1,4 @@
-"""A ZeroOptimizer's state in PyTorch's own layout: consolidated on one rank, loaded on every rank.
-
-PyTorch's layout is `torch.optim.Optimizer.state_dict()`'s, which is also what
-`ZeroRedundancyOptimizer.state_dict()` returns after `consolidate_state_dict`:
-
-    {"state": {index: {"step": tensor(3.), "exp_avg": <parameter-shaped>, ...}},
-     "param_groups": [{"lr": 0.01, ..., "params": [index, ...]}, ...]}
-
-`index` counts every parameter of every group in order, frozen ones too (they
-never have state). So a state dict saved here loads into the plain optimizer,
-into ZeroRedundancyOptimizer or into a ZeroOptimizer on another dp size.
-
-Each rank's inner optimizer holds, per bucket, one state tensor of its range
-("elementwise" state: Adam's exp_avg and exp_avg_sq, SGD's momentum_buffer)
-and the scalars the whole bucket shares (Adam's `step`). Consolidating
-all-gathers each elementwise tensor over dp, cuts it into the bucket's
-parameters (`FlatLayout.views`) and gives each parameter a copy of the
-bucket's scalars. Loading is the reverse and needs no communication: each rank
-cuts its own range out of every parameter's state (`shard_of`).
-"""
+"""A ZeroOptimizer's state in PyTorch's own layout: consolidated on one rank, loaded on every rank."""
 from __future__ import annotations
 
 import itertools
@@ -50,7 +31,26 @@ def _copy(value: Any) -> Any:
 
 def consolidate(opt: _ZeroOptimizer, to: int) -> dict | None:
     """PyTorch's state dict of the whole optimizer on the rank whose dp coordinate is `to`
-    (None elsewhere). A collective: every dp rank calls it."""
+    (None elsewhere). A collective: every dp rank calls it.
+
+    PyTorch's layout is `torch.optim.Optimizer.state_dict()`'s, which is also what
+    `ZeroRedundancyOptimizer.state_dict()` returns after `consolidate_state_dict`:
+
+        {"state": {index: {"step": tensor(3.), "exp_avg": <parameter-shaped>, ...}},
+         "param_groups": [{"lr": 0.01, ..., "params": [index, ...]}, ...]}
+
+    `index` counts every parameter of every group in order, frozen ones too (they
+    never have state). So a state dict saved here loads into the plain optimizer,
+    into ZeroRedundancyOptimizer or into a ZeroOptimizer on another dp size.
+
+    Each rank's inner optimizer holds, per bucket, one state tensor of its range
+    ("elementwise" state: Adam's exp_avg and exp_avg_sq, SGD's momentum_buffer)
+    and the scalars the whole bucket shares (Adam's `step`). Consolidating
+    all-gathers each elementwise tensor over dp, cuts it into the bucket's
+    parameters (`FlatLayout.views`) and gives each parameter a copy of the
+    bucket's scalars. Loading is the reverse and needs no communication: each rank
+    cuts its own range out of every parameter's state (`shard_of`).
+    """
     dims, inner = opt.dims, opt.optim.state
     if opt.buckets:
         counts = torch.tensor([sum(_is_range_state(v, b.shard) for v in inner.get(b.shard, {}).values())

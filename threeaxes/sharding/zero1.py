@@ -3,22 +3,7 @@
     opt = ZeroOptimizer(model.parameters(), torch.optim.Adam, lr=1e-3)
     loss.backward()
     average_gradients(model)   # plain DP: every rank holds the whole mean gradient
-    opt.step()                 # step my shard, all-gather the updated shards
-
-The signature is `torch.distributed.optim.ZeroRedundancyOptimizer`'s
-(params, optimizer_class, **defaults), with the layout `dims` in the place of
-its process group (none: the current layout, else the default process group;
-`process_group=` is taken too). It shards differently: ZeroRedundancyOptimizer
-gives each rank whole parameters (so its shards are uneven and a rank may hold
-nothing); here each parameter group is cut into buckets of about `bucket_bytes`, and
-each bucket is one flat buffer cut into dp equal ranges (`flat.FlatLayout`,
-padded to a multiple of dp), so every rank holds exactly 1/dp of the
-optimizer state, as ZeRO's P_os does (Rajbhandari et al. 2020, Section 5.1).
-
-The parameters themselves become views into the buckets' flat buffers, so
-the all-gather after the step writes straight into them. The inner optimizer
-(`optimizer_class`) sees one tensor per bucket: this rank's range of it.
-"""
+    opt.step()                 # step my shard, all-gather the updated shards"""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -107,7 +92,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
 
     Where it differs from ZeroRedundancyOptimizer on purpose:
     * it cuts flat buckets into equal ranges instead of giving each rank whole
-      parameters (module docstring), so the inner optimizer must be
+      parameters (below), so the inner optimizer must be
       elementwise (SGD, Adam, AdamW...: not LAMB or Adafactor), and the
       parameters of one group share one dtype;
     * a bucket is stepped as one tensor: a trainable parameter that gets no
@@ -125,6 +110,20 @@ class ZeroOptimizer(torch.optim.Optimizer):
       `overlap_with_ddp=True` is refused: Zero2Optimizer is the overlapped
       stage here (ZERO_OPTIONS); `bucket_bytes` is ours (its buckets hold
       whole parameters per rank).
+
+    The signature is `torch.distributed.optim.ZeroRedundancyOptimizer`'s
+    (params, optimizer_class, **defaults), with the layout `dims` in the place of
+    its process group (none: the current layout, else the default process group;
+    `process_group=` is taken too). It shards differently: ZeroRedundancyOptimizer
+    gives each rank whole parameters (so its shards are uneven and a rank may hold
+    nothing); here each parameter group is cut into buckets of about `bucket_bytes`, and
+    each bucket is one flat buffer cut into dp equal ranges (`flat.FlatLayout`,
+    padded to a multiple of dp), so every rank holds exactly 1/dp of the
+    optimizer state, as ZeRO's P_os does (Rajbhandari et al. 2020, Section 5.1).
+
+    The parameters themselves become views into the buckets' flat buffers, so
+    the all-gather after the step writes straight into them. The inner optimizer
+    (`optimizer_class`) sees one tensor per bucket: this rank's range of it.
     """
 
     def __init__(self, params: Any, optimizer_class: type[torch.optim.Optimizer], dims: ParallelDims | None = None,

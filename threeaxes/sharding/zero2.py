@@ -2,16 +2,7 @@
 
     opt = Zero2Optimizer(model.parameters(), torch.optim.Adam, lr=1e-3)
     loss.backward()   # hooks reduce-scatter each bucket as soon as its gradients are in
-    opt.step()        # wait for them, step my shard, all-gather the updated shards
-
-`GradientShardReducer` does it on the data-parallel wrapper's hooks
-(`data_parallel.overlap.BucketHooks`): when a bucket's last gradient is in,
-its gradients are flattened (the same `FlatLayout` as the optimizer's
-bucket), the whole gradients are dropped, and an asynchronous reduce-scatter
-gives each rank the sum of its range while backward goes on. That is DDP's
-bucket-ready-then-communicate pattern with a reduce-scatter instead of an
-all-reduce (Rajbhandari et al. 2020, Section 5.2, P_os+g).
-"""
+    opt.step()        # wait for them, step my shard, all-gather the updated shards"""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -78,6 +69,14 @@ class Zero2Optimizer(ZeroOptimizer):
     every rank, so a bucket nothing used gets a zero gradient and is stepped (as
     `DataParallel` averages it), where ZeRO-1 and PyTorch skip it. Call
     `add_param_group` between steps (after `step()`, before the next backward).
+
+    `GradientShardReducer` does it on the data-parallel wrapper's hooks
+    (`data_parallel.overlap.BucketHooks`): when a bucket's last gradient is in,
+    its gradients are flattened (the same `FlatLayout` as the optimizer's
+    bucket), the whole gradients are dropped, and an asynchronous reduce-scatter
+    gives each rank the sum of its range while backward goes on. That is DDP's
+    bucket-ready-then-communicate pattern with a reduce-scatter instead of an
+    all-reduce (Rajbhandari et al. 2020, Section 5.2, P_os+g).
     """
 
     def __init__(self, params: Any, optimizer_class: type[torch.optim.Optimizer], dims: ParallelDims | None = None,

@@ -1,20 +1,4 @@
-"""The toy block and the whole toy model, tensor-parallel.
-
-Per block, each tp rank holds n_heads/tp heads (its columns of q, k, v and
-the matching rows of proj) and d_mlp/tp hidden features of the MLP (columns
-of fc1, rows of fc2); the LayerNorms are replicated. One block then costs
-
-    forward:  2 all-reduces of (batch, seq, d_model): after attention, after the MLP
-    backward: 2 all-reduces of (batch, seq, d_model): the input gradients of
-              attention and of the MLP (the conjugate copy maps)
-
-and nothing else: the head-wise attention needs no communication because
-every head lives on exactly one rank.
-
-The modules keep the toy's names (ln1, attn.q, ..., mlp.fc2) and reuse the
-toy's own forward code, so a shard's state_dict has the same keys as the full
-block's and the attention reads its local head count from q's output width.
-"""
+"""The toy block and the whole toy model, tensor-parallel."""
 from __future__ import annotations
 
 import copy
@@ -76,6 +60,21 @@ class TPBlock(Block):
     The tp group, size and this rank's tp coordinate come from `dims` (the run's
     current layout when None). Build it empty and load `shard_block_state(...)`,
     or use `TPBlock.from_block`.
+
+    Per block, each tp rank holds n_heads/tp heads (its columns of q, k, v and
+    the matching rows of proj) and d_mlp/tp hidden features of the MLP (columns
+    of fc1, rows of fc2); the LayerNorms are replicated. One block then costs
+
+        forward:  2 all-reduces of (batch, seq, d_model): after attention, after the MLP
+        backward: 2 all-reduces of (batch, seq, d_model): the input gradients of
+                  attention and of the MLP (the conjugate copy maps)
+
+    and nothing else: the head-wise attention needs no communication because
+    every head lives on exactly one rank.
+
+    The modules keep the toy's names (ln1, attn.q, ..., mlp.fc2) and reuse the
+    toy's own forward code, so a shard's state_dict has the same keys as the full
+    block's and the attention reads its local head count from q's output width.
     """
 
     def __init__(self, cfg: ToyConfig, dims: ParallelDims | None = None) -> None:

@@ -1,21 +1,4 @@
-"""Column- and row-parallel linear layers (Megatron-LM's two ways to cut Y = X W).
-
-nn.Linear stores W transposed, weight = W.T of shape (out_features, in_features).
-
-* `ColumnParallelLinear`: each tp rank holds out_features/tp columns of W
-  (rows of `weight`) and their bias, takes the whole input and produces its
-  slice of the output features. No communication forward; the input's
-  gradient is summed over the ranks backward (`copy_to_tp_region`).
-* `RowParallelLinear`: each tp rank holds in_features/tp rows of W (columns
-  of `weight`), takes its slice of the input features and produces a partial
-  sum of the whole output; the partial sums are all-reduced forward
-  (`reduce_from_tp_region`) and the bias, held whole on every rank, is added
-  once after the sum, not tp times.
-
-A column-parallel layer followed by a row-parallel one (attention's q/k/v
-then proj, the MLP's fc1 then fc2) needs no communication in between: the
-column layer's output slice is exactly the row layer's input slice.
-"""
+"""Column- and row-parallel linear layers (Megatron-LM's two ways to cut Y = X W)."""
 from __future__ import annotations
 
 import torch
@@ -46,6 +29,22 @@ class ColumnParallelLinear(nn.Module):
     when the caller has already applied it once for several layers that
     share one input (q, k and v do). `gather_output=True` all-gathers the
     output slices into the full width.
+
+    nn.Linear stores W transposed, weight = W.T of shape (out_features, in_features).
+
+    * `ColumnParallelLinear`: each tp rank holds out_features/tp columns of W
+      (rows of `weight`) and their bias, takes the whole input and produces its
+      slice of the output features. No communication forward; the input's
+      gradient is summed over the ranks backward (`copy_to_tp_region`).
+    * `RowParallelLinear`: each tp rank holds in_features/tp rows of W (columns
+      of `weight`), takes its slice of the input features and produces a partial
+      sum of the whole output; the partial sums are all-reduced forward
+      (`reduce_from_tp_region`) and the bias, held whole on every rank, is added
+      once after the sum, not tp times.
+
+    A column-parallel layer followed by a row-parallel one (attention's q/k/v
+    then proj, the MLP's fc1 then fc2) needs no communication in between: the
+    column layer's output slice is exactly the row layer's input slice.
     """
 
     def __init__(self, in_features: int, out_features: int, *, dims: ParallelDims | None = None,

@@ -1,27 +1,4 @@
-"""The autograd maps that put tensor parallelism's collectives into the graph.
-
-Megatron-LM names each map by what it does going forward; its backward is the
-conjugate (Shoeybi et al. 2019, section 3, the f and g operators of figure 3). The
-course shortens Megatron's names (``copy_to_tensor_model_parallel_region`` and so on,
-``megatron/core/tensor_parallel/mappings.py``):
-
-    copy_to_tp_region        forward: identity      backward: all-reduce   ("f")
-    reduce_from_tp_region    forward: all-reduce    backward: identity     ("g")
-    gather_from_tp_region    forward: all-gather    backward: keep own slice
-    scatter_to_tp_region     forward: keep own slice backward: all-gather
-
-Why the pairs are conjugate: when every tp rank feeds the same input x into
-its own shard of a column-parallel matmul, x's gradient is the sum of the
-partial gradients from every shard, so the identity forward needs an
-all-reduce backward. When the ranks' partial outputs are summed forward, each
-partial output's gradient is the full output gradient, which every rank
-already holds, so the all-reduce forward needs only an identity backward.
-
-Every collective goes through `threeaxes.comms` on the "tp" axis of the
-layout (`dims`, or the run's current one), so the trace counts it. With
-tp=1 every map is the identity and nothing is sent, so the maps also run in
-a plain process: pass `dims=ParallelDims().at(0)`.
-"""
+"""The autograd maps that put tensor parallelism's collectives into the graph."""
 from __future__ import annotations
 
 from typing import Any
@@ -116,7 +93,30 @@ def copy_to_tp_region(x: Tensor, dims: ParallelDims | None = None) -> Tensor:
     """Forward: x unchanged. Backward: all-reduce x's gradient over the tp group of `dims`
     (the current layout when None).
 
-    Put it where a replicated activation enters column-parallel layers."""
+    Put it where a replicated activation enters column-parallel layers.
+
+    Megatron-LM names each map by what it does going forward; its backward is the
+    conjugate (Shoeybi et al. 2019, section 3, the f and g operators of figure 3). The
+    course shortens Megatron's names (``copy_to_tensor_model_parallel_region`` and so on,
+    ``megatron/core/tensor_parallel/mappings.py``):
+
+        copy_to_tp_region        forward: identity      backward: all-reduce   ("f")
+        reduce_from_tp_region    forward: all-reduce    backward: identity     ("g")
+        gather_from_tp_region    forward: all-gather    backward: keep own slice
+        scatter_to_tp_region     forward: keep own slice backward: all-gather
+
+    Why the pairs are conjugate: when every tp rank feeds the same input x into
+    its own shard of a column-parallel matmul, x's gradient is the sum of the
+    partial gradients from every shard, so the identity forward needs an
+    all-reduce backward. When the ranks' partial outputs are summed forward, each
+    partial output's gradient is the full output gradient, which every rank
+    already holds, so the all-reduce forward needs only an identity backward.
+
+    Every collective goes through `threeaxes.comms` on the "tp" axis of the
+    layout (`dims`, or the run's current one), so the trace counts it. With
+    tp=1 every map is the identity and nothing is sent, so the maps also run in
+    a plain process: pass `dims=ParallelDims().at(0)`.
+    """
     return _CopyToTPRegion.apply(x, _tp(dims))
 
 

@@ -1,19 +1,7 @@
 """Measure a tensor-parallel step layer by layer: its collectives, its time, its stored activations.
 
     results = launch(tp_step, 2, cfg, batches, sequence_parallel=True)
-    rows = comms_by_layer(results[0]["traces"][-1], rank=0)
-
-* `tp_step` (a `launch` target) trains the toy with every block
-  tensor-parallel (or sequence-parallel) over all the ranks, recording each
-  step's trace with `trace.module_spans` (a forward and a backward span per
-  layer) and, on the first step, the bytes autograd keeps for backward in
-  each sublayer (`saved_bytes_by_module`).
-* `comms_by_layer` reads a trace: for each layer's forward and backward span,
-  the collectives that ran inside it, their bytes (comms' convention: the
-  whole tensor S), what they put on the wire per rank
-  (`cost.network.bytes_sent_per_gpu`), and the span's time with and without
-  them.
-"""
+    rows = comms_by_layer(results[0]["traces"][-1], rank=0)"""
 from __future__ import annotations
 
 import contextlib
@@ -99,6 +87,17 @@ def tp_step(rank: int, world_size: int, cfg: ToyConfig, batches: Iterable[tuple[
     "grads" (the first step's gradients, this rank's shards), "state" (this
     rank's shard of the trained model), "activations" (first step,
     {"blocks.i.ln1": {"saved": bytes, "input": bytes}, ..., "blocks.i": ...}).
+
+    * `tp_step` (a `launch` target) trains the toy with every block
+      tensor-parallel (or sequence-parallel) over all the ranks, recording each
+      step's trace with `trace.module_spans` (a forward and a backward span per
+      layer) and, on the first step, the bytes autograd keeps for backward in
+      each sublayer (`saved_bytes_by_module`).
+    * `comms_by_layer` reads a trace: for each layer's forward and backward span,
+      the collectives that ran inside it, their bytes (comms' convention: the
+      whole tensor S), what they put on the wire per rank
+      (`cost.network.bytes_sent_per_gpu`), and the span's time with and without
+      them.
     """
     dims = ParallelDims.init(tp=world_size)
     full = ToyTransformer(cfg, seed=seed)

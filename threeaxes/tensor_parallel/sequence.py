@@ -1,34 +1,4 @@
-"""Sequence parallelism: tensor parallelism without replicated LayerNorms.
-
-Under plain TP (block.py) the LayerNorms and the residual stream run on the
-whole (batch, seq, d_model) activation on every tp rank: the same work and
-the same stored activations tp times over. Korthikanti et al. 2022
-("Reducing Activation Recomputation in Large Transformer Models", section
-4.2.2, figure 5) cut that part along the sequence instead: between blocks
-each tp rank holds seq/tp positions, and the two all-reduces of a sublayer
-become an all-gather and a reduce-scatter, the paper's g and g-bar:
-
-    gather_from_sequence_region          forward: all-gather seq   backward: reduce-scatter seq   (g)
-    reduce_scatter_to_sequence_region    forward: reduce-scatter   backward: all-gather seq       (g-bar)
-    scatter_to_sequence_region           forward: keep own slice   backward: all-gather seq
-
-One sublayer then reads
-
-    x (b, s/t, h) -> LayerNorm -> g: all-gather -> column-parallel -> ... ->
-    row-parallel partial sums -> g-bar: reduce-scatter -> + bias -> + x (b, s/t, h)
-
-A ring all-gather and a ring reduce-scatter of S bytes each send (t-1)/t S
-per rank, together what one all-reduce of S sends: the wire bytes stay the
-same, the replicated activations are divided by t.
-
-The parameters that now see only this rank's tokens (both LayerNorms and the
-bias of each row-parallel layer, added after the reduce-scatter) get only a
-partial gradient; `allreduce_sequence_parallel_grads` sums them over tp after
-backward, as Megatron-LM's finalize_model_grads does. They are marked with
-`param.sequence_parallel = True`.
-
-Every collective goes through `threeaxes.comms` on the "tp" axis.
-"""
+"""Sequence parallelism: tensor parallelism without replicated LayerNorms."""
 from __future__ import annotations
 
 import copy
@@ -196,7 +166,37 @@ class SequenceParallelBlock(TPBlock):
     """A TPBlock whose input and output are this rank's seq/tp positions.
 
     LayerNorms and residual adds run on the local positions only; the block's
-    state_dict keys and shard layout are TPBlock's (`from_block` works)."""
+    state_dict keys and shard layout are TPBlock's (`from_block` works).
+
+    Under plain TP (block.py) the LayerNorms and the residual stream run on the
+    whole (batch, seq, d_model) activation on every tp rank: the same work and
+    the same stored activations tp times over. Korthikanti et al. 2022
+    ("Reducing Activation Recomputation in Large Transformer Models", section
+    4.2.2, figure 5) cut that part along the sequence instead: between blocks
+    each tp rank holds seq/tp positions, and the two all-reduces of a sublayer
+    become an all-gather and a reduce-scatter, the paper's g and g-bar:
+
+        gather_from_sequence_region          forward: all-gather seq   backward: reduce-scatter seq   (g)
+        reduce_scatter_to_sequence_region    forward: reduce-scatter   backward: all-gather seq       (g-bar)
+        scatter_to_sequence_region           forward: keep own slice   backward: all-gather seq
+
+    One sublayer then reads
+
+        x (b, s/t, h) -> LayerNorm -> g: all-gather -> column-parallel -> ... ->
+        row-parallel partial sums -> g-bar: reduce-scatter -> + bias -> + x (b, s/t, h)
+
+    A ring all-gather and a ring reduce-scatter of S bytes each send (t-1)/t S
+    per rank, together what one all-reduce of S sends: the wire bytes stay the
+    same, the replicated activations are divided by t.
+
+    The parameters that now see only this rank's tokens (both LayerNorms and the
+    bias of each row-parallel layer, added after the reduce-scatter) get only a
+    partial gradient; `allreduce_sequence_parallel_grads` sums them over tp after
+    backward, as Megatron-LM's finalize_model_grads does. They are marked with
+    `param.sequence_parallel = True`.
+
+    Every collective goes through `threeaxes.comms` on the "tp" axis.
+    """
 
     def __init__(self, cfg: ToyConfig, dims: ParallelDims | None = None) -> None:
         nn.Module.__init__(self)

@@ -1,26 +1,4 @@
-"""Full toy weights -> one tp rank's shard, and the shards -> full weights again.
-
-nn.Linear keeps its weight transposed, as (out_features, in_features), and
-computes y = x @ weight.T + bias. So in the math Y = X W, with W = weight.T:
-
-* a column cut of W (each rank gets some output features) is a cut of
-  `weight` along dim 0, and the bias is cut the same way;
-* a row cut of W (each rank gets some input features) is a cut of `weight`
-  along dim 1; the bias is not cut, it is added once after the all-reduce.
-
-In the toy block (names from `threeaxes.toy`):
-
-    ln1, ln2                replicated
-    attn.q, attn.k, attn.v  column-parallel: heads n_heads/tp per rank
-    attn.proj               row-parallel, bias replicated
-    mlp.fc1                 column-parallel: d_mlp/tp hidden features per rank
-    mlp.fc2                 row-parallel, bias replicated
-
-In the whole ToyTransformer only the blocks are split: the embeddings,
-the final LayerNorm and the LM head are replicated on every tp rank. (Megatron
-also splits the embedding and head along the vocabulary; the toy's 32-word
-vocabulary is not worth it.)
-"""
+"""Full toy weights -> one tp rank's shard, and the shards -> full weights again."""
 from __future__ import annotations
 
 import re
@@ -138,6 +116,27 @@ def shard_block_state(full_state: dict, tp_rank: int, tp: int, *, n_heads: int) 
     weights 1/tp of the input features; everything else is copied whole.
     Rank r gets the r-th contiguous slice, so it holds heads
     [r * n_heads/tp, (r+1) * n_heads/tp).
+
+    nn.Linear keeps its weight transposed, as (out_features, in_features), and
+    computes y = x @ weight.T + bias. So in the math Y = X W, with W = weight.T:
+
+    * a column cut of W (each rank gets some output features) is a cut of
+      `weight` along dim 0, and the bias is cut the same way;
+    * a row cut of W (each rank gets some input features) is a cut of `weight`
+      along dim 1; the bias is not cut, it is added once after the all-reduce.
+
+    In the toy block (names from `threeaxes.toy`):
+
+        ln1, ln2                replicated
+        attn.q, attn.k, attn.v  column-parallel: heads n_heads/tp per rank
+        attn.proj               row-parallel, bias replicated
+        mlp.fc1                 column-parallel: d_mlp/tp hidden features per rank
+        mlp.fc2                 row-parallel, bias replicated
+
+    In the whole ToyTransformer only the blocks are split: the embeddings,
+    the final LayerNorm and the LM head are replicated on every tp rank. (Megatron
+    also splits the embedding and head along the vocabulary; the toy's 32-word
+    vocabulary is not worth it.)
     """
     bad = [k for k in full_state if k not in BLOCK_LAYOUT]
     if bad:

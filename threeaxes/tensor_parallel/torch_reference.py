@@ -1,20 +1,4 @@
-"""The same TP and TP+SP toy from PyTorch's own API, to prove ours against.
-
-`torch_tp_step` parallelizes the whole toy with `parallelize_module` on
-`dims.mesh["tp"]`, the plan of torchtitan's Llama:
-
-    q, k, v, fc1       ColwiseParallel()
-    proj, fc2          RowwiseParallel()                        plain TP: all-reduce
-                       RowwiseParallel(output_layouts=Shard(1)) with SP: reduce-scatter
-    ln1, ln2           SequenceParallel()                       with SP: LayerNorm on Shard(1)
-    attn, mlp          PrepareModuleInput(Shard(1) -> Replicate())   with SP: all-gather
-    blocks.0           PrepareModuleInput(Replicate() -> Shard(1))   with SP: enter the region
-    ln_f               PrepareModuleInput(Shard(1) -> Replicate())   with SP: leave it
-
-and returns what `measure.tp_step` returns ("losses", "grads", "state"), each
-parameter as this rank's shard in our layout (tensor_parallel.shard), so the
-two compare tensor by tensor.
-"""
+"""The same TP and TP+SP toy from PyTorch's own API, to prove ours against."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -70,7 +54,23 @@ def torch_tp_step(rank: int, world_size: int, cfg: ToyConfig, batches: Iterable[
     """Train the toy with PyTorch's tensor (and sequence) parallelism on tp = world_size;
     one SGD step (p <- p - lr * grad) per batch. Returns "losses", the first step's
     "grads" and the final "state", as plain tensors in our shard layout, and the
-    local shape of the first LayerNorm's input ("ln1_local_input")."""
+    local shape of the first LayerNorm's input ("ln1_local_input").
+
+    `torch_tp_step` parallelizes the whole toy with `parallelize_module` on
+    `dims.mesh["tp"]`, the plan of torchtitan's Llama:
+
+        q, k, v, fc1       ColwiseParallel()
+        proj, fc2          RowwiseParallel()                        plain TP: all-reduce
+                           RowwiseParallel(output_layouts=Shard(1)) with SP: reduce-scatter
+        ln1, ln2           SequenceParallel()                       with SP: LayerNorm on Shard(1)
+        attn, mlp          PrepareModuleInput(Shard(1) -> Replicate())   with SP: all-gather
+        blocks.0           PrepareModuleInput(Replicate() -> Shard(1))   with SP: enter the region
+        ln_f               PrepareModuleInput(Shard(1) -> Replicate())   with SP: leave it
+
+    and returns what `measure.tp_step` returns ("losses", "grads", "state"), each
+    parameter as this rank's shard in our layout (tensor_parallel.shard), so the
+    two compare tensor by tensor.
+    """
     from torch.distributed.tensor.parallel import parallelize_module
 
     dims = ParallelDims.init(tp=world_size)
