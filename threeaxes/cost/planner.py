@@ -202,7 +202,7 @@ def search(model: Model, cluster: Cluster, global_batch: int, seq_len: int | Non
 def _layouts(ctx: PlanContext, tps: Iterable[int], cps: Iterable[int], cp_modes: Iterable[str], eps: Iterable[int],
              etps: Iterable[int] | None) -> Iterator[tuple[int, int, str, int, int, int, int | None]]:
     """(tp, cp, cp_mode, pp, dp, ep, etp) of every layout the rules allow, in the
-    three-axis search's order when cp = ep = 1 (so its ties rank as before)."""
+    three-axis search's order when cp = ep = 1 (so its ties rank as the three-axis search ranks them)."""
     model, n = ctx.model, ctx.n_gpus
     for tp in tps:
         for cp in cps:

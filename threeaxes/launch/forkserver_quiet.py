@@ -13,11 +13,11 @@ def in_forkserver_main() -> bool:
 
     Jupyter signals a kernel's whole process group (an interrupt, a shutdown), and the
     forkserver a kernel prestarts is in that group. Once its preload is done the server
-    ignores SIGINT (``multiprocessing.forkserver.main`` sets that up); before, the signal
-    raised KeyboardInterrupt in the middle of ``import torch`` and printed a traceback to
-    the kernel's stderr whenever a kernel that never launched was shut down within its
+    ignores SIGINT (``multiprocessing.forkserver.main`` sets that up): otherwise the signal
+    raises KeyboardInterrupt in the middle of ``import torch`` and prints a traceback to
+    the kernel's stderr whenever a kernel that never launched is shut down within its
     first seconds. Here the server exits without a word instead. The ranks it forks set
-    their own handling as before (``worker.py`` ignores SIGINT; the launcher stops them).
+    their own handling (``worker.py`` ignores SIGINT; the launcher stops them).
 
     Imported anywhere but the forkserver's preload, this module changes nothing.
     """

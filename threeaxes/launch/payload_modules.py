@@ -25,9 +25,9 @@ def modules_named(payload: bytes) -> set[str]:
 
     So launch forks early only a function that is *light*: one whose pickle names no
     module but torch, torch.distributed and the standard library. Everything else (any
-    ``threeaxes`` module, torch.optim, torch.nn, DTensor, ...) waits for the warm server,
-    as every launch did before. A wrong guess costs time, never correctness: a light
-    function that needs more imports it in each rank, a heavy one waits as before.
+    ``threeaxes`` module, torch.optim, torch.nn, DTensor, ...) waits for the warm server.
+    A wrong guess costs time, never correctness: a light function that needs more imports
+    it in each rank, a heavy one waits for the warm server.
 
     The names come from the pickle's strings: module references (cloudpickle's
     ``subimport('torch')``, a class's module) and the names a by-value function's code
@@ -50,7 +50,7 @@ def is_light(payload: bytes) -> bool:
     """True if ranks for this payload need nothing the early forkserver lacks."""
     try:
         named = modules_named(payload)
-    except Exception:  # noqa: BLE001 -- unreadable: assume it needs everything (wait, as before)
+    except Exception:  # noqa: BLE001 -- unreadable: assume it needs everything (wait for the warm server)
         return False
     return not any(_heavy(name) for name in named)
 
