@@ -58,10 +58,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# a kernel can take over a minute to answer while the grading test loads both cores;
+# a kernel can take over a minute to answer while the grading test loads both cores; --dist loadgroup:
+# each test file on one worker, the files that read the one graded class together (tests/conftest.py);
+# --no-loadscope-reorder: the files in conftest's order, longest first (pytest-xdist would otherwise
+# put the files with the most tests first and a one-test browser session of minutes on the tail);
 # PYTHONPATH: the source notebooks' hidden tests import autograder.references
 test: lint typecheck
-	PYTHONPATH=$(CURDIR) $(BIN)/python -m pytest -n $(JOBS) --dist loadfile -p no:cacheprovider \
+	PYTHONPATH=$(CURDIR) $(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --no-loadscope-reorder -p no:cacheprovider \
 	    tests --nbval-lax --nbval-kernel-startup-timeout=180 notebooks source --durations=15
 
 test-fast: lint typecheck

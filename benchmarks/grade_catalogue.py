@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from grading_harness import FULL, Course, catalogue_students, drops  # noqa: E402
+from graded_class import catalogue_students  # noqa: E402
+from grading_harness import FULL, Course, drops  # noqa: E402
 
 from autograder.apps import report  # noqa: E402
 from autograder.apps.grade import autograde, submissions  # noqa: E402

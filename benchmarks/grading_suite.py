@@ -25,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from grading_harness import drops, graded_course  # noqa: E402
+from graded_class import graded_course  # noqa: E402
+from grading_harness import drops  # noqa: E402
 
 
 def autograde_seconds_per_drop(course) -> dict[str, tuple[int, float]]:

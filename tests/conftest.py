@@ -1,7 +1,8 @@
-"""Fixtures every test module may use."""
+"""Fixtures every test module may use, and how the tests are shared out between pytest workers."""
 from pathlib import Path
 
 import pytest
+from graded_class import drops_to_grade, graded_course
 from grading_harness import released_course
 
 
@@ -15,6 +16,33 @@ def released(tmp_path_factory, worker_id) -> Path:
     return released_course(shared)
 
 
+@pytest.fixture(scope="session")
+def graded_class(tmp_path_factory, released):
+    """The suite's one graded class, graded once through `make grade`'s own path: every drop's
+    students (tests/graded_class.py), the route and page attacks on drops 1 and 4
+    (tests/grading_attacks_routes.py) and the top-row students of drops 13 and 14
+    (tests/top_row_students.py), each of a drop this run grades. The files that read it share
+    one pytest worker (GRADED_CLASS below), so it is graded once."""
+    import top_row_students
+    from grading_attacks_routes import ATTACKS as ROUTE_ATTACKS
+
+    grading = drops_to_grade()
+    names = {d.name for d in grading}
+    extra = {(drop, student): (lambda course, drop=drop, build=build: build(course.released(drop)))
+             for drop, attacks in ROUTE_ATTACKS.items() for student, build in attacks.items()}
+    extra |= top_row_students.submissions()
+    # four submissions autograde at once (one course, one gradebook): much of a notebook's time is
+    # spent waiting on kernels and ranks starting, two submissions wait out a cell's time limit (a
+    # loop that ignores interrupts), and the other pytest worker finishes its share first; more jobs
+    # fill the cores those leave
+    return graded_course(tmp_path_factory.mktemp("grading"), grading, jobs=4, released=released,
+                         extra={key: build for key, build in extra.items() if key[0] in names})
+
+
+# The files that read `graded_class`: one xdist group, on one worker. Every other file is a group
+# of its own (as --dist loadfile keeps a file on one worker: its module fixtures run once).
+GRADED_CLASS = ("test_grading.py", "test_grading_attacks_routes.py", "test_top_row_scores_half.py")
+
 # The files that take minutes, longest first: run first, so that pytest-xdist's workers
 # share out the many short files at the end instead of one worker finishing a long file
 # alone ("keep slow work off the tail"). Order within a file is kept.
@@ -23,8 +51,12 @@ LONG_FIRST = ("test_grading.py", "test_hub_class.py", "test_jupyterlab_session.p
               "test_install_cell.py", "test_hub.py")
 
 
+@pytest.hookimpl(tryfirst=True)   # before pytest-xdist's own, which reads the groups to share out the tests
 def pytest_collection_modifyitems(session, config, items):
     def rank(item):
         name = item.path.name
         return LONG_FIRST.index(name) if name in LONG_FIRST else len(LONG_FIRST)
     items[:] = sorted(items, key=rank)     # a stable sort: the rest keep their order
+    for item in items:   # pytest-xdist's --dist loadgroup (the Makefile's) sends each group to one worker
+        group = "graded-class" if item.path.name in GRADED_CLASS else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))

@@ -125,7 +125,7 @@ get_ipython().events.register("post_run_cell", define_answers)
 }
 
 
-# the attacks whose cell never ends on its own (tests/grading_harness.py grades them under a
+# the attacks whose cell never ends on its own (tests/graded_class.py grades them under a
 # shorter time limit)
 RUNS_OUT_OF_TIME = {"loops-forever"}
 

@@ -1,8 +1,8 @@
 """Issue 43's route and page attacks, graded through nbgrader as `make grade` grades them.
 
-One course of drops 1 and 4 (tests/grading_harness.py's `Course`, the repository's
-nbgrader_config.py): in each, the solved source and the untouched release beside the attacks of
-tests/grading_attacks_routes.py, autograded two at once, then fed back. Each attack scores
+The attacks of tests/grading_attacks_routes.py on drops 1 and 4 are students of the suite's one
+graded class (tests/conftest.py's `graded_class`), beside the solved source and the untouched
+release; autograded and fed back with the rest of the class. Each attack scores
 what the blank scores, its neighbours what they always score, no page holds a hidden test
 or a line of the solutions, and neither the feedback pages nor the autograded notebooks the
 formgrader shows hold a live handler or script link.
@@ -14,7 +14,7 @@ from html.parser import HTMLParser
 import nbformat
 import pytest
 from grading_attacks_routes import ATTACKS, DROP, PIPELINE
-from grading_harness import CELL_TIMEOUT_S, FULL, ROOT, ZERO, Course, cell_by_grade_id, load_drop
+from grading_harness import FULL, ROOT, ZERO, cell_by_grade_id, load_drop
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
 from autograder.plugins import inert
@@ -24,17 +24,11 @@ GRADED = [(drop, student) for drop in ATTACKS for student in (FULL, ZERO, *ATTAC
 STUDENTS = [pytest.param(drop, student, id=f"{drop[:6]}:{student}") for drop, student in GRADED]
 
 
-@pytest.fixture(scope="module")
-def course(tmp_path_factory, released):
-    course = Course(tmp_path_factory.mktemp("routes"), list(ATTACKS), released=released, share_limits=True)
-    for drop, attacks in ATTACKS.items():
-        course.submit(FULL, drop, course.source(drop))
-        course.submit(ZERO, drop, course.released(drop))
-        for student, build in attacks.items():
-            course.submit(student, drop, build(course.released(drop)))
-    course.autograde(f"--Execute.timeout={CELL_TIMEOUT_S}", jobs=2)
-    course.generate_feedback()
-    return course
+@pytest.fixture
+def course(graded_class, drop):
+    if drop not in graded_class.assignments:
+        pytest.skip(f"{drop} is not graded in this run (THREEAXES_GRADE_ONLY)")
+    return graded_class
 
 
 @pytest.mark.parametrize("drop, student", STUDENTS)

@@ -1,20 +1,19 @@
 """Every drop through the real nbgrader CLI: exact scores for typical submissions.
 
 What each drop grades is data, source/<drop>/grading.json; the students and
-what each must score are in grading_harness.py. One course with every drop is
+what each must score are in graded_class.py. One course with every drop is
 released, submitted, autograded, fed back and exported once per session (each
 step one nbgrader call for all drops); the slow tests below only read it. A new
 drop adds its grading.json, not a test here.
 """
 import csv
 import html
-import os
 from pathlib import Path
 
 import nbformat
 import pytest
+from graded_class import CATALOGUE_DEPTH, catalogue_students, drops_to_grade
 from grading_harness import (
-    CATALOGUE_DEPTH,
     FULL,
     GRADING_FILE,
     ROOT,
@@ -23,30 +22,20 @@ from grading_harness import (
     Mistake,
     answer_ids,
     autograded_ids,
-    catalogue_students,
-    drops,
-    graded_course,
     student_code,
 )
 
 from autograder.apps.release import assignments
 
-# THREEAXES_GRADE_ONLY=drop05 (comma-separated prefixes) grades only those drops, for
-# someone writing one drop; CI leaves it unset and grades every drop.
-ONLY = [p for p in os.environ.get("THREEAXES_GRADE_ONLY", "").split(",") if p]
-DROPS = [d for d in drops() if not ONLY or d.name.startswith(tuple(ONLY))]
+DROPS = drops_to_grade()
 CASES = [pytest.param(d, s, id=f"{d.name}:{s}" + "".join(f"-{m.name}" for m in d.mistakes_of(s)))
          for d in DROPS for s in d.students()]
 MISTAKES = [pytest.param(d, m, id=f"{d.name}:{m.name}") for d in DROPS for m in d.mistakes]
 
 
 @pytest.fixture(scope="session")
-def course(tmp_path_factory, released):
-    # four submissions autograde at once (one course, one gradebook): much of a notebook's
-    # time is spent waiting on kernels and ranks starting, two submissions wait out a cell's
-    # time limit (a loop that ignores interrupts), and the other pytest worker finishes its
-    # share first; more jobs fill the cores those leave
-    return graded_course(tmp_path_factory.mktemp("grading"), DROPS, jobs=4, released=released)
+def course(graded_class):
+    return graded_class
 
 
 # -- the data against the notebooks, without running anything ----------------------
