@@ -46,9 +46,11 @@ GRADED_CLASS = ("test_grading.py", "test_grading_attacks_routes.py", "test_top_r
 # The files that take minutes, longest first: run first, so that pytest-xdist's workers
 # share out the many short files at the end instead of one worker finishing a long file
 # alone ("keep slow work off the tail"). Order within a file is kept.
-LONG_FIRST = ("test_grading.py", "test_hub_class.py", "test_jupyterlab_session.py", "test_grade_script.py",
-              "test_exchange_accounts.py", "test_exchange.py", "test_colab.py", "test_sandbox_escapes.py",
-              "test_install_cell.py", "test_hub.py")
+LONG_FIRST = ("test_grading.py", "test_hub_class.py", "test_grade_script.py", "test_attacks_beside_and_oracle.py",
+              "test_exchange_accounts.py", "test_forbidden_routes.py", "test_student_walk.py", "test_exchange.py",
+              "test_jupyterlab_session.py", "test_train_torchrun.py", "test_colab.py", "test_install_cell.py",
+              "test_widgets.py", "test_grade_workers.py", "test_sharding_ranks.py", "test_inert_pages.py",
+              "test_sandbox_escapes.py", "test_hub.py")
 
 
 @pytest.hookimpl(tryfirst=True)   # before pytest-xdist's own, which reads the groups to share out the tests

@@ -1,9 +1,10 @@
-"""Every test file that reads the suite's one graded class is in its xdist group (tests/conftest.py):
-a reader on another pytest worker would grade the whole class a second time there."""
+"""How tests/conftest.py shares the suite out between pytest workers: every file that reads the one
+graded class in its xdist group (a reader on another worker would grade the whole class a second
+time there), and the long files it runs first still there by those names."""
 import ast
 from pathlib import Path
 
-from conftest import GRADED_CLASS
+from conftest import GRADED_CLASS, LONG_FIRST
 
 TESTS = Path(__file__).resolve().parent.parent
 
@@ -23,3 +24,9 @@ def test_every_reader_of_the_graded_class_is_in_its_group():
     assert readers, "no test reads graded_class: has it been renamed?"
     assert readers <= set(GRADED_CLASS), f"add {sorted(readers - set(GRADED_CLASS))} to conftest.GRADED_CLASS"
     assert set(GRADED_CLASS) <= readers, f"{sorted(set(GRADED_CLASS) - readers)} no longer read it: take them out"
+
+
+def test_the_long_files_run_first_are_test_files_of_the_suite():
+    names = {path.name for path in TESTS.rglob("test_*.py")}
+    assert not set(LONG_FIRST) - names, f"renamed or gone: {sorted(set(LONG_FIRST) - names)}; mend conftest.LONG_FIRST"
+    assert len(set(LONG_FIRST)) == len(LONG_FIRST), "a file is named twice in conftest.LONG_FIRST"
