@@ -8,10 +8,13 @@ import contextlib
 import io
 import traceback
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autograder.runtime.messages import Output
 from threeaxes.grading.wire import Answers
+
+if TYPE_CHECKING:
+    from nbformat import NotebookNode
 
 TEST_FILENAME = "<test cell>"
 
@@ -26,6 +29,12 @@ def is_graded(cell: Mapping[str, Any]) -> bool:
     """A cell nbgrader scores or the student writes: an answer, a test, a written answer."""
     about = cell.get("metadata", {}).get("nbgrader", {}) or {}
     return bool(about.get("solution") or about.get("grade"))
+
+
+def last_graded_code_cell(nb: NotebookNode) -> int:
+    """The index in `nb.cells` of its last graded code cell (-1 if none): the grader runs no code
+    cell after it, since no autograded score depends on one (a written answer is read by a person)."""
+    return max((i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and is_graded(cell)), default=-1)
 
 
 def notebook_names(source: str) -> list[str]:

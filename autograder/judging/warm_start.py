@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autograder import phases
-from autograder.judging.judge import is_graded
+from autograder.judging.judge import is_graded, last_graded_code_cell
 from autograder.judging.oracle import Oracle
 from autograder.runtime.kernel_session import KernelHost, KernelSession
 from autograder.runtime.oracle_worker import WorkerSource
@@ -42,11 +42,9 @@ def imported_modules(nb: NotebookNode) -> tuple[str, ...]:
     gives a and a.b (b may be a module). A cell Python cannot parse (a line magic) gives none."""
     import ast
 
-    cells = [c for c in nb.cells if c.cell_type == "code"]
-    last = max((i for i, c in enumerate(cells) if is_graded(c)), default=-1)
     names: dict[str, None] = {}
-    for cell in cells[:last + 1]:
-        if is_graded(cell):
+    for cell in nb.cells[:last_graded_code_cell(nb) + 1]:
+        if cell.cell_type != "code" or is_graded(cell):
             continue
         try:
             tree = ast.parse(cell.source)

@@ -17,7 +17,7 @@ from traitlets import Bool, Float
 from autograder import phases
 from autograder.judging import borrowed, cell_seconds, warm_start
 from autograder.judging.judge import _error as judge_error
-from autograder.judging.judge import is_graded, is_test_cell, judge_cell, notebook_names
+from autograder.judging.judge import is_test_cell, judge_cell, last_graded_code_cell, notebook_names
 from autograder.judging.oracle import Oracle
 from autograder.runtime.kernel_session import KernelSession
 from autograder.runtime.messages import Output
@@ -37,9 +37,10 @@ class JudgedExecute(Execute):
         about = resources.get("nbgrader", {})
         assignment, notebook = about.get("assignment", ""), about.get("notebook", "")
         with phases.timed("setup"):
-            instructors = borrowed.instructors_cells_of(assignment, notebook, Path.cwd())
             source = borrowed.source_notebook(assignment, notebook, Path.cwd())
-            imports = warm_start.imported_modules(nbformat.read(source, as_version=4)) if source else ()
+            model = nbformat.read(source, as_version=4) if source else None
+            instructors = borrowed.instructor_places(model) if model else ()
+            imports = warm_start.imported_modules(model) if model else ()
             guard = borrowed.guard_for(assignment, instructors, Path.cwd())
             # the shared opening only where each of its cells is the instructor's at its own place
             # (place, cell id, grade id and code): a copy of one elsewhere is the student's
@@ -125,8 +126,7 @@ def _run_cells(nb: NotebookNode, kernel: KernelSession[Any], timeout: float, gua
     # a drop's depth after its last graded code cell (PyTorch's own API, more traces, the reveal)
     # can change no autograded score, and the written answers among it are the student's words,
     # graded by hand: it runs under nbval in CI and in the student's notebook, not per submission
-    last_graded = max((i for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and is_graded(cell)),
-                      default=-1)
+    last_graded = last_graded_code_cell(nb)
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
