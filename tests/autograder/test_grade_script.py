@@ -16,8 +16,8 @@ from types import SimpleNamespace
 
 import nbformat
 import pytest
-from grade_course import DROP, one_drop_course
-from grading_harness import GRADING_FILE, revealed_hidden_tests
+from grade_course import DROP, one_drop_course, run_folder, without_rank_demos
+from grading_harness import GRADING_FILE, revealed_hidden_tests, share_cell_seconds
 
 from autograder.apps import grade
 from autograder.course import ROOT
@@ -48,7 +48,7 @@ def _kill_whoever_grades(student: str, logs: Path, stop: threading.Event, killed
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def graded(tmp_path_factory, worker_id):
     """One class of drop 1, graded once by grade_all (`make grade`), one worker, no sandbox
     (what is tested here is the orchestration; tests/drops/test_grading.py grades in it):
 
@@ -69,6 +69,8 @@ def graded(tmp_path_factory):
         twice-the-same-grade-id  a test cell given another's grade id    not graded, named
     """
     course = one_drop_course(tmp_path_factory.mktemp("grade-script") / "course")
+    # the model solution's cell times, measured once in the run (the source notebook is the drop's own)
+    share_cell_seconds(course, run_folder(tmp_path_factory, worker_id))
     (course / "source" / DROP / "table.bin").write_bytes(os.urandom(100_000))   # data the drop ships
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(grade.run, "SAMPLES", ROOT / "autograder" / "samples")
@@ -81,12 +83,7 @@ def graded(tmp_path_factory):
             path = course / "submitted" / student / DROP / f"{DROP}.ipynb"
             nbformat.write(nb, path) if not isinstance(nb, str) else path.write_text(nb)
 
-        # alice's answers without the cells that only show ranks at work (4-rank launches): cheaper
-        light = copy.deepcopy(alice)
-        first = next(k for k, c in enumerate(light.cells) if c.metadata.get("nbgrader"))
-        light.cells = [c for k, c in enumerate(light.cells)
-                       if k < first or c.metadata.get("nbgrader") or "world_size" not in c.source
-                       and "runs" not in c.source]
+        light = without_rank_demos(alice)   # alice's answers, without the 4-rank launches: cheaper
         submit(KILLED, light)
         html = copy.deepcopy(light)
         # before the last graded cell: the grader runs no cell after it (autograder/plugins/execute.py)
