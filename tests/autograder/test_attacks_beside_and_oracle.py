@@ -16,6 +16,7 @@ blank and an honest submission beside them:
                             notebook a link to the source or to c's,     runs or is copied, each
                             a folder, a pipe, a device (made as root)    named with its cause
 
+The attacks (b, d, e) are the blank less its demo cells that launch ranks: they score nothing.
 What stops each now: tests/autograder/test_oracle_per_kernel.py tries the parts one at a time.
 """
 from __future__ import annotations
@@ -33,7 +34,8 @@ from types import SimpleNamespace
 
 import nbformat
 import pytest
-from grading_harness import revealed_hidden_tests
+from grade_course import run_folder, without_rank_demos
+from grading_harness import revealed_hidden_tests, share_cell_seconds
 
 from autograder.apps import grade
 
@@ -123,10 +125,12 @@ def _watch_workers(logs: Path, stop: threading.Event, seen: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def graded(tmp_path_factory, worker_id):
     course = tmp_path_factory.mktemp("attacks-beside") / "course"
     shutil.copytree(ROOT / "source" / DROP, course / "source" / DROP)
     shutil.copy(ROOT / "nbgrader_config.py", course)
+    # the model solution's cell times, measured once in the run (the source notebook is the drop's own)
+    share_cell_seconds(course, run_folder(tmp_path_factory, worker_id))
     secret = course / "secret.json"
     secret.write_text(f'{{"token": "{SECRET}"}}')
     secret.chmod(0o600)
@@ -144,10 +148,12 @@ def graded(tmp_path_factory):
         return folder
 
     submit("a-blank", blank)
-    submit("b-floods-the-oracle", _with_first_cell(blank, FLOODS))
+    # the attacks without the blank's 4-rank launches, which score nothing and no test here reads
+    bare = without_rank_demos(blank)
+    submit("b-floods-the-oracle", _with_first_cell(bare, FLOODS))
     honest = submit("c-honest", source)
-    submit("d-reads-files", _with_first_cell(blank, f"NAMES = {names!r}\n" + READS_FILES))
-    submit("e-endless-line", _with_first_cell(blank, ENDLESS_LINE))
+    submit("d-reads-files", _with_first_cell(bare, f"NAMES = {names!r}\n" + READS_FILES))
+    submit("e-endless-line", _with_first_cell(bare, ENDLESS_LINE))
     refused = {"hashlib-beside": "hashlib.py is a file other than the notebook",
                "links-to-the-source": f"{NB} is a link",
                "links-to-a-classmate": f"{NB} is a link",
