@@ -49,6 +49,7 @@ from exchange_helpers import (
     tree,
     write_config,
 )
+from grade_course import without_rank_demos
 from grading_harness import (
     CELL_TIMEOUT_S,
     ROOT,
@@ -81,7 +82,8 @@ def klass(tmp_path_factory, released):
     ex = base / "exchange"
     ex.mkdir()
     ex.chmod(0o777)                   # nbgrader: the exchange root exists, writable by everyone
-    course = Course(base, [*DROPS, NEVER_RELEASED], released=released)   # the course has drop02; it stays unreleased
+    # the course has drop02; it stays unreleased. The model solutions' cell times: measured once in the run
+    course = Course(base, [*DROPS, NEVER_RELEASED], released=released, share_limits=True)
     homes = {name: base / "home" / name for name in ["instructor", *ROSTER, "eve"]}
     write_config(homes["instructor"], [
         f'c.Exchange.root = "{ex}"',
@@ -132,13 +134,15 @@ def klass(tmp_path_factory, released):
             solved = set_answer(solved, grade_id, solution_of(source, grade_id))
         mistake = next(m for m in spec.mistakes if not m.alone)   # the catalogue's first plain mistake
         k.mistake[drop] = mistake
+        # drop 1 handed in without its 4-rank launch demos: they score nothing and no test here reads them
+        bare = without_rank_demos if drop == DROPS[0] else (lambda nb: nb)
         if drop == DUE:
             submit("alice", drop, blank["alice"])
-        submit("alice", drop, solved)
-        submit("bob", drop, set_answer(solved, mistake.answer, mistake.code))
+        submit("alice", drop, bare(solved))
+        submit("bob", drop, bare(set_answer(solved, mistake.answer, mistake.code)))
         if drop == DUE:   # the due date falls between bob's hand-in and carol's (recorded below,
             k.due = datetime.now(timezone.utc)   # before collect, as if set at the start)
-        submit("carol", drop, blank["carol"])
+        submit("carol", drop, bare(blank["carol"]))
 
     # dave: strict submit refuses a renamed and a missing notebook; what reaches the exchange anyway
     dave = homes["dave"]
