@@ -1,23 +1,21 @@
 """threeaxes.launch: N ranks from one call, results in rank order, the arguments it refuses
-with what to change, and the same call under torchrun.
+with what to change. The same call under torchrun is tests/core/test_train_torchrun.py (one
+torchrun run serves it and the 3D trainer's test).
 
 Rank functions here are pickled by value (as notebook functions are), so the
 workers never import this test module.
 """
 
-import json
 import os
 import re
-import subprocess
 import sys
-import textwrap
 import threading
 
 import cloudpickle
 import pytest
 import torch
 import torch.distributed as dist
-from launch_helpers import ROOT, assert_gone, assert_no_rank_processes
+from launch_helpers import assert_gone, assert_no_rank_processes
 
 from threeaxes.launch import MAX_WORLD_SIZE, RankError, launch
 
@@ -152,50 +150,6 @@ def test_destroy_process_group_runs_on_every_rank(tmp_path):
 
     assert launch(records_destroy, 2) == [0, 1]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["destroyed0", "destroyed1"]
-
-
-@pytest.mark.slow  # a fresh Python (and torch import) per test
-def test_under_torchrun_fn_runs_on_the_real_group(tmp_path):
-    script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent("""
-        import json, os
-        import torch, torch.distributed as dist
-        from threeaxes.launch import launch
-
-        def fn(rank, world_size, scale):
-            t = torch.tensor([rank + 1.0])
-            dist.all_reduce(t)
-            return {"rank": rank, "sum": t.item() * scale, "pid": os.getpid()}
-
-        if __name__ == "__main__":
-            results = launch(fn, 2, 10.0)
-            try:
-                launch(fn, 3, 1.0)
-                mismatch = None
-            except ValueError as exc:
-                mismatch = str(exc)
-            # one file per rank: the ranks' stdout lines would interleave in torchrun's pipe
-            with open(f"result-{os.environ['RANK']}.json", "w") as out:
-                json.dump({"rank": int(os.environ["RANK"]), "pid": os.getpid(),
-                           "results": results, "mismatch": mismatch,
-                           "backend": dist.get_backend()}, out)
-    """))
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    env.pop("RANK", None), env.pop("WORLD_SIZE", None)
-    run = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    reports = [json.loads((tmp_path / f"result-{rank}.json").read_text()) for rank in (0, 1)]
-    assert [r["rank"] for r in reports] == [0, 1]
-    pids = [r["pid"] for r in reports]
-    for report in reports:
-        # every rank gets every rank's result, computed in the torchrun processes themselves
-        assert report["results"] == [{"rank": 0, "sum": 30.0, "pid": pids[0]},
-                                     {"rank": 1, "sum": 30.0, "pid": pids[1]}]
-        assert "torchrun started WORLD_SIZE=2" in report["mismatch"]
-        assert report["backend"] == ("nccl" if torch.cuda.device_count() >= 2 else "gloo")
 
 
 @pytest.mark.gpu
