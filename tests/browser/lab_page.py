@@ -121,7 +121,7 @@ def chromium(tmp: Path):
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})   # what get_log("browser") returns
     # both paths given, so selenium never looks for (or downloads) a driver itself
     driver = webdriver.Chrome(options=options, service=Service(executable_path=shutil.which("chromedriver")))
-    driver.set_script_timeout(WAIT_S)
+    driver.set_script_timeout(WAIT_S + 30)     # past any wait_for's own timeout, which says what it waited for
     return driver
 
 
@@ -138,9 +138,45 @@ def wait_for_python(poll, *, what: str, timeout: float = WAIT_S):
     raise AssertionError(f"waited {timeout:.0f} s for {what}")
 
 
+# The condition of wait_for, polled inside the page every 200 ms: one WebDriver call a wait, not one a poll
+# (each costs the test, chromedriver and the page a few ms of CPU). Its last two arguments are the
+# timeout in ms and selenium's callback; a condition that throws ends the wait with its error, as
+# execute_script raises it. Empty arrays and objects count as false, as in Python.
+POLL_IN_PAGE = """
+const done = arguments[arguments.length - 1], timeoutMs = arguments[arguments.length - 2];
+const args = Array.prototype.slice.call(arguments, 0, -2), deadline = Date.now() + timeoutMs;
+const truthy = v => Array.isArray(v) ? v.length > 0
+    : (v && Object.getPrototypeOf(v) === Object.prototype ? Object.keys(v).length > 0 : Boolean(v));
+(function poll() {
+    let value;
+    try { value = condition.apply(null, args); } catch (e) { done({error: String(e)}); return; }
+    if (truthy(value)) done({value: value});
+    else if (Date.now() > deadline) done({timeout: true});
+    else setTimeout(poll, 200);
+})();
+"""
+
+
 def wait_for(driver, script: str, *args, what: str, timeout: float = WAIT_S):
-    """Run `script` (a function body) in the page until it returns something truthy."""
-    return wait_for_python(lambda: driver.execute_script(script, *args), what=what, timeout=timeout)
+    """Run `script` (a function body) in the page until it returns something truthy; returns that."""
+    from selenium.common.exceptions import JavascriptException
+
+    polled = f"const condition = function () {{\n{script}\n}};\n{POLL_IN_PAGE}"
+    deadline = time.monotonic() + timeout
+    while True:
+        left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        try:
+            result = driver.execute_async_script(polled, *args, left_ms)
+        except JavascriptException as error:       # the page navigated away mid-wait: wait on the new one
+            if "unloaded" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+            continue
+        if "error" in result:
+            raise JavascriptException(f"{result['error']} (waiting for {what})")
+        if "value" in result:
+            return result["value"]
+        raise AssertionError(f"waited {timeout:.0f} s for {what}")
 
 
 # Each script finds its notebook by path among the main area's widgets, and the
