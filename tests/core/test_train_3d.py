@@ -25,7 +25,11 @@ def single_process(optimizer="sgd"):
     return {name: p.detach() for name, p in model.named_parameters()}, losses
 
 
-REFERENCE, REFERENCE_LOSSES = single_process()
+@pytest.fixture(scope="module")
+def reference():
+    # a fixture, not module-level code: every pytest worker imports this module to collect it,
+    # only the one that runs it trains
+    return single_process()
 
 
 def run(dp, tp, pp, **kwargs):
@@ -43,13 +47,13 @@ def layout_run(request):
     return request.param, run(*request.param)
 
 
-def test_every_parameter_equals_one_process(layout_run):
+def test_every_parameter_equals_one_process(layout_run, reference):
     _, results = layout_run
     # full_state also checks that every dp replica holds exactly the same shards
-    assert max_diff(full_state(results), REFERENCE) < 1e-12
+    assert max_diff(full_state(results), reference[0]) < 1e-12
 
 
-def test_the_last_stage_reports_the_single_process_loss(layout_run):
+def test_the_last_stage_reports_the_single_process_loss(layout_run, reference):
     (dp, tp, pp), results = layout_run
     for r in results:
         if r["coords"]["pp"] == pp - 1:
@@ -57,7 +61,7 @@ def test_the_last_stage_reports_the_single_process_loss(layout_run):
             assert len(r["losses"]) == STEPS
     last = [r["losses"] for r in results if r["coords"]["pp"] == pp - 1]
     mean = [sum(step) / len(last) for step in zip(*last)]
-    assert mean == pytest.approx(REFERENCE_LOSSES, rel=1e-12)
+    assert mean == pytest.approx(reference[1], rel=1e-12)
 
 
 def test_each_rank_makes_the_collectives_the_layout_implies(layout_run):
