@@ -4,7 +4,8 @@ one process and against our train_3d.
 float64, two optimizer steps, batch 8, m = 2, the same seed and batches. On
 dp x tp x pp = 2 x 2 x 2 (8 ranks), with PyTorch's FSDP-based `replicate` and
 with `fully_shard` for dp, every parameter put back together by
-`train.full_state` equals single-process training and equals `train_3d`.
+`train.full_state` equals single-process training and equals `train_3d` (the three
+runs one after another on the same 8 ranks, one launch).
 DistributedDataParallel does not compose with pipelining: one 2-rank launch
 reproduces the PyTorch error the module records, so this test notices the day
 PyTorch fixes it.
@@ -81,16 +82,28 @@ def reference():
     return {name: p.detach() for name, p in model.named_parameters()}, losses
 
 
+def _three_runs(rank, world_size, cfg, batches, **kwargs):
+    """On each rank: our train_3d, then PyTorch's with replicate, then with fully_shard, one
+    after another (each ParallelDims.init frees the layout before it): one launch, not three."""
+    return {"ours": train_3d(rank, world_size, cfg, batches, **kwargs),
+            **{dp_api: torch_train_3d(rank, world_size, cfg, batches, dp_api=dp_api, **kwargs)
+               for dp_api in ("replicate", "fully_shard")}}
+
+
 @pytest.fixture(scope="module")
-def ours():
-    return full_state(_launch(train_3d, DP * TP * PP, CFG, BATCHES, dp=DP, tp=TP, pp=PP, m=M, lr=LR))
+def three_runs():
+    per_rank = _launch(_three_runs, DP * TP * PP, CFG, BATCHES, dp=DP, tp=TP, pp=PP, m=M, lr=LR)
+    return {key: [out[key] for out in per_rank] for key in ("ours", "replicate", "fully_shard")}
+
+
+@pytest.fixture(scope="module")
+def ours(three_runs):
+    return full_state(three_runs["ours"])
 
 
 @pytest.fixture(scope="module", params=["replicate", "fully_shard"])
-def torch_run(request):
-    results = _launch(torch_train_3d, DP * TP * PP, CFG, BATCHES, dp=DP, tp=TP, pp=PP, m=M,
-                      lr=LR, dp_api=request.param)
-    return request.param, results
+def torch_run(request, three_runs):
+    return request.param, three_runs[request.param]
 
 
 @pytest.mark.slow
