@@ -5,6 +5,10 @@ every parameter on every rank (put back together from its tp shards and pp
 stages) equals single-process training on the same global batches, and the
 collectives each rank made per step match counts derived by hand below.
 """
+import math
+import sys
+
+import cloudpickle
 import pytest
 import torch
 
@@ -32,9 +36,27 @@ def reference():
     return single_process()
 
 
-def run(dp, tp, pp, **kwargs):
-    kwargs = {"m": M, "lr": LR, **kwargs}
-    return launch(train_3d, dp * tp * pp, CFG, BATCHES, dp=dp, tp=tp, pp=pp, timeout=120, **kwargs)
+# Every run by world size: one launch per world size trains them one after another on the same
+# ranks (each ParallelDims.init frees the layout before it), not one launch per run.
+JOBS = {**{layout: (layout, {}) for layout in LAYOUTS},
+        "interleaved-adam": ((1, 2, 2), {"schedule": "interleaved", "v": 2, "optimizer": "adam"})}
+_LAUNCHED = {}   # world size -> {job: every rank's result}
+
+
+def _each_job(rank, world_size, cfg, batches, jobs):
+    return {key: train_3d(rank, world_size, cfg, batches, dp=dp, tp=tp, pp=pp, **{"m": M, "lr": LR, **kwargs})
+            for key, ((dp, tp, pp), kwargs) in jobs.items()}
+
+
+def run(key):
+    (dp, tp, pp), _ = JOBS[key]
+    n = dp * tp * pp
+    if n not in _LAUNCHED:
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])   # the ranks need not import tests/
+        jobs = {k: job for k, job in JOBS.items() if math.prod(job[0]) == n}
+        per_rank = launch(_each_job, n, CFG, BATCHES, jobs, timeout=120)
+        _LAUNCHED[n] = {k: [out[k] for out in per_rank] for k in jobs}
+    return _LAUNCHED[n][key]
 
 
 def max_diff(full, reference):
@@ -44,7 +66,7 @@ def max_diff(full, reference):
 
 @pytest.fixture(scope="module", params=LAYOUTS, ids=lambda layout: "dp{}-tp{}-pp{}".format(*layout))
 def layout_run(request):
-    return request.param, run(*request.param)
+    return request.param, run(request.param)
 
 
 def test_every_parameter_equals_one_process(layout_run, reference):
@@ -85,7 +107,7 @@ def test_each_rank_makes_the_collectives_the_layout_implies(layout_run):
 
 def test_interleaved_schedule_and_adam_on_tp_pp():
     reference, _ = single_process("adam")
-    results = run(1, 2, 2, schedule="interleaved", v=2, optimizer="adam")
+    results = run("interleaved-adam")
     # Adam divides by sqrt(v): k's bias has an exactly-zero gradient in exact arithmetic
     # (softmax ignores a shift shared by every key), so its step is roundoff over roundoff,
     # a few 1e-12 of the lr=0.1 step; every other tensor agrees to 1e-15.
