@@ -5,12 +5,11 @@ single ops (a tensor saved twice, views, slices, parameters); `measured_bubble`
 against a hand example and against `simulate`'s own idle fraction (exact, with
 Fraction times); `DelayedStage` changes no number; bad input says what to change.
 
-Slow tests, one launch of 4 pipeline ranks shared by all (toy config with 8
-blocks so that interleaving with v = 2 has a block per chunk): every stage's
-measured peak of saved bytes equals in-flight microbatches (the cost model,
-`in_flight_micro_batches`, and the plan, `peak_in_flight`) times one
-microbatch's saved bytes measured in this process, exactly; the measured bubble
-is within the stated tolerance of (p - 1)/(v m + p - 1).
+Slow tests, one launch of 4 pipeline ranks shared by all (toy config with 8 blocks so that
+interleaving with v = 2 has a block per chunk): every stage's measured peak of saved bytes equals
+in-flight microbatches (the cost model, `in_flight_micro_batches`, and the plan, `peak_in_flight`)
+times one microbatch's saved bytes measured in this process, exactly; the measured bubble is within
+the stated tolerance of (p - 1)/(v m + p - 1).
 """
 import sys
 import time
@@ -20,6 +19,7 @@ import cloudpickle
 import pytest
 import torch
 import torch.nn as nn
+from axes_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 
 from threeaxes.cost.activations import in_flight_micro_batches
 from threeaxes.cost.bubble import bubble_fraction
