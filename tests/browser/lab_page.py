@@ -69,9 +69,11 @@ class Lab:
     """`jupyter lab --no-browser` from `workspace.lab_command("student")` on a free
     port, plus what a test needs: `expose_app_in_browser` (window.jupyterapp) and
     a known token. Settings and workspaces go to `tmp`, so neither the developer's
-    JupyterLab settings change the session nor the session theirs."""
+    JupyterLab settings change the session nor the session theirs. `prestart=False`: its kernels
+    start no forkserver on `import threeaxes` (THREEAXES_PRESTART=0), for a session that launches
+    no ranks, where that server would preload torch for nothing."""
 
-    def __init__(self, repo: Path, tmp: Path):
+    def __init__(self, repo: Path, tmp: Path, *, prestart: bool = True):
         self.port = free_port()
         argv, env = workspace.lab_command("student", root=repo, extra=[
             "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}",
@@ -80,6 +82,8 @@ class Lab:
         ])
         env.update(JUPYTERLAB_SETTINGS_DIR=str(tmp / "settings"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
                    JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"))
+        if not prestart:
+            env["THREEAXES_PRESTART"] = "0"
         self.log = tmp / "jupyterlab.log"
         self.process = subprocess.Popen(argv, env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + WAIT_S

@@ -1,5 +1,8 @@
 """A student's session in a real browser: headless Chromium, driven by selenium,
-in JupyterLab started exactly as `make lab` starts it (student mode).
+in JupyterLab started as `make lab` starts it (student mode), but for the forkserver
+its kernels would start on `import threeaxes`: nothing here launches ranks (drop 14
+sizes a cluster on paper), so THREEAXES_PRESTART=0 (tests/core/test_launch_prestart.py
+checks that head start in a real kernel).
 
 The session, on a temporary copy of the course (never the tracked files, never
 the developer's own work/):
@@ -160,7 +163,7 @@ def test_a_student_session_in_chromium_through_drop14(tmp_path):
     def lap(name):
         times[name] = time.perf_counter() - t0 - sum(times.values())
 
-    lab = Lab(student_copy(tmp_path), tmp_path)
+    lab = Lab(student_copy(tmp_path), tmp_path, prestart=False)     # no launch: see the module's docstring
     driver, console = None, []
     try:
         driver = chromium(tmp_path)
@@ -172,6 +175,8 @@ def test_a_student_session_in_chromium_through_drop14(tmp_path):
         wait_for(driver, "return [...document.querySelectorAll('.jp-RenderedMarkdown h1')]"
                          ".some(h => h.textContent.includes('Three Axes: start here'))",
                  what="the start page's title to render")
+        # a cell run before its kernel has started is not run: JupyterLab asks for a kernel instead
+        wait_for(driver, KERNEL_IDLE, start_page, what="the start page's kernel to start")
         ran = driver.execute_async_script(RUN_CELL, start_page, MAP_LINE, None)
         assert "error" not in ran, ran
         lap("start page opened, its course map drawn")
