@@ -59,6 +59,11 @@ def require_browser() -> None:
     pytest.skip(reason)
 
 
+# jupyter-lsp looks for language servers when the server starts (`npm prefix -g` among them, a
+# second of CPU); the course installs none and no test reads them
+NO_LSP_SEARCH = ("--LanguageServerManager.autodetect=False",)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -78,7 +83,7 @@ class Lab:
         argv, env = workspace.lab_command("student", root=repo, extra=[
             "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}",
             "--ServerApp.port_retries=0", f"--IdentityProvider.token={TOKEN}",
-            "--LabApp.expose_app_in_browser=True",
+            "--LabApp.expose_app_in_browser=True", *NO_LSP_SEARCH,
         ])
         env.update(JUPYTERLAB_SETTINGS_DIR=str(tmp / "settings"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
                    JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"))

@@ -45,6 +45,7 @@ from hub_page import COURSE, LISTS, OPEN_FROM_TAB, SET_SOURCE, Shots, click, log
 from lab_page import (
     CELL_TEXT,
     KERNEL_IDLE,
+    NO_LSP_SEARCH,
     RUN_CELL,
     chromium,
     open_notebook,
@@ -124,7 +125,7 @@ def test_a_class_on_the_hub_in_chromium(released, tmp_path):
             lap("course environment staged")
         cfg = hub.Settings(state=base / "state", students=[ADA, BO, CY, DEE], instructor=INSTRUCTOR,
                            course=course, accounts=True, port=hub.free_port(),
-                           server_args=("--LabApp.expose_app_in_browser=True",), env=staged)
+                           server_args=("--LabApp.expose_app_in_browser=True", *NO_LSP_SEARCH), env=staged)
         settings = hub.prepare(cfg, done)
         class_hub = hub.Hub(settings, done)
         lap("accounts made, hub started")
