@@ -13,7 +13,6 @@ import sys
 import cloudpickle
 import pytest
 import torch
-from axes_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -11,7 +11,6 @@ import sys
 import cloudpickle
 import pytest
 import torch
-from axes_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 from data_parallel_overlap_helpers import BUCKET_BYTES, CFG, EXPECTED_BUCKETS, GLOBAL_BATCH, LR, STEPS, WithExtras
 
 from threeaxes.dims import ParallelDims

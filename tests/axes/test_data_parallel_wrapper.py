@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
-from axes_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 from data_parallel_overlap_helpers import BUCKET_BYTES, CFG, EXPECTED_BUCKETS, N_TENSORS, WithExtras
 
 from threeaxes.data_parallel import DataParallel, gradient_buckets

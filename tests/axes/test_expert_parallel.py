@@ -8,7 +8,6 @@ from fractions import Fraction
 import pytest
 import torch
 import torch.nn.functional as F
-from axes_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 
 from threeaxes.cost.experts import expert_all_to_all_bytes
 from threeaxes.cost.network import bytes_sent_per_gpu

@@ -19,7 +19,6 @@ import cloudpickle
 import pytest
 import torch
 import torch.nn as nn
-from axes_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 
 from threeaxes.cost.activations import in_flight_micro_batches
 from threeaxes.cost.bubble import bubble_fraction

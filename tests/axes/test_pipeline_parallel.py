@@ -11,7 +11,6 @@ import sys
 import cloudpickle
 import pytest
 import torch
-from axes_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 
 from threeaxes.launch import launch
 from threeaxes.pipeline import Action, Plan

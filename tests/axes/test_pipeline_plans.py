@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from axes_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 
 from threeaxes.cost import bubble_fraction, bubble_overhead
 from threeaxes.pipeline import (

@@ -1,6 +1,5 @@
 """measure_pipeline(repeats=n): every rank keeps the same, shortest repeat of the step."""
 import pytest
-from axes_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 
 from threeaxes.launch import launch
 from threeaxes.pipeline.measure import measure_pipeline

@@ -18,7 +18,6 @@ from fractions import Fraction
 import cloudpickle
 import pytest
 import torch
-from axes_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 
 from threeaxes.launch import launch
 from threeaxes.pipeline import Action, Plan, interleaved_1f1b, peak_in_flight, simulate

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from axes_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

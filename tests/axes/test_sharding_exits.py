@@ -11,7 +11,6 @@ import textwrap
 
 import cloudpickle
 import pytest
-from axes_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 
 from threeaxes.launch import launch
 

@@ -18,7 +18,6 @@ import sys
 import cloudpickle
 import pytest
 import torch
-from axes_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 from sharding_pytorch_helpers import (
     CASES,
     LRS,

@@ -28,7 +28,6 @@ import cloudpickle
 import pytest
 import torch
 import torch.nn as nn
-from axes_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 from sharding_pytorch_helpers import (
     CASES,
     LRS,

@@ -18,7 +18,6 @@ import sys
 import cloudpickle
 import pytest
 import torch
-from axes_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 
 from threeaxes.cost.network import bytes_sent_per_gpu
 from threeaxes.toy import ToyConfig, ToyTransformer, make_batch, train_steps

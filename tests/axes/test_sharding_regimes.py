@@ -3,7 +3,6 @@ of the default toy under DP, ZeRO-1/2/3, TP and PP (threeaxes.sharding.regimes),
 cost model (cost.placement + ZeRO's accounting); ZeRO-3's gathered peak; bytes on the wire
 against the ZeRO paper's volumes."""
 import pytest
-from axes_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 
 from threeaxes.launch import launch
 from threeaxes.sharding.regimes import (

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
-from axes_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 from tensor_parallel_helpers import BATCH, CFG, F64, LR, STEPS, launch_by_value, sgd_step, toy_batches
 
 from threeaxes.tensor_parallel import TPBlock, gather_model_state, layout_of, tensor_parallel_toy

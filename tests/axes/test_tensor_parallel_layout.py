@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from axes_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 from tensor_parallel_helpers import BATCH, CFG, LR, sgd_step, toy_batches
 
 from threeaxes import dims as dims_module

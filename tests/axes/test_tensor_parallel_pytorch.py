@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from axes_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 from tensor_parallel_helpers import BATCH, CFG, LR, STEPS, launch_by_value, toy_batches
 
 from threeaxes.tensor_parallel import gather_block_state, gather_model_state, tensor_parallel_toy
