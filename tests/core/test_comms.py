@@ -13,7 +13,6 @@ import sys
 import cloudpickle
 import pytest
 import torch
-from core_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 
 from threeaxes import comms, trace
 from threeaxes import dims as dims_module

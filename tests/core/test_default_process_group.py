@@ -20,7 +20,6 @@ import sys
 import cloudpickle
 import pytest
 import torch
-from core_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 
 from threeaxes.launch import launch
 from threeaxes.toy import ToyConfig, ToyTransformer, lm_loss, make_batch

@@ -4,7 +4,6 @@ import sys
 
 import cloudpickle
 import pytest
-from core_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 
 from threeaxes.dims import ParallelDims
 from threeaxes.toy import ToyConfig

@@ -6,7 +6,6 @@ import sys
 import cloudpickle
 import pytest
 import torch
-from core_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 
 from threeaxes import comms
 from threeaxes.cost import network

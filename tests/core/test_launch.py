@@ -15,7 +15,6 @@ import cloudpickle
 import pytest
 import torch
 import torch.distributed as dist
-from core_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 from launch_helpers import assert_gone, assert_no_rank_processes
 
 from threeaxes.launch import MAX_WORLD_SIZE, RankError, launch

@@ -11,7 +11,6 @@ import textwrap
 import time
 
 import pytest
-from core_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 from launch_helpers import ROOT, alive, assert_gone, pids_in
 
 

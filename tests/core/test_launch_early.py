@@ -12,7 +12,6 @@ from pathlib import Path
 
 import cloudpickle
 import pytest
-from core_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 from launch_helpers import run_child
 
 from threeaxes.launch import forkserver_idle, payload_modules, prestart

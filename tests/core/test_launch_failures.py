@@ -14,7 +14,6 @@ import cloudpickle
 import pytest
 import torch
 import torch.distributed as dist
-from core_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 from launch_helpers import assert_gone, assert_no_rank_processes, pids_in, write_pid
 
 from threeaxes.launch import LaunchTimeout, RankError, launch

@@ -11,7 +11,6 @@ import time
 
 import cloudpickle
 import pytest
-from core_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 from launch_helpers import ROOT
 
 from threeaxes.launch import RankError, launch

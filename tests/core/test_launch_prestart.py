@@ -13,7 +13,6 @@ import json
 import sys
 
 import pytest
-from core_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 from launch_helpers import ROOT, run_child
 
 from threeaxes.launch import prestart

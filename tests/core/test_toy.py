@@ -1,7 +1,6 @@
 """The toy model: sizes, counting formula, determinism, data, learnability."""
 import pytest
 import torch
-from core_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 
 from threeaxes.toy import (
     ToyConfig,

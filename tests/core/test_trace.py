@@ -1,6 +1,5 @@
 """threeaxes.trace.module_spans: one compute Event per layer's forward and backward."""
 import torch
-from core_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 
 from threeaxes import trace
 from threeaxes.toy import ToyConfig, ToyTransformer, lm_loss, make_batch

@@ -17,7 +17,6 @@ import sys
 import cloudpickle
 import pytest
 import torch
-from core_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 
 from threeaxes.launch import RankError, launch
 from threeaxes.toy import ToyConfig, ToyTransformer, make_batch, train_steps

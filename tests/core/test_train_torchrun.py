@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from core_threads import one_torch_thread  # noqa: F401 -- autouse: torch on one thread here
 
 from threeaxes.launch import launch
 from threeaxes.toy import ToyConfig, make_batch
