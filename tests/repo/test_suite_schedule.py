@@ -2,11 +2,16 @@
 graded class in its xdist group (a reader on another worker would grade the whole class a second
 time there), and the long files it runs first still there by those names."""
 import ast
+import importlib.util
 from pathlib import Path
 
-from conftest import GRADED_CLASS, LONG_FIRST
-
 TESTS = Path(__file__).resolve().parent.parent
+# tests/conftest.py by its path: `from conftest import` finds whichever conftest.py pytest imported last
+_spec = importlib.util.spec_from_file_location("suite_conftest", TESTS / "conftest.py")
+assert _spec is not None and _spec.loader is not None
+_conftest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_conftest)
+GRADED_CLASS, LONG_FIRST = _conftest.GRADED_CLASS, _conftest.LONG_FIRST
 
 
 def _readers() -> set[str]:
