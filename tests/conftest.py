@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 from graded_class import drops_to_grade, graded_course
-from grading_harness import released_course
+from grading_harness import released_course, run_folder
 
 # Torch in the pytest workers computes on one thread: the suite's 2 workers already fill the 2 cores,
 # and a second intra-op thread only spins waiting for one (40 Adam steps of the toy: 15.7 CPU-s on 2
@@ -15,11 +15,9 @@ torch.set_num_threads(1)
 @pytest.fixture(scope="session")
 def released(tmp_path_factory, worker_id) -> Path:
     """The course with every drop released by `make release`'s own code, made once for the
-    whole run: the pytest workers share it through a folder they all see (the parent of
-    each worker's base temp), and the first to ask releases it."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base if worker_id == "master" else base.parent
-    return released_course(shared)
+    whole run: the pytest workers share it through a folder they all see (`run_folder`), and
+    the first to ask releases it."""
+    return released_course(run_folder(tmp_path_factory, worker_id))
 
 
 @pytest.fixture(scope="session")

@@ -112,6 +112,13 @@ def released_course(base: Path) -> Path:
     return course
 
 
+def run_folder(tmp_path_factory, worker_id: str) -> Path:
+    """The folder every pytest worker of the run sees (the parent of each worker's base temp):
+    where the released course (tests/conftest.py's `released`) and the shared cell times lie."""
+    base = tmp_path_factory.getbasetemp()
+    return base if worker_id == "master" else base.parent
+
+
 def share_cell_seconds(course_root: Path, shared: Path) -> None:
     """The model solutions' cell times (autograder/judging/cell_seconds.py) measured once for
     every course of the run: the course's folder for them is a link to one in `shared`, which

@@ -1,6 +1,6 @@
 """Shared by the tests of `make grade` (autograder/apps/grade/): the lightest drop to grade,
-copied with the course's nbgrader_config.py into a folder of its own; a notebook without the
-demo cells that launch ranks; and the folder every pytest worker of the run sees."""
+copied with the course's nbgrader_config.py into a folder of its own, and a notebook without
+the demo cells that launch ranks."""
 import copy
 import shutil
 from pathlib import Path
@@ -26,11 +26,3 @@ def without_rank_demos(nb):
     nb.cells = [c for k, c in enumerate(nb.cells)
                 if k < first or c.metadata.get("nbgrader") or "world_size" not in c.source and "runs" not in c.source]
     return nb
-
-
-def run_folder(tmp_path_factory, worker_id: str) -> Path:
-    """The folder of the whole run, as tests/conftest.py's `released` finds it: where
-    tests/grading_harness.py's `share_cell_seconds` keeps the model solutions' cell times, so a
-    course graded here reads those every other course measured (the suite's graded class too)."""
-    base = tmp_path_factory.getbasetemp()
-    return base if worker_id == "master" else base.parent

@@ -34,8 +34,8 @@ from types import SimpleNamespace
 
 import nbformat
 import pytest
-from grade_course import run_folder, without_rank_demos
-from grading_harness import revealed_hidden_tests, share_cell_seconds
+from grade_course import without_rank_demos
+from grading_harness import revealed_hidden_tests, run_folder, share_cell_seconds
 
 from autograder.apps import grade
 

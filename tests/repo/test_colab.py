@@ -214,9 +214,8 @@ def test_colab_wheel_carries_the_visible_checks_stored_cases(colab):
 @pytest.mark.slow
 def test_colab_environment_ships_only_what_colab_ships(colab):
     colab.uninstall_course()
-    ships = ("torch", "numpy", "matplotlib", "ipywidgets", "ipykernel", "cloudpickle")
-    found = colab.importable(ships)
-    assert found == set(ships), f"{sorted(set(ships) - found)} not importable in the Colab-like environment"
+    found = colab.importable(COLAB_SHIPS)
+    assert found == set(COLAB_SHIPS), f"{sorted(set(COLAB_SHIPS) - found)} not importable in the Colab-like environment"
     present = colab.importable(NOT_ON_COLAB)
     assert not present, f"{sorted(present)} importable in the Colab-like environment"
     # nor is any of the Jupyter server side: the kernel must not need it
