@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from graded_class import drops_to_grade, graded_course
+from graded_class import attacked_release, drops_to_grade, graded_course
 from grading_harness import released_course, run_folder
 
 # Torch in the pytest workers computes on one thread: the suite's 2 workers already fill the 2 cores,
@@ -32,7 +32,7 @@ def graded_class(tmp_path_factory, released):
 
     grading = drops_to_grade()
     names = {d.name for d in grading}
-    extra = {(drop, student): (lambda course, drop=drop, build=build: build(course.released(drop)))
+    extra = {(drop, student): (lambda course, drop=drop, build=build: build(attacked_release(course, drop)))
              for drop, attacks in ROUTE_ATTACKS.items() for student, build in attacks.items()}
     extra |= top_row_students.submissions()
     # four submissions autograde at once (one course, one gradebook): much of a notebook's time is

@@ -8,7 +8,8 @@ Every drop with grading data (tests/grading_harness.py's `Drop`) gets these stud
                         then some of the drop's mistakes, each in        `lose`, full marks on all
                         its own answer cell                              others
     attack-<name>       the release with one cell of attack code         0 on every auto-graded cell,
-                        first (grading_attacks.py; some drops only)      as untouched_release
+                        first (grading_attacks.py; some drops only);     as untouched_release
+                        drop 1's without its rank demos (`attacked_release`)
     catalogue-1, -2, .. the release with every solution typed in, then   less than solved_source on
                         the k-th catalogued mistake of each exercise     each exercise it changed,
                         (grading.json "exercises")                       the mistake named
@@ -32,7 +33,19 @@ from pathlib import Path
 
 import nbformat
 from grading_attacks import ATTACKS, attacks_on
-from grading_harness import ATTACK, CELL_TIMEOUT_S, FULL, ROOT, ZERO, Course, Drop, drops, set_answer
+from grading_harness import (
+    ATTACK,
+    CELL_TIMEOUT_S,
+    FULL,
+    RANK_DEMOS,
+    ROOT,
+    ZERO,
+    Course,
+    Drop,
+    drops,
+    set_answer,
+    without_rank_demos,
+)
 
 # The submissions made to run into the limit (a mistake marked "runs_out_of_time", the attacks of
 # grading_attacks.RUNS_OUT_OF_TIME: loops that burn a core until they are stopped) are graded first,
@@ -62,7 +75,7 @@ def submit_all(course: Course, drop: Drop) -> None:
     course.submit(FULL, drop.name, course.source(drop.name))
     course.submit(ZERO, drop.name, course.released(drop.name))
     for name in attacks_on(drop.name):
-        nb = copy.deepcopy(course.released(drop.name))
+        nb = copy.deepcopy(attacked_release(course, drop.name))
         nb.cells.insert(1, nbformat.v4.new_code_cell(ATTACKS[name]))
         course.submit(ATTACK + name, drop.name, nb)
     for student in drop.students()[2:]:
@@ -74,6 +87,15 @@ def submit_all(course: Course, drop: Drop) -> None:
         course.submit(student, drop.name, nb)
     for student, (nb, _) in catalogue_students(course, drop.name).items():
         course.submit(student, drop.name, nb)
+
+
+def attacked_release(course: Course, assignment: str):
+    """The notebook an attack starts from: the release as handed out, but drop 1's without its
+    rank demos (`without_rank_demos`). An attack is judged by its test cells, which read none of
+    them; untouched_release still runs them, and the attacks there cost 14 submissions times
+    about 6 s of a grading worker less."""
+    nb = course.released(assignment)
+    return without_rank_demos(nb) if assignment == RANK_DEMOS else nb
 
 
 def catalogue_students(course: Course, assignment: str) -> dict[str, tuple]:

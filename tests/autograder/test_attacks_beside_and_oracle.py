@@ -34,8 +34,7 @@ from types import SimpleNamespace
 
 import nbformat
 import pytest
-from grade_course import without_rank_demos
-from grading_harness import revealed_hidden_tests, run_folder, share_cell_seconds
+from grading_harness import revealed_hidden_tests, run_folder, share_cell_seconds, without_rank_demos
 
 from autograder.apps import grade
 

@@ -49,7 +49,6 @@ from exchange_helpers import (
     tree,
     write_config,
 )
-from grade_course import without_rank_demos
 from grading_harness import (
     CELL_TIMEOUT_S,
     ROOT,
@@ -59,6 +58,7 @@ from grading_harness import (
     revealed_hidden_tests,
     set_answer,
     solution_of,
+    without_rank_demos,
 )
 
 from autograder.apps import exchange

@@ -16,8 +16,8 @@ from types import SimpleNamespace
 
 import nbformat
 import pytest
-from grade_course import DROP, one_drop_course, without_rank_demos
-from grading_harness import GRADING_FILE, revealed_hidden_tests, run_folder, share_cell_seconds
+from grade_course import DROP, one_drop_course
+from grading_harness import GRADING_FILE, revealed_hidden_tests, run_folder, share_cell_seconds, without_rank_demos
 
 from autograder.apps import grade
 from autograder.course import ROOT
