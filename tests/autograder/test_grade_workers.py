@@ -11,6 +11,7 @@ import pytest
 from grade_course import one_drop_course
 
 from autograder.apps import grade
+from autograder.apps.grade.pool import HELP_AT_LEAST
 from autograder.course import ROOT
 
 pytestmark = pytest.mark.slow
@@ -57,23 +58,39 @@ def test_grading_kernels_do_not_prestart_the_forkserver(tmp_path, monkeypatch):
     assert seen["THREEAXES_PRESTART"] == "0"
 
 
+def _hand_out(todo, workers: int) -> list:
+    """[(worker, item)]: `workers` take from one ByDrop in rounds, as the grading threads do;
+    a worker that once gets None is done."""
+    queue, holding, taken = grade.ByDrop(todo), [None] * workers, []
+    done = [False] * workers
+    while not all(done):
+        for w in range(workers):
+            if not done[w]:
+                item = queue.take(holding[w])
+                done[w], holding[w] = item is None, item[0] if item else None
+                taken += [(w, item)] if item else []
+    assert sorted(item for _, item in taken) == sorted(todo)   # every submission handed out once
+    return taken
+
+
 def test_workers_keep_to_one_drop_and_share_only_the_last():
     """Each drop's opening cells run in a worker's kernel host (autograder/judging/warm_start.py):
     three workers over four drops each take whole drops, in order, and join one only
-    when every drop left is held; every submission is handed out once."""
-    todo = [(drop, f"s{k}") for drop in ("d1", "d2", "d3", "d4") for k in range(4)]
-    queue, holding, taken = grade.ByDrop(todo), [None] * 3, []
-    while True:
-        rounds = [queue.take(drop) for drop in holding]
-        if not any(rounds):
-            break
-        holding = [item[0] if item else None for item in rounds]
-        taken += [(w, item) for w, item in enumerate(rounds) if item]
-    assert sorted(item for _, item in taken) == sorted(todo)
-    workers_of = {d: {w for w, (drop, _) in taken if drop == d} for d in ("d1", "d2", "d3", "d4")}
-    assert [len(workers_of[d]) for d in ("d1", "d2", "d3")] == [1, 1, 1]
+    when every drop left is held, and it has submissions enough to pay for their opening."""
+    sizes = {"d1": 4, "d2": 4, "d3": 4, "d4": 16}
+    taken = _hand_out([(d, f"s{k}") for d, n in sizes.items() for k in range(n)], 3)
+    workers_of = {d: {w for w, (drop, _) in taken if drop == d} for d in sizes}
     assert [sorted(workers_of[d]) for d in ("d1", "d2", "d3")] == [[0], [1], [2]]   # the first drops first
     assert len(workers_of["d4"]) >= 2   # the last drop is shared once the others are done
+
+
+def test_a_worker_does_not_open_a_drop_for_its_last_few_submissions():
+    """Joining a drop costs its opening: with fewer than HELP_AT_LEAST submissions left for each
+    holder, a worker whose own drop is done ends instead; its holder grades the rest."""
+    todo = [("d1", f"s{k}") for k in range(2 * HELP_AT_LEAST)] + [("d2", "s0")]
+    taken = _hand_out(todo, 2)
+    assert {w for w, (drop, _) in taken if drop == "d1"} == {0}
+    assert [item for w, item in taken if w == 1] == [("d2", "s0")]
 
 
 def test_students_are_in_the_gradebook_before_any_worker_grades(tmp_path):
