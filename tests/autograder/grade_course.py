@@ -4,9 +4,11 @@ cells that launch ranks: grading_harness.without_rank_demos.)"""
 import shutil
 from pathlib import Path
 
+from grading_harness import RANK_DEMOS
+
 from autograder.course import ROOT
 
-DROP = "drop01-three-kinds-of-parallel"   # the lightest drop to grade
+DROP = RANK_DEMOS   # the lightest drop to grade: drop 1
 
 
 def one_drop_course(course: Path) -> Path:

@@ -11,17 +11,9 @@ import pytest
 
 from threeaxes.cost import GB, get_cluster, get_model, plan, transformer_params
 from threeaxes.cost.decide import model_of_size, simplest_fit, walk_tree
-from threeaxes.practice import (
-    BEYOND_DROPS,
-    CARDS,
-    SCENARIOS,
-    check,
-    long_case_plans,
-    pick,
-    reveal,
-    reveal_scenario,
-    scenario_walk,
-)
+from threeaxes.practice import BEYOND_DROPS, SCENARIOS, long_case_plans, pick, reveal_scenario, scenario_walk
+from threeaxes.practice_cards import CARDS
+from threeaxes.practice_checks import check, reveal
 from threeaxes.widgets import print_cheatsheet, print_flashcards
 from threeaxes.widgets.flashcards import card_figure
 

@@ -37,7 +37,8 @@ AXIS_PACKAGES = ("threeaxes.data_parallel", "threeaxes.tensor_parallel", "threea
                  "threeaxes.sharding", "threeaxes.context_parallel", "threeaxes.expert_parallel")
 # The top: what draws, shows and grades. Nothing else in threeaxes imports it.
 TOP = ("threeaxes.plots", "threeaxes.display", "threeaxes.widgets", "threeaxes.grading",
-       "threeaxes.practice", "threeaxes.practice_beyond", "threeaxes.progress")
+       "threeaxes.practice", "threeaxes.practice_beyond", "threeaxes.practice_checks",
+       "threeaxes.practice_cards", "threeaxes.progress")
 
 # autograder/, bottom to top, one folder per layer: a module imports its own layer and those
 # below, never above.

@@ -28,7 +28,7 @@ _CARD_STYLE = ("border:1px solid #888;border-radius:8px;padding:18px;min-height:
 
 
 def _default_cards() -> tuple[tuple[str, str], ...]:
-    from ..practice import CARDS
+    from ..practice_cards import CARDS
     return CARDS
 
 
