@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any, Generic, Protocol, TypeVar, overload
 
 from autograder import course
-from autograder.runtime import sandbox
+from autograder.runtime import sandbox, zygote
 from autograder.runtime.budget import Budget
 from autograder.runtime.messages import HostSettings, Output, SandboxReport
 from autograder.withheld import WITHHELD_MARKER
@@ -88,10 +88,8 @@ class KernelHost:
         self._budget = Budget.make()   # the host and all it starts, together (autograder/runtime/budget.py)
         settings["cgroup_procs"] = self._budget.procs_files
         self._log = tempfile.TemporaryFile()
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "autograder.runtime.kernel_host"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True,
-            cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, start_new_session=True)
+        # forked from this process's zygote (torch already imported), or started afresh
+        self._proc = zygote.start_host({**env, "PYTHONPATH": str(ROOT)}, self._log)
         # the settings on the first line of its input, not in argv: the assignment's files
         # travel in them, and a command line holds no more than about 128 kB
         self._stdin: IO[str] = _piped(self._proc.stdin)

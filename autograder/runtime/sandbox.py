@@ -11,7 +11,7 @@ import signal
 import socket
 import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 from autograder.runtime.messages import HostSettings, SandboxReport
 from autograder.runtime.mounts import (
@@ -35,9 +35,6 @@ from autograder.runtime.mounts import (
     write_text,
     write_tree,
 )
-
-if TYPE_CHECKING:
-    from subprocess import Popen
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
 KERNEL_UID = KERNEL_GID = 65534                # nobody: what a kernel is when root grades
@@ -213,7 +210,14 @@ def _loopback_up() -> None:
         fcntl.ioctl(s, 0x8914, struct.pack("16sH14x", b"lo", 0x1 | 0x8 | 0x40))
 
 
-def kill_tree(proc: Popen[Any]) -> None:
+class Process(Protocol):
+    """What kill_tree needs of a process: a subprocess.Popen, or a host the zygote forked."""
+    pid: int
+
+    def wait(self) -> object: ...
+
+
+def kill_tree(proc: Process) -> None:
     """Stop a kernel host and everything it started (its process group; inside
     a PID namespace the whole namespace goes with it)."""
     try:

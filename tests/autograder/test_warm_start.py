@@ -98,19 +98,19 @@ def test_the_opening_is_the_instructors_cells_before_the_first_answer():
 
 def test_the_instructors_imports_up_to_the_last_graded_code_cell_are_loaded_ahead():
     # the opening, an answer, a demo that imports, a line magic, a test cell, the depth
-    nb = _notebook("x = 1", "answer = 1", "import colorsys\nfrom xml.dom import minidom",
+    nb = _notebook("x = 1", "answer = 1", "import netrc\nfrom xml.dom import minidom",
                    "%matplotlib inline\nimport tabnanny", "import sunau", "import wave", answer_at=1)
     nb.cells[4].metadata["nbgrader"] = {"solution": False, "grade": True, "grade_id": "t", "points": 1}
     # not the magic's cell (not Python), the test cell's (the grader's) or the depth's (never run)
-    assert warm_start.imported_modules(nb) == ("colorsys", "xml.dom", "xml.dom.minidom")
-    loaded = "import sys\nprint(sorted(m for m in ('colorsys', 'xml.dom.minidom', 'wave') if m in sys.modules))"
+    assert warm_start.imported_modules(nb) == ("netrc", "xml.dom", "xml.dom.minidom")
+    loaded = "import sys\nprint(sorted(m for m in ('netrc', 'xml.dom.minidom', 'wave') if m in sys.modules))"
     settings = dict(isolate=False, files={}, withheld=None, timeout=30)
     try:
         ahead = warm_start.host_for(nb, instructors={"x = 1"},
                                     imports=warm_start.imported_modules(nb) + ("no_such_module",), **settings)
         with ahead.session(30) as kernel:        # loaded, though no cell of the kernel imported them
-            assert printed(kernel.run_cell(loaded, 30)) == "['colorsys', 'xml.dom.minidom']\n"
-            assert printed(kernel.run_cell("print('colorsys' in dir(), x)", 30)) == "False 1\n"   # nothing bound
+            assert printed(kernel.run_cell(loaded, 30)) == "['netrc', 'xml.dom.minidom']\n"
+            assert printed(kernel.run_cell("print('netrc' in dir(), x)", 30)) == "False 1\n"   # nothing bound
         plain = warm_start.host_for(nb, instructors={"x = 1"}, **settings)
         assert plain is not ahead
         with plain.session(30) as kernel:
