@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
-from autograder.runtime import sandbox
+from autograder.runtime import sandbox, zygote
 from threeaxes.grading import wire
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,7 +132,7 @@ class WorkerSource:
 
     def __init__(self, modules: Iterable[str] = ()):
         self.modules, self._lock = sorted(modules), threading.Lock()
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | zygote.Forked | None = None
         self._start()
 
     def _start(self) -> None:
@@ -142,16 +142,24 @@ class WorkerSource:
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/nonexistent", "OMP_NUM_THREADS": "1",
-               "PYTHONDONTWRITEBYTECODE": "1"}
+               "PYTHONDONTWRITEBYTECODE": "1", "TORCH_CPP_LOG_LEVEL": "ERROR"}
         self._stage = tempfile.TemporaryDirectory(prefix="threeaxes-oracle-worker-")
         settings = {"stage": self._stage.name, "keep": sorted({sys.prefix, sys.base_prefix, sys.exec_prefix,
                                                                 str(ROOT / "threeaxes"), *python_paths()})}
-        # started as the grader; a root grader's source confines itself (sandbox.confine_worker)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", _SOURCE.format(root=str(ROOT)), str(theirs.fileno()),
-             json.dumps(settings), *self.modules],
-            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, cwd="/", env=env, start_new_session=True)
+        # forked by the grading process's zygote (torch imported) or started afresh, as the grader;
+        # a root grader's source confines itself (sandbox.confine_worker)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        try:
+            self.proc = zygote.fork("oracle source", env, [devnull, devnull, devnull, theirs.fileno()],
+                                    argv=[json.dumps(settings), *self.modules], cwd="/")
+        finally:
+            os.close(devnull)
+        if self.proc is None:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-c", _SOURCE.format(root=str(ROOT)), str(theirs.fileno()),
+                 json.dumps(settings), *self.modules],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, cwd="/", env=env, start_new_session=True)
         theirs.close()
         self._control = ours
         self._control.settimeout(120)   # its first answer waits for the imports

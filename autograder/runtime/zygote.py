@@ -1,22 +1,24 @@
-"""Kernel hosts forked from a Python that has already imported torch, instead of started
-afresh: each drop a grading worker opens then skips the 2 s of `import torch` and, where the
-drop launches ranks, the 2 s of what its ranks import besides (threeaxes.launch.prestart's
-DEFERRED). One zygote per grading process, started on its first host (CONTRIBUTING.md,
-"How a submission's cells run").
+"""The grader's sandboxed processes forked from a Python that has already imported torch,
+instead of started afresh: each drop a grading worker opens then skips, in its kernel host,
+the 2 s of `import torch` and, where the drop launches ranks, the 2 s of what its ranks import
+besides (threeaxes.launch.prestart's DEFERRED), and, in its oracle's worker source, torch again.
+One zygote per grading process, started on first use (CONTRIBUTING.md, "How a submission's
+cells run").
 
-    proc = zygote.start_host(env, stderr)    # in the grader: a kernel host, as subprocess.Popen starts one
-    proc.stdin, proc.stdout, proc.pid, proc.wait(timeout)
+    proc = zygote.start_host(env, stderr)     # a kernel host: proc.stdin, stdout, pid, wait(timeout)
+    proc = zygote.fork("oracle source", env, [in, out, err, control], argv=[...])   # or None
 
-What a host inherits from the zygote is what a fresh Python with the host's environment would
-import anyway, from the same files: the zygote imports no module of the course (threeaxes, whose
-kernels get the withheld copy) and never reads a course, a submission or a grade. Each host is
-forked before it reads its settings and isolates itself (autograder/runtime/kernel_host.py)
-exactly as a started one does; `die_with_parent` there ties it to the zygote, which ends when
-its grader's end of the request socket closes, however the grader ends.
+What a process inherits from the zygote is what a fresh Python would import anyway, from the
+same files: the zygote imports no module of the course (threeaxes, whose kernels get the
+withheld copy) and never reads a course, a submission or a grade. Each process is forked
+before it reads its settings and confines itself (kernel_host.py, oracle_worker.py) exactly as
+a started one does; `die_with_parent` there ties it to the zygote, which ends when its
+grader's end of the request socket closes, however the grader ends.
 
-    python -m autograder.runtime.zygote FD   # FD: the grader's socket; one request per host:
-                                             # {"env": {...}} with 3 descriptors (stdin, stdout,
-                                             # stderr), answered {"pid": N} with the host's pidfd
+    python -m autograder.runtime.zygote FD   # FD: the grader's socket; one request per process:
+                                             # {"role", "env", "argv", "cwd"} with its stdin, stdout,
+                                             # stderr and the descriptors it is passed, answered
+                                             # {"pid": N} with the process's pidfd
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 from typing import IO
 
 from autograder.course import ROOT
@@ -41,38 +44,49 @@ from autograder.course import ROOT
 IMPORTS = ["torch", "torch.distributed", "cloudpickle", "sympy", "torch.fx.experimental.symbolic_shapes",
            "torch.distributed.tensor", "torch._dynamo", "torch.distributed.tensor.parallel",
            "torch.distributed.pipelining", "autograder.runtime.kernel_host"]
-# the host's folders: read only once it runs, so one zygote serves hosts that differ in them
-PER_HOST = ("HOME", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR", "MPLCONFIGDIR")
-OFF = "THREEAXES_GRADE_ZYGOTE"   # =0: every host started afresh (as before zygotes; to compare)
+# what torch reads as it is imported: a zygote serves only processes that agree with it in these
+IMPORT_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCH_CPP_LOG_LEVEL")
+# what the zygote forks, and the function each runs: a drop's kernel host, an opening's oracle
+# worker source (autograder/runtime/oracle_worker.py; it imports threeaxes itself, after the fork)
+ROLES = {"host": ("autograder.runtime.kernel_host", "main"),
+         "oracle source": ("autograder.runtime.oracle_worker", "_source_main")}
+OFF = "THREEAXES_GRADE_ZYGOTE"   # =0: every process started afresh (as before zygotes; to compare)
 MAX_REQUEST = 1 << 20
+MAX_FDS = 4
 
 
 # --- the zygote's side -------------------------------------------------------------------------
 
 def main() -> None:
-    """Import IMPORTS, then fork a kernel host for each request until the grader's socket closes."""
+    """Import IMPORTS, then fork a process for each request until the grader's socket closes."""
     channel = socket.socket(fileno=int(sys.argv[1]))
     for name in IMPORTS:
         try:
             importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - a host that needs it meets the error itself, as before
+        except Exception:  # noqa: BLE001 - a process that needs it meets the error itself, as before
             continue
-    # hosts are reaped by the system (their pidfd still says when one ends): no zombie, no waiting
+    # its children are reaped by the system (their pidfd still says when one ends): no zombie
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     while True:
         try:
-            data, fds, _, _ = socket.recv_fds(channel, MAX_REQUEST, 3)
+            data, fds, _, _ = socket.recv_fds(channel, MAX_REQUEST, MAX_FDS)
         except OSError:
             return
-        if not data:        # the grader is gone: so is every host it started (their parent death signal)
+        if not data:        # the grader is gone: so is every process it started (their parent death signal)
             return
-        if len(fds) != 3:
+        try:
+            request = json.loads(data)
+            run = ROLES[request["role"]]
+            if len(fds) < 3:
+                raise ValueError("stdin, stdout and stderr first")
+        except (ValueError, KeyError, TypeError):
             for fd in fds:
                 os.close(fd)
+            socket.send_fds(channel, [b"{}"], [])
             continue
         pid = os.fork()
         if pid == 0:
-            _become_host(channel, fds, json.loads(data)["env"])
+            _become(run, channel, fds, request)
         pidfd = os.pidfd_open(pid)
         for fd in fds:
             os.close(fd)
@@ -80,26 +94,28 @@ def main() -> None:
         os.close(pidfd)
 
 
-def _become_host(channel: socket.socket, fds: list[int], env: Mapping[str, str]) -> None:
-    """In the forked child: what `subprocess.Popen(start_new_session=True, env=env)` would have
-    made of a fresh process, then the kernel host's own main."""
+def _become(run: tuple[str, str], channel: socket.socket, fds: list[int], request: dict) -> None:
+    """In the forked child: what `subprocess.Popen(start_new_session=True, env=..., cwd=...,
+    pass_fds=...)` would have made of a fresh process, then the role's own function, its
+    argv the numbers of the descriptors passed on, then the request's."""
     code = 1
     try:
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)   # the host waits for what it starts
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)   # it waits for what it starts
         channel.close()
         os.setsid()
-        for target, fd in enumerate(fds):
+        for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
             os.close(fd)
+        os.chdir(request.get("cwd") or ROOT)
         os.environ.clear()
-        os.environ.update(env)
-        from autograder.runtime import kernel_host
-
-        kernel_host.main()
+        os.environ.update(request["env"])
+        sys.argv[1:] = [str(fd) for fd in fds[3:]] + [str(a) for a in request.get("argv", [])]
+        module, function = run
+        getattr(importlib.import_module(module), function)()
         code = 0
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else 1
-    except BaseException:  # noqa: BLE001 - said on the host's stderr (the grader's log), as a started host would
+    except BaseException:  # noqa: BLE001 - said on its stderr (the grader's log), as a started process would
         import traceback
 
         traceback.print_exc()
@@ -111,29 +127,36 @@ def _become_host(channel: socket.socket, fds: list[int], env: Mapping[str, str])
 
 # --- the grader's side -------------------------------------------------------------------------
 
-class ForkedHost:
-    """A kernel host forked by the zygote: what KernelHost and sandbox.kill_tree use of a
-    subprocess.Popen (pid, stdin, stdout, wait). The zygote reaps it: wait() says only that
-    it ended, from its pidfd, not how."""
+class Forked:
+    """A process the zygote forked: what its callers use of a subprocess.Popen (pid, stdin,
+    stdout, poll, wait). The zygote reaps it: poll() and wait() say only that it ended, from
+    its pidfd, not how (0)."""
 
-    def __init__(self, pid: int, pidfd: int, stdin: IO[str], stdout: IO[str]):
+    def __init__(self, pid: int, pidfd: int, stdin: IO[str] | None = None, stdout: IO[str] | None = None):
         self.pid, self.stdin, self.stdout = pid, stdin, stdout
         self._pidfd: int | None = pidfd
 
-    def wait(self, timeout: float | None = None) -> None:
-        if self._pidfd is None:
-            return
-        if not select.select([self._pidfd], [], [], timeout)[0]:
-            raise subprocess.TimeoutExpired("kernel host", timeout or 0)
-        os.close(self._pidfd)
-        self._pidfd = None
+    def poll(self) -> int | None:
+        try:
+            self.wait(0)
+        except subprocess.TimeoutExpired:
+            return None
+        return 0
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self._pidfd is not None:
+            if not select.select([self._pidfd], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired(f"process {self.pid}", timeout or 0)
+            os.close(self._pidfd)
+            self._pidfd = None
+        return 0
 
 
 class Zygote:
     def __init__(self, env: Mapping[str, str]):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._channel, self._lock, self.owner = ours, threading.Lock(), os.getpid()
-        # stdout to nowhere: the zygote says nothing, and what it printed would reach each host's
+        # stdout to nowhere: the zygote says nothing, and what it printed would reach each child's
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "autograder.runtime.zygote", str(theirs.fileno())], stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, cwd=ROOT, env=dict(env), start_new_session=True, pass_fds=(theirs.fileno(),))
@@ -144,28 +167,19 @@ class Zygote:
         """Running, and this process's own (a process forked from its grader starts its own)."""
         return self.owner == os.getpid() and self.proc.poll() is None
 
-    def fork(self, env: Mapping[str, str], stderr: int) -> ForkedHost:
-        """A new kernel host; raises OSError if the zygote cannot make one."""
-        host_in_r, host_in_w = os.pipe()
-        host_out_r, host_out_w = os.pipe()
-        try:
-            with self._lock:
-                socket.send_fds(self._channel, [json.dumps({"env": dict(env)}).encode()],
-                                [host_in_r, host_out_w, stderr])
-                data, fds, _, _ = socket.recv_fds(self._channel, MAX_REQUEST, 1)
-            if not data or len(fds) != 1:
-                raise OSError("the grading zygote ended")
-        except OSError:
-            os.close(host_in_w)
-            os.close(host_out_r)
-            raise
-        finally:
-            os.close(host_in_r)
-            os.close(host_out_w)
-        return ForkedHost(json.loads(data)["pid"], fds[0], open(host_in_w, "w"), open(host_out_r))
+    def fork(self, request: Mapping[str, object], fds: list[int]) -> tuple[int, int]:
+        """(pid, pidfd) of a process forked for `request`; raises OSError if the zygote cannot."""
+        with self._lock:
+            socket.send_fds(self._channel, [json.dumps(request).encode()], fds)
+            data, got, _, _ = socket.recv_fds(self._channel, MAX_REQUEST, 1)
+        if not data or len(got) != 1:
+            for fd in got:
+                os.close(fd)
+            raise OSError("the grading zygote did not fork it")
+        return json.loads(data)["pid"], got[0]
 
     def close(self) -> None:
-        """End the zygote (its hosts end with it): its socket closed, it returns."""
+        """End the zygote (what it forked ends with it): its socket closed, it returns."""
         self._channel.close()
         try:
             self.proc.wait(timeout=5)
@@ -174,7 +188,7 @@ class Zygote:
             self.proc.wait()
 
 
-_zygotes: dict[frozenset[tuple[str, str]], Zygote] = {}
+_zygotes: dict[tuple[str | None, ...], Zygote] = {}
 _zygotes_lock = threading.Lock()
 
 
@@ -185,21 +199,43 @@ def _close_all() -> None:
             made.close()
 
 
-def start_host(env: Mapping[str, str], stderr: IO[bytes]) -> ForkedHost | subprocess.Popen[str]:
-    """A kernel host with `env`, its stderr `stderr`: forked by this process's zygote for hosts
-    of that environment (started on first use), or, where none can fork one, started afresh."""
-    if os.environ.get(OFF, "1") != "0" and hasattr(os, "pidfd_open"):
-        key = frozenset((k, v) for k, v in env.items() if k not in PER_HOST)
-        try:
-            with _zygotes_lock:
-                zygote = _zygotes.get(key)
-                if zygote is None or not zygote.usable:
-                    if zygote is not None and zygote.owner == os.getpid():
-                        zygote.close()     # it died: its socket goes with it
-                    zygote = _zygotes[key] = Zygote(env)
-            return zygote.fork(env, stderr.fileno())
-        except OSError:
-            pass
+def fork(role: str, env: Mapping[str, str], fds: list[int], argv: list[str] | None = None,
+         cwd: str | None = None) -> Forked | None:
+    """`role` (ROLES) forked by this process's zygote: `env` its environment, fds[:3] its stdin,
+    stdout and stderr, fds[3:] passed on (their numbers first in its argv, then `argv`). None
+    where no zygote can fork it: the caller starts it afresh."""
+    if os.environ.get(OFF, "1") == "0" or not hasattr(os, "pidfd_open"):
+        return None
+    key = tuple(env.get(name) for name in IMPORT_VARS)
+    base = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}/usr/bin{os.pathsep}/bin", "LANG": "C.UTF-8",
+            "PYTHONNOUSERSITE": "1", "PYTHONPATH": str(ROOT)}
+    try:
+        with _zygotes_lock:
+            zygote = _zygotes.get(key)
+            if zygote is None or not zygote.usable:
+                if zygote is not None and zygote.owner == os.getpid():
+                    zygote.close()     # it died: its socket goes with it
+                zygote = _zygotes[key] = Zygote({**base, **{k: env[k] for k in IMPORT_VARS if k in env}})
+        pid, pidfd = zygote.fork({"role": role, "env": dict(env), "argv": argv or [], "cwd": cwd}, fds)
+    except OSError:
+        return None
+    return Forked(pid, pidfd)
+
+
+def start_host(env: Mapping[str, str], stderr: IO[bytes]) -> Forked | subprocess.Popen[str]:
+    """A kernel host with `env`, its stderr `stderr`: forked by the zygote, or started afresh."""
+    host_in_r, host_in_w = os.pipe()
+    host_out_r, host_out_w = os.pipe()
+    try:
+        forked = fork("host", env, [host_in_r, host_out_w, stderr.fileno()])
+    finally:
+        os.close(host_in_r)
+        os.close(host_out_w)
+    if forked is not None:
+        forked.stdin, forked.stdout = open(host_in_w, "w"), open(host_out_r)
+        return forked
+    os.close(host_in_w)
+    os.close(host_out_r)
     return subprocess.Popen([sys.executable, "-m", "autograder.runtime.kernel_host"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
                             cwd=ROOT, env=dict(env), start_new_session=True)

@@ -13,6 +13,7 @@ import pytest
 
 from autograder.runtime import zygote
 from autograder.runtime.kernel_session import KernelHost
+from autograder.runtime.oracle_worker import WorkerSource
 from threeaxes.launch import prestart
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +38,7 @@ def test_the_zygote_imports_what_ranks_import_and_nothing_of_the_course():
 def test_a_forked_host_holds_torch_and_nothing_of_the_course_in_a_session_of_its_own(isolate):
     host = KernelHost(isolate=isolate)
     try:
-        assert isinstance(host._proc, zygote.ForkedHost)
+        assert isinstance(host._proc, zygote.Forked)
         held = json.loads(printed(host.run_cell(WHAT_IT_HOLDS, 60)))
     finally:
         host.close()
@@ -48,6 +49,24 @@ def test_a_forked_host_holds_torch_and_nothing_of_the_course_in_a_session_of_its
     else:              # the leader of a session of its own, as Popen(start_new_session=True) made it
         assert held["session"] == held["pid"], held
     assert held["channels"] <= 8, held      # its pipes and logs, not the zygote's socket or other hosts'
+
+
+def test_an_oracle_worker_source_is_forked_too_and_its_workers_answer():
+    source = WorkerSource({"threeaxes.cost.memory"})
+    try:
+        assert isinstance(source.proc, zygote.Forked)
+        worker = source.spawn()
+        try:
+            asked = {"path": "threeaxes.cost.memory:bytes_per_param", "args": {"__tuple__": ["mixed"]},
+                     "kwargs": {"__dict__": []}}
+            reply = worker.ask(json.dumps(asked).encode(), timeout=60)
+        finally:
+            worker.kill()
+    finally:
+        source.close()
+    from threeaxes.cost.memory import bytes_per_param
+
+    assert json.loads(reply) == {"__tuple__": list(bytes_per_param("mixed"))}   # as the wire carries a tuple
 
 
 def test_a_host_is_made_when_the_zygote_has_died():
@@ -68,6 +87,7 @@ import sys, time
 sys.path.insert(0, {root!r})
 from autograder.runtime import zygote
 from autograder.runtime.kernel_session import KernelHost
+from autograder.runtime.oracle_worker import WorkerSource
 host = KernelHost(isolate=False)
 print(host._proc.pid, next(iter(zygote._zygotes.values())).proc.pid, flush=True)
 time.sleep(600)
