@@ -191,3 +191,34 @@ def test_in_a_real_kernel_the_server_runs_before_the_first_launch(monkeypatch):
     run = json.loads(text.strip().splitlines()[-1])
     assert run["decision"] == "started"
     assert run["server"] is not None and run["ppids"] == [run["server"]] * 2
+
+
+# ---- a kernel whose notebook never launches ------------------------------------------------
+
+def _notebook(path, *sources):
+    import nbformat
+
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources]), path)
+    return path
+
+
+def test_a_kernel_whose_notebook_never_launches_starts_no_server(monkeypatch, tmp_path):
+    _pretend_kernel(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    sizing = _notebook(tmp_path / "sizing.ipynb", "import threeaxes\nfrom threeaxes.cost import memory")
+    assert prestart.skip_reason({}) == "sizing.ipynb never launches ranks (THREEAXES_PRESTART=1 starts it anyway)"
+    assert prestart.skip_reason({"THREEAXES_PRESTART": "1"}) is None
+    # one notebook of the folder that launches is enough, as is the one jupyter-server names
+    _notebook(tmp_path / "ranks.ipynb", "from threeaxes.launch import launch")
+    assert prestart.skip_reason({}) is None
+    assert prestart.skip_reason({"JPY_SESSION_NAME": str(sizing)}).startswith("sizing.ipynb never launches")
+    (tmp_path / "ranks.ipynb").write_text("not JSON")     # unreadable: started, as before
+    assert prestart.skip_reason({}) is None
+
+
+def test_the_course_notebooks_that_never_launch_are_those_the_rule_finds():
+    # the notebooks that, run top to bottom, never import threeaxes.launch (measured, issue 45)
+    found = {p.stem for p in sorted(ROOT.glob("source/*/*.ipynb")) + sorted(ROOT.glob("notebooks/*.ipynb"))
+             if not prestart._names_launch(p)}
+    assert found == {"drop10-oom-at-step-4000", "drop11-slower-bigger-cluster", "drop13-size-30b-on-32",
+                     "drop14-defend-70b-on-64", "calculators", "glossary"}

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
 import time
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +40,10 @@ DEFERRED = ["sympy", "torch.fx.experimental.symbolic_shapes", "torch.distributed
 # cell's ``import torch`` is well under way: while torch loads its C library the thread
 # cannot run (the GIL), and the server, started late, then makes the first launch wait.
 HEAD_START_S = 0.25
+
+# A kernel whose notebook never names launch starts no server (a torch process and its
+# memory, for nothing); the folder's notebooks are read only up to this many.
+MAX_NOTEBOOKS = 8
 
 # How long launch waits for the server to import DEFERRED before it forks anyway, and
 # how often it looks.
@@ -80,6 +86,10 @@ def skip_reason(environ: Mapping[str, str] | None = None) -> str | None:
         return "under torchrun: launch spawns no processes"
     if setting in _AUTO and not _in_kernel():
         return f"not in a Jupyter kernel ({ENV_VAR}=1 starts it anyway)"
+    if setting in _AUTO:
+        notebooks = _kernels_notebooks(environ)
+        if notebooks and not any(map(_names_launch, notebooks)):
+            return f"{', '.join(n.name for n in notebooks)} never launches ranks ({ENV_VAR}=1 starts it anyway)"
     import multiprocessing
 
     if "forkserver" not in multiprocessing.get_all_start_methods():
@@ -95,6 +105,30 @@ def _in_kernel() -> bool:
     ipython = sys.modules.get("IPython")  # never import IPython just to ask
     shell = ipython.get_ipython() if ipython is not None else None
     return getattr(shell, "kernel", None) is not None
+
+
+def _kernels_notebooks(environ: Mapping[str, str]) -> list[Path]:
+    """The notebook this kernel runs, where it can be known: the one jupyter-server names
+    (JPY_SESSION_NAME), else those in the kernel's working folder (where JupyterLab, nbclient
+    and nbval start it), up to MAX_NOTEBOOKS of them; none where neither says (Colab)."""
+    named = environ.get("JPY_SESSION_NAME", "")
+    try:
+        if named and os.path.isfile(named):
+            return [Path(named)]
+        found = sorted(Path.cwd().glob("*.ipynb"))
+    except OSError:
+        return []
+    return found if len(found) <= MAX_NOTEBOOKS else []
+
+
+def _names_launch(notebook: Path) -> bool:
+    """Whether a code cell of the notebook names launch (threeaxes.launch, or a call of
+    it); True where the notebook cannot be read, so that the server starts as before."""
+    try:
+        cells = json.loads(notebook.read_text(encoding="utf-8")).get("cells", [])
+        return any("launch" in "".join(cell.get("source", "")) for cell in cells if cell.get("cell_type") == "code")
+    except (OSError, ValueError, AttributeError, TypeError):
+        return True
 
 
 def _inside_forkserver() -> bool:
@@ -129,7 +163,10 @@ def on_import() -> None:
     * unset or ``auto``: only in a Jupyter kernel (IPython's shell has a ``kernel``).
       Kernels are where launches are interactive; the test suite, scripts and grading
       helpers import threeaxes in many processes that never launch, and a server each
-      would cost them CPU for nothing.
+      would cost them CPU for nothing. Nor in a kernel whose notebook never names launch
+      in a code cell (drops 10, 11, 13 and 14, the calculators): the notebook jupyter-server
+      names, else the notebooks in the kernel's working folder, all of them silent on it.
+      A launch there all the same starts the server itself, as ``0`` would.
     * ``1``: in any process (a script, a benchmark).
     * ``0``: never; the first launch starts the server itself.
 
