@@ -211,7 +211,7 @@ def _loopback_up() -> None:
 
 
 class Process(Protocol):
-    """What kill_tree needs of a process: a subprocess.Popen, or a host the zygote forked."""
+    """What kill_tree needs of a process: a subprocess.Popen, or one the zygote forked (zygote.Forked)."""
     pid: int
 
     def wait(self) -> object: ...
