@@ -88,8 +88,7 @@ class KernelHost:
         self._budget = Budget.make()   # the host and all it starts, together (autograder/runtime/budget.py)
         settings["cgroup_procs"] = self._budget.procs_files
         self._log = tempfile.TemporaryFile()
-        # forked from this process's zygote (torch already imported), or started afresh
-        self._proc = zygote.start_host({**env, "PYTHONPATH": str(ROOT)}, self._log)
+        self._proc = _start_host({**env, "PYTHONPATH": str(ROOT)}, self._log)
         # the settings on the first line of its input, not in argv: the assignment's files
         # travel in them, and a command line holds no more than about 128 kB
         self._stdin: IO[str] = _piped(self._proc.stdin)
@@ -212,6 +211,26 @@ def kernel_imports_from(env: dict[str, str]) -> list[str]:
     if found.returncode != 0:
         raise RuntimeError(f"could not tell where a kernel imports threeaxes from: {found.stderr[-2000:]}")
     return [os.path.realpath(path) for path in json.loads(found.stdout)]
+
+
+def _start_host(env: Mapping[str, str], stderr: IO[bytes]) -> zygote.Forked | subprocess.Popen[str]:
+    """A kernel host with `env`, its stderr `stderr`: forked from this process's zygote (torch
+    already imported), or, where none can fork it, started afresh."""
+    host_in_r, host_in_w = os.pipe()
+    host_out_r, host_out_w = os.pipe()
+    try:
+        forked = zygote.fork("host", env, [host_in_r, host_out_w, stderr.fileno()])
+    finally:
+        os.close(host_in_r)
+        os.close(host_out_w)
+    if forked is not None:
+        forked.stdin, forked.stdout = open(host_in_w, "w"), open(host_out_r)
+        return forked
+    os.close(host_in_w)
+    os.close(host_out_r)
+    return subprocess.Popen([sys.executable, "-m", "autograder.runtime.kernel_host"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                            cwd=ROOT, env=dict(env), start_new_session=True)
 
 
 def _piped(stream: IO[str] | None) -> IO[str]:

@@ -5,8 +5,7 @@ besides (threeaxes.launch.prestart's DEFERRED), and, in its oracle's worker sour
 One zygote per grading process, started on first use (CONTRIBUTING.md, "How a submission's
 cells run").
 
-    proc = zygote.start_host(env, stderr)     # a kernel host: proc.stdin, stdout, pid, wait(timeout)
-    proc = zygote.fork("oracle source", env, [in, out, err, control], argv=[...])   # or None
+    proc = zygote.fork("host", env, [stdin, stdout, stderr])   # pid, poll(), wait(timeout); or None
 
 What a process inherits from the zygote is what a fresh Python would import anyway, from the
 same files: the zygote imports no module of the course (threeaxes, whose kernels get the
@@ -220,25 +219,6 @@ def fork(role: str, env: Mapping[str, str], fds: list[int], argv: list[str] | No
     except OSError:
         return None
     return Forked(pid, pidfd)
-
-
-def start_host(env: Mapping[str, str], stderr: IO[bytes]) -> Forked | subprocess.Popen[str]:
-    """A kernel host with `env`, its stderr `stderr`: forked by the zygote, or started afresh."""
-    host_in_r, host_in_w = os.pipe()
-    host_out_r, host_out_w = os.pipe()
-    try:
-        forked = fork("host", env, [host_in_r, host_out_w, stderr.fileno()])
-    finally:
-        os.close(host_in_r)
-        os.close(host_out_w)
-    if forked is not None:
-        forked.stdin, forked.stdout = open(host_in_w, "w"), open(host_out_r)
-        return forked
-    os.close(host_in_w)
-    os.close(host_out_r)
-    return subprocess.Popen([sys.executable, "-m", "autograder.runtime.kernel_host"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                            cwd=ROOT, env=dict(env), start_new_session=True)
 
 
 if __name__ == "__main__":
