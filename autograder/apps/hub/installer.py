@@ -124,7 +124,8 @@ def install(accounts: bool = False, log: Callable[[str], object] = print, timeou
             site = Path(subprocess.run([done.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                        capture_output=True, text=True, check=True).stdout.strip())
             (site / "threeaxes_course.pth").write_text(hook)
-            _run([sys.executable, "-m", "pip", "--python", done.python, "install", "-q", "--disable-pip-version-check",
+            # this environment's pip (or uv, autograder.apps.install) installs into the hub's venv
+            _run([sys.executable, "-m", "autograder.apps.install", "-q", "--target-python", done.python,
                   "-r", HUB / "requirements.txt", "-c", ROOT / "constraints.txt"], "pip install jupyterhub", timeout)
             (where / "proxy").mkdir()
             for name in ("package.json", "package-lock.json"):
