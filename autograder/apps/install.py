@@ -11,12 +11,14 @@ or proxy gets what pip would have given it. THREEAXES_INSTALLER=pip always uses 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from autograder.course import ROOT
+
 CONSTRAINTS = ROOT / "constraints.txt"
 
 # pip settings uv is given, as (uv option, one value or several); the rest below change nothing
@@ -33,7 +35,7 @@ PRECEDENCE = ("global", "install", ":env:")
 def pip_settings() -> dict[str, str] | None:
     """{setting: value} as this environment's pip would apply them to `pip install`, from
     `pip config list`; None where pip cannot say."""
-    done = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    done = subprocess.run([*_pip(), "config", "list"], capture_output=True, text=True)
     if done.returncode != 0:
         return None
     found: dict[str, dict[str, str]] = {}
@@ -70,12 +72,26 @@ def uv_settings(settings: dict[str, str]) -> tuple[list[str], dict[str, str]] | 
     return options, env
 
 
+def _pip(into: str | None = None) -> list[str]:
+    """This environment's pip, installing for the Python `into` (this one by default). The Makefile
+    makes the venv without pip (ensurepip spends 7 s installing and compiling one), so the first call
+    has the base Python's pip install one, uncompiled, or where that pip cannot (none, or older than
+    22.3), ensurepip."""
+    if importlib.util.find_spec("pip") is None:
+        base = getattr(sys, "_base_executable", sys.executable)
+        if subprocess.run([base, "-m", "pip", "--python", sys.executable, "install", "-q", "--no-compile", "pip"],
+                          capture_output=True).returncode != 0:
+            subprocess.run([sys.executable, "-m", "ensurepip", "--upgrade"], capture_output=True, check=True)
+        importlib.invalidate_caches()
+    return [sys.executable, "-m", "pip", *(["--python", into] if into else [])]
+
+
 def _uv() -> Path | None:
-    """This environment's uv, installed (at constraints.txt's pin, with pip brought up to date) on
-    first use; None where pip cannot install it."""
+    """This environment's uv, installed (at constraints.txt's pin) on first use; None where pip
+    cannot install it."""
     uv = Path(sys.executable).parent / "uv"
     if not uv.exists():
-        done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--upgrade", "pip", "uv",
+        done = subprocess.run([*_pip(), "install", "-q", "--no-compile", "uv",
                                "-c", str(CONSTRAINTS)], capture_output=True, text=True)
         if done.returncode != 0 or not uv.exists():
             print(f"uv could not be installed, pip installs instead:\n{done.stderr[-1000:]}", file=sys.stderr)
@@ -100,8 +116,7 @@ def install(args: list[str], target: str | None = None) -> int:
         if done.returncode == 0:
             return 0
         print("uv could not install that (above), pip installs instead", file=sys.stderr)
-    into = ["--python", target] if target else []
-    return subprocess.run([sys.executable, "-m", "pip", *into, "install", *args]).returncode
+    return subprocess.run([*_pip(target), "install", *args]).returncode
 
 
 def main(argv: list[str]) -> int:

@@ -2,8 +2,11 @@
 the settings pip itself would have used, and by pip wherever that cannot be said."""
 import subprocess
 import sys
+from pathlib import Path
 
 from autograder.apps import install
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_pip_settings_are_pips_own_with_variables_over_install_over_global(tmp_path, monkeypatch):
@@ -82,3 +85,16 @@ def test_installer_pip_never_asks_uv(monkeypatch, tmp_path):
     monkeypatch.setattr(install.subprocess, "run", run)
     assert install.install(["-q", "x"]) == 0
     assert run.calls == [[sys.executable, "-m", "pip", "install", "-q", "x"]]
+
+
+def test_a_venv_made_without_pip_gets_its_own_before_anything_is_installed(tmp_path):
+    """The Makefile's venv has no pip (`--without-pip`): the base Python's pip gives it one."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    ask = "from autograder.apps import install; print(install._pip())"
+    done = subprocess.run([python, "-c", ask], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == str([str(python), "-m", "pip"])
+    own = subprocess.run([python, "-m", "pip", "--version"], capture_output=True, text=True)
+    assert own.returncode == 0 and str(venv) in own.stdout, own.stdout + own.stderr
