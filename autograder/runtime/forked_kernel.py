@@ -155,16 +155,38 @@ def serve_cells(runner: CellRunner, requests: TextIO, replies: TextIO) -> None:
 
 def _forget_the_hosts_helpers() -> None:
     """The forkserver and resource tracker the opening cells started belong to the host's
-    world; this kernel starts its own."""
+    world; this kernel starts its own (multiprocessing's own way from here on: a server the
+    student's code started is a fresh interpreter, not a fork of their kernel)."""
     forkserver = sys.modules.get("multiprocessing.forkserver")
     if forkserver is not None:
         server = forkserver._forkserver
         server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
         server._inherited_fds, server._lock = None, threading.Lock()
+        vars(server).pop("ensure_running", None)   # forkservers_forked_from_here's
+        vars(forkserver)["ensure_running"] = server.ensure_running   # the module-level name, as imported
     tracker = sys.modules.get("multiprocessing.resource_tracker")
     if tracker is not None:
         tracker._resource_tracker._fd = tracker._resource_tracker._pid = None
         tracker._resource_tracker._lock = threading.RLock()
+
+
+def forkservers_forked_from_here() -> None:
+    """In the host, before its first cell: where the opening cells' first launch would have
+    multiprocessing start a fresh interpreter that imports torch and the ranks' modules again
+    (seconds of CPU in each opening that launches ranks), the server is forked from the host
+    instead (`_fork_a_forkserver`), which the zygote gave those modules. Only the instructor's
+    opening cells run here; each kernel forked later forgets it (`_forget_the_hosts_helpers`)."""
+    from multiprocessing import forkserver
+
+    server: Any = forkserver._forkserver
+    start = server.ensure_running
+
+    def ensure_running() -> None:
+        _fork_a_forkserver(keep=(0, 1, 2))   # none if one runs: then as multiprocessing's own
+        start()
+
+    # both names: Process.start() calls the server's, prestart's thread the module's
+    server.ensure_running = forkserver.ensure_running = ensure_running
 
 
 def _fork_a_forkserver(keep: Iterable[int]) -> None:
@@ -173,13 +195,16 @@ def _fork_a_forkserver(keep: Iterable[int]) -> None:
     and the ranks' modules again (seconds, on every submission's first launch). It is
     multiprocessing's own server loop (`forkserver.main`) in the kernel's world, with the
     host's modules already imported (`warm_for_forks`); `keep`: the descriptors it keeps
-    besides its socket and pipe (stdin, stdout, stderr), as a spawned server would."""
+    besides its socket and pipe (stdin, stdout, stderr), as a spawned server would. Nothing
+    where this process has a server already."""
     import socket
     from multiprocessing import connection, forkserver
 
     server: Any = forkserver._forkserver   # Any: typeshed declares none of its private fields, used here
     preload = list(server._preload_modules)
     with server._lock:
+        if server._forkserver_pid is not None:
+            return
         listener = socket.socket(socket.AF_UNIX)
         # multiprocessing's own (undocumented, so not in typeshed): a fresh name in this kernel's own /tmp
         address = connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]

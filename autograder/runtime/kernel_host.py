@@ -20,7 +20,7 @@ from autograder.runtime import budget, sandbox
 
 # before isolating: the grader's code is not in the sandbox
 from autograder.runtime.cell_runner import CellRunner
-from autograder.runtime.forked_kernel import TIMEOUT, Kernel, dumps, warm_for_forks
+from autograder.runtime.forked_kernel import TIMEOUT, Kernel, dumps, forkservers_forked_from_here, warm_for_forks
 from autograder.runtime.messages import CellReply, HostSettings, Output
 
 MAX_REQUEST_CHARS = 64 << 20   # one line from the grader: a cell's source, or the settings with a drop's files
@@ -54,6 +54,7 @@ def main() -> None:
     if settings.get("withheld_marker"):
         report["package"] = _package_seen(settings["withheld_marker"])
     replies.write(json.dumps({"sandbox": report}) + "\n")
+    forkservers_forked_from_here()   # the opening cells' launches: no fresh interpreter
     Host(runner, replies, report["namespaces"], settings).serve(requests)
 
 

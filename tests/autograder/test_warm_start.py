@@ -186,3 +186,18 @@ def test_where_the_opening_imported_launch_each_kernel_has_its_own_forkserver_fo
         assert servers[0] == servers[1] == "2"   # in each kernel's own PID namespace, its first child
     finally:
         host.close()
+
+
+@linux
+@pytest.mark.parametrize("isolate", [True, False], ids=["sandboxed", "not sandboxed"])
+def test_the_openings_own_launch_has_a_forkserver_forked_from_the_host(isolate):
+    """The opening cells' first launch: a server forked from the host, which holds torch and the
+    ranks' modules already, not a fresh interpreter that imports them again."""
+    host = KernelHost(isolate=isolate)
+    try:
+        assert printed(host.run_cell(IMPORTS_LAUNCH + "print(launch(world, 2))", 60)) == "[2, 2]\n"
+        pid, forked = printed(host.run_cell(SERVER, 30)).split()
+        assert pid != "None" and forked == "True", (pid, forked)
+        assert printed(host.run_cell("print(launch(world, 3))", 60)) == "[3, 3, 3]\n"
+    finally:
+        host.close()
