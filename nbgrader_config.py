@@ -65,6 +65,8 @@ c.GenerateFeedback.preprocessors = [
 _course_grading = importlib.util.find_spec("autograder")   # the course's grading package, wherever it is
 if _course_grading is not None:
     c.HTMLExporter.template_name = "course_feedback"
+    # HTMLExporter less its BeautifulSoup pass over each page (autograder/plugins/feedback_page.py)
+    c.GenerateFeedback.exporter_class = "autograder.plugins.feedback_page.FeedbackPage"
     c.HTMLExporter.extra_template_basedirs = [
         str(Path(_course_grading.origin).parent / "templates"),
         str(Path(nbgrader.__file__).resolve().parent / "server_extensions" / "formgrader" / "templates"),
