@@ -30,17 +30,17 @@ help:
 	@echo "make bench      print the benchmark figures"
 	@echo "make hub        a JupyterHub for a class on this machine (HUB_ARGS=\"--students a,b --port 8000\"; README)"
 
-# pip install, unpacked by uv on every core where pip's settings can be handed to it, else by pip
-# itself (autograder/apps/install.py; THREEAXES_INSTALLER=pip: always pip); the venv is made without
-# pip, which install.py adds uncompiled (ensurepip: 7 s). Nothing is compiled as
-# it is installed; COMPILE then compiles on every core, 500 files a process (pip compiles one file
-# after another: the lab install took 66 s on 2 cores, 41 s this way). Every process reads the
-# compiled files, so none compiles torch again where PYTHONDONTWRITEBYTECODE is set. compileall
-# exits 1 for a file that is not Python 3.11 on purpose (one of torch's tests is 3.12 syntax),
-# which pip skips as well: not an error here. An up-to-date file is only looked at. The packages'
-# own test folders (sympy's, numpy's, networkx's...: 1,563 files; not the course's tests/, a root
-# here) are left out: nothing imports them
-# (compiling site-packages on 2 cores: 27.6 s with them, 20.6 s without).
+# INSTALL: pip install, unpacked by uv on every core where pip's own settings can be handed to it,
+# else by pip (autograder/apps/install.py; THREEAXES_INSTALLER=pip: always pip). The venv is made
+# without pip, which install.py adds uncompiled (ensurepip spent 7 s installing and compiling one).
+# COMPILE: nothing is compiled as it is installed; this compiles on every core, 500 files a process
+# (pip compiles one file after another: the lab install took 66 s on 2 cores, 41 s this way).
+# Every process reads the compiled files, so none compiles torch again where
+# PYTHONDONTWRITEBYTECODE is set. compileall exits 1 for a file that is not Python 3.11 on purpose
+# (one of torch's tests is 3.12 syntax), which pip skips as well: not an error here. An up-to-date
+# file is only looked at. The packages' own tests/ folders (sympy's, numpy's...: 1,563 files; not
+# the course's tests/, named as a root) are left out, since nothing imports them (site-packages on
+# 2 cores: 27.6 s with them, 20.6 s without).
 INSTALL = $(BIN)/python -m autograder.apps.install -q --no-compile
 COMPILE = find $(1) -name '*.py' -not -path '*/tests/*' -print0 | xargs -0 -P $$(getconf _NPROCESSORS_ONLN) -n 500 $(BIN)/python -m compileall -q > /dev/null || true
 SITE    = $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')

@@ -163,7 +163,7 @@ def _forget_the_hosts_helpers() -> None:
         server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
         server._inherited_fds, server._lock = None, threading.Lock()
         vars(server).pop("ensure_running", None)   # forkservers_forked_from_here's
-        vars(forkserver)["ensure_running"] = server.ensure_running   # the module-level name, as imported
+        vars(forkserver)["ensure_running"] = server.ensure_running   # the module's name for it, restored
     tracker = sys.modules.get("multiprocessing.resource_tracker")
     if tracker is not None:
         tracker._resource_tracker._fd = tracker._resource_tracker._pid = None
