@@ -9,6 +9,7 @@ import time
 
 import pytest
 from grade_course import one_drop_course
+from grading_harness import run_folder, share_cell_seconds
 
 from autograder.apps import grade
 from autograder.apps.grade.pool import HELP_AT_LEAST
@@ -111,13 +112,15 @@ def test_students_are_in_the_gradebook_before_any_worker_grades(tmp_path):
         assert gb.find_student("ada").first_name == "Ada"
 
 
-def test_a_terminated_grader_stops_its_workers_and_leaves_no_process(tmp_path):
+def test_a_terminated_grader_stops_its_workers_and_leaves_no_process(tmp_path, tmp_path_factory, worker_id):
     """SIGTERM (a timeout, a CI runner giving up) ends `make grade` as Ctrl-C does: the
     workers, each in a session of its own that the signal does not reach, are stopped too."""
     import subprocess
     import sys
 
     course = one_drop_course(tmp_path / "course")
+    # the model solution's cell times as the run measured them (or measured here, once for all)
+    share_cell_seconds(course, run_folder(tmp_path_factory, worker_id))
     grade.copy_samples(course)
     env = {**os.environ, "THREEAXES_GRADE_ISOLATE": "0", "PYTHONPATH": str(ROOT)}
     run = subprocess.Popen([sys.executable, "-c", "import sys; from autograder.apps import grade; "
