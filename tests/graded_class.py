@@ -9,7 +9,8 @@ Every drop with grading data (tests/grading_harness.py's `Drop`) gets these stud
                         its own answer cell                              others
     attack-<name>       the release with one cell of attack code         0 on every auto-graded cell,
                         first (grading_attacks.py; some drops only);     as untouched_release
-                        drop 1's without its rank demos (`attacked_release`)
+                        drop 1's without its rank demos (`attacked_release`);
+                        an attack that never ends in its first answer cell
     catalogue-1, -2, .. the release with every solution typed in, then   less than solved_source on
                         the k-th catalogued mistake of each exercise     each exercise it changed,
                         (grading.json "exercises")                       the mistake named
@@ -32,7 +33,7 @@ import time
 from pathlib import Path
 
 import nbformat
-from grading_attacks import ATTACKS, attacks_on
+from grading_attacks import ATTACKS, RUNS_OUT_OF_TIME, attacks_on
 from grading_harness import (
     ATTACK,
     CELL_TIMEOUT_S,
@@ -42,6 +43,7 @@ from grading_harness import (
     ZERO,
     Course,
     Drop,
+    answer_ids,
     drops,
     set_answer,
     without_rank_demos,
@@ -49,9 +51,9 @@ from grading_harness import (
 
 # The submissions made to run into the limit (a mistake marked "runs_out_of_time", the attacks of
 # grading_attacks.RUNS_OUT_OF_TIME: loops that burn a core until they are stopped) are graded first,
-# under this shorter limit: the same interrupt and the same ended kernel, for a third of the CPU.
-# Their drop (drop 1) has no cell that takes more than a couple of seconds.
-LOOP_TIMEOUT_S = 20
+# so that none ends the run last. Each loop is in an answer cell, which the model solution times, so
+# it is stopped at the limit's floor (autograder/judging/cell_seconds.py): the attack that ignores
+# the interrupt burns 5 s and the 10 s grace, where a cell of its own would run to the course's limit.
 CATALOGUE = "catalogue-"
 # How many catalogue students each drop hands in (catalogue-1 .. -k, carrying the first k mistakes
 # of each exercise): 1 in the suite, every one with THREEAXES_GRADE_CATALOGUE=all. Every catalogued
@@ -75,8 +77,12 @@ def submit_all(course: Course, drop: Drop) -> None:
     course.submit(FULL, drop.name, course.source(drop.name))
     course.submit(ZERO, drop.name, course.released(drop.name))
     for name in attacks_on(drop.name):
-        nb = copy.deepcopy(attacked_release(course, drop.name))
-        nb.cells.insert(1, nbformat.v4.new_code_cell(ATTACKS[name]))
+        nb = attacked_release(course, drop.name)
+        if name in RUNS_OUT_OF_TIME:   # see above: the limit of the first answer cell
+            nb = set_answer(nb, answer_ids(nb)[0], ATTACKS[name])
+        else:
+            nb = copy.deepcopy(nb)
+            nb.cells.insert(1, nbformat.v4.new_code_cell(ATTACKS[name]))
         course.submit(ATTACK + name, drop.name, nb)
     for student in drop.students()[2:]:
         if student.startswith(ATTACK):
@@ -133,10 +139,8 @@ def graded_course(tmp_path: Path, all_drops: list[Drop], timings: dict | None = 
     def autograde():
         from autograder.apps.grade import submissions
 
-        if looping:   # first, each under the shorter limit, so that they never end the run last
-            course.autograde(f"--Execute.timeout={LOOP_TIMEOUT_S}", jobs=jobs, todo=looping)
         course.autograde(f"--Execute.timeout={CELL_TIMEOUT_S}", jobs=jobs,
-                         todo=[t for t in submissions(course.root) if t not in looping])
+                         todo=looping + [t for t in submissions(course.root) if t not in looping])
 
     steps = [("release", course.release),
              ("submit", lambda: ([submit_all(course, d) for d in all_drops],

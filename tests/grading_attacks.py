@@ -1,8 +1,9 @@
 """Submissions that try to grade themselves instead of answering.
 
 Each is the untouched release with one cell of attack code put first (after
-the install cell); `grading_harness` submits each to the drops in `ATTACKED`
-and expects exactly what a blank submission scores: 0 on every test cell.
+the install cell; one that never ends goes in the first answer cell instead);
+`grading_harness` submits each to the drops in `ATTACKED` and expects exactly
+what a blank submission scores: 0 on every test cell.
 Before test cells were judged outside the kernel (autograder/judging/judge.py), the
 first of these scored 5/7 on drop 1 and 6/7 on drop 4 with nothing answered.
 """
@@ -125,8 +126,8 @@ get_ipython().events.register("post_run_cell", define_answers)
 }
 
 
-# the attacks whose cell never ends on its own (tests/graded_class.py grades them under a
-# shorter time limit)
+# the attacks whose cell never ends on its own (tests/graded_class.py puts them in the first
+# answer cell, whose limit the model solution's time sets, and grades them first)
 RUNS_OUT_OF_TIME = {"loops-forever"}
 
 
