@@ -80,11 +80,16 @@ typecheck: $(STAMP)
 # put the files with the most tests first and a one-test browser session of minutes on the tail);
 # PYTHONPATH: the source notebooks' hidden tests import autograder.references;
 # mypy (make typecheck) runs beside the suite and says its verdict after it: alone, on a fresh clone
-# (no .mypy_cache), it keeps one core busy for 25 s while the other waits; either failing fails make test
+# (no .mypy_cache), it keeps one core busy for 25 s while the other waits; either failing fails make test;
+# PYTEST_PLUGINS: the pytest plugins the suite uses, named, none autoloaded: pytest rewrites the asserts
+# of every module of each autoloaded plugin's distribution as it is imported (hypothesis's 72 and
+# anyio's 30 among 120), in each worker, where PYTHONDONTWRITEBYTECODE keeps none of it
+PYTEST_PLUGINS := -p xdist.plugin -p nbval.plugin -p _hypothesis_pytestplugin
 test: lint $(STAMP)
 	@$(call COMPILE,threeaxes autograder tests)
 	@$(BIN)/mypy > $(VENV)/typecheck.log 2>&1 & typecheck=$$!; \
-	PYTHONPATH=$(CURDIR) $(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --no-loadscope-reorder -p no:cacheprovider \
+	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTHONPATH=$(CURDIR) $(BIN)/python -m pytest $(PYTEST_PLUGINS) \
+	    -n $(JOBS) --dist loadgroup --no-loadscope-reorder -p no:cacheprovider \
 	    tests --nbval-lax --nbval-kernel-startup-timeout=180 notebooks source --durations=15; suite=$$?; \
 	wait $$typecheck; typed=$$?; echo "mypy:"; cat $(VENV)/typecheck.log; \
 	test $$suite -eq 0 && test $$typed -eq 0

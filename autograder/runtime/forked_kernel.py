@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 TIMEOUT: Output = {"output_type": "error", "ename": "TimeoutError",
                    "evalue": "the cell ran past the grading time limit",
                    "traceback": ["TimeoutError: the cell ran past the grading time limit"]}
-GRACE_S = 10   # after an interrupt, for the cell to stop before its kernel is
+GRACE_S = 10   # after an interrupt, for the cell to stop before its kernel is stopped
+IGNORED_S = 0.2   # instead of GRACE_S, where the kernel ignores the interrupt (Kernel._ignores)
 ERRORS_KEPT = 1 << 20   # bytes of a kernel's stderr passed on to the grader's log
 MAX_LINE_BYTES = 48 << 20   # one reply of a kernel: a cell's outputs (the host's own cap is above it)
 OVERLONG: Output = {"output_type": "error", "ename": "KernelStopped", "traceback": [],
@@ -101,7 +102,9 @@ class Kernel:
         late = line is None and self.replies.open and not self.replies.overlong
         if late:
             self._signal(signal.SIGINT)
-            line = self.replies.readline(GRACE_S)
+            # a kernel that ignores the interrupt cannot be stopped by it: no grace, only a moment
+            # for a reply already on its way
+            line = self.replies.readline(IGNORED_S if self._ignores(signal.SIGINT) else GRACE_S)
         outputs = _outputs(line)
         if outputs is None and self.replies.overlong:
             return self._dead([OVERLONG])
@@ -112,6 +115,16 @@ class Kernel:
     def _dead(self, outputs: list[Output]) -> CellReply:
         self.stop()
         return {"outputs": outputs, "status": "dead"}
+
+    def _ignores(self, sig: int) -> bool:
+        """Whether the kernel has set `sig` to be ignored (SIG_IGN: the system then drops it), from
+        /proc; False where that cannot be read."""
+        try:
+            with open(f"/proc/{self.kernel_pid}/status") as status:
+                mask = next(int(line.split()[1], 16) for line in status if line.startswith("SigIgn:"))
+        except (OSError, StopIteration, ValueError, IndexError):
+            return False
+        return bool(mask & (1 << (sig - 1)))
 
     def _signal(self, sig: int) -> None:
         try:

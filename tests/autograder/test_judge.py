@@ -189,11 +189,43 @@ def test_a_cell_past_its_time_is_interrupted_and_one_that_ignores_it_ends_the_ke
         assert printed(session, caught, timeout=2) == (
             "interrupted\nTimeoutError: the cell ran past the grading time limit")
         assert printed(session, "print('still here')") == "still here\n"
-        # ignores the interrupt: ended after the grace (asleep, so the grace costs no core; the class's
-        # attack that spins while it ignores it is tests/grading_attacks.py's loops-forever)
+        # ignores the interrupt (SIG_IGN): ended at once, without the grace (asleep, so no core is
+        # burnt; the class's attack that spins meanwhile is tests/grading_attacks.py's loops-forever)
         deaf = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(600)"
         assert "TimeoutError" in "".join(str(o) for o in session.run_cell(deaf, 2))
         assert "KernelStopped" in printed(session, "print('never')")
+
+
+@pytest.mark.slow
+@sandboxed
+def test_a_cell_that_catches_the_interrupt_and_goes_on_ends_the_kernel_after_the_grace():
+    from autograder.runtime.kernel_session import KernelSession
+
+    with KernelSession(isolate=True, timeout=30) as session:
+        goes_on = ("import time\nwhile True:\n    try:\n        time.sleep(600)\n"
+                   "    except KeyboardInterrupt:\n        pass")
+        assert "TimeoutError" in "".join(str(o) for o in session.run_cell(goes_on, 2))
+        assert "KernelStopped" in printed(session, "print('never')")
+
+
+def test_the_host_sees_whether_a_kernel_ignores_the_interrupt():
+    import signal
+    import subprocess
+
+    from autograder.runtime.forked_kernel import Kernel
+
+    code = "import signal, sys, time\nif sys.argv[1] == 'ignore':\n    signal.signal(signal.SIGINT, signal.SIG_IGN)\n" \
+           "print('ready', flush=True)\ntime.sleep(60)"
+    for how, ignores in (("ignore", True), ("default", False)):
+        proc = subprocess.Popen([sys.executable, "-c", code, how], stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline() == "ready\n"
+            kernel = Kernel(None, sys.stdout, None, namespaced=False)
+            kernel.kernel_pid = proc.pid
+            assert kernel._ignores(signal.SIGINT) is ignores, how
+        finally:
+            proc.kill()
+            proc.wait()
 
 
 def test_numpy_scalars_and_arrays_arrive_as_tensors(notebook):
