@@ -52,8 +52,8 @@ from grading_harness import (
 # The submissions made to run into the limit (a mistake marked "runs_out_of_time", the attacks of
 # grading_attacks.RUNS_OUT_OF_TIME: loops that burn a core until they are stopped) are graded first,
 # so that none ends the run last. Each loop is in an answer cell, which the model solution times, so
-# it is stopped at the limit's floor (autograder/judging/cell_seconds.py): the attack that ignores
-# the interrupt burns 5 s and the 10 s grace, where a cell of its own would run to the course's limit.
+# it is stopped at the limit's floor (autograder/judging/cell_seconds.py), 5 s, where a cell of its
+# own would run to the course's limit; the attack that ignores the interrupt ends with it, no grace.
 CATALOGUE = "catalogue-"
 # How many catalogue students each drop hands in (catalogue-1 .. -k, carrying the first k mistakes
 # of each exercise): 1 in the suite, every one with THREEAXES_GRADE_CATALOGUE=all. Every catalogued
