@@ -214,9 +214,11 @@ def test_the_host_sees_whether_a_kernel_ignores_the_interrupt():
 
     from autograder.runtime.forked_kernel import Kernel
 
-    code = "import signal, sys, time\nif sys.argv[1] == 'ignore':\n    signal.signal(signal.SIGINT, signal.SIG_IGN)\n" \
-           "print('ready', flush=True)\ntime.sleep(60)"
-    for how, ignores in (("ignore", True), ("default", False)):
+    # each sets its own handling: a child keeps an ignored SIGINT of its parent's (a shell's background job)
+    code = ("import signal, sys, time\n"
+            "signal.signal(signal.SIGINT, signal.SIG_IGN if sys.argv[1] == 'ignore' else signal.default_int_handler)\n"
+            "print('ready', flush=True)\ntime.sleep(60)")
+    for how, ignores in (("ignore", True), ("handle", False)):
         proc = subprocess.Popen([sys.executable, "-c", code, how], stdout=subprocess.PIPE, text=True)
         try:
             assert proc.stdout.readline() == "ready\n"
