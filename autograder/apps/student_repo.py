@@ -33,7 +33,7 @@ INSTRUCTOR_ONLY = ("source/", "autograder/samples/", "submitted/", "tests/", ".c
                    "autograder/withheld.py", "autograder/apps/grade_worker.py", "autograder/apps/report.py",
                    "autograder/apps/config_cases.py", "autograder/apps/exchange/",
                    "autograder/runtime/cell_runner.py", "autograder/judging/warm_start.py",
-                   "autograder/runtime/forked_kernel.py")
+                   "autograder/runtime/forked_kernel.py", "autograder/runtime/host_forkserver.py")
 
 
 def student_files(root: Path = ROOT) -> list[str]:

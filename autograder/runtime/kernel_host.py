@@ -20,7 +20,8 @@ from autograder.runtime import budget, sandbox
 
 # before isolating: the grader's code is not in the sandbox
 from autograder.runtime.cell_runner import CellRunner
-from autograder.runtime.forked_kernel import TIMEOUT, Kernel, dumps, forkservers_forked_from_here, warm_for_forks
+from autograder.runtime.forked_kernel import TIMEOUT, Kernel, dumps
+from autograder.runtime.host_forkserver import forkservers_forked_from_here, warm_for_forks
 from autograder.runtime.messages import CellReply, HostSettings, Output
 
 MAX_REQUEST_CHARS = 64 << 20   # one line from the grader: a cell's source, or the settings with a drop's files
@@ -85,7 +86,7 @@ class Host:
         self.runner, self.replies, self.namespaces, self.settings = runner, replies, namespaces, settings
         self.kernel: Kernel | None = None
         self.forked = False
-        self.warm = False   # each kernel forks its own forkserver (forked_kernel.warm_for_forks)
+        self.warm = False   # each kernel forks its own forkserver (host_forkserver.warm_for_forks)
 
     def serve(self, requests: TextIO) -> None:
         while True:
