@@ -14,7 +14,10 @@ student id taken from their login name, as on a shared machine or a JupyterHub:
 
 It needs root (to add the users) and a Python they may run: this interpreter where
 its folders are open to everyone, else the system's own of the same version with
-this environment's packages on PYTHONPATH. Elsewhere it is skipped, saying why.
+this environment's packages on PYTHONPATH. Where those packages sit in a folder closed
+to others (a clone in a home of mode 700, or under `mktemp -d`), they are first staged
+where the students can read them, as an instructor there is told to
+(`python -m autograder.apps.hub stage DIR`). Elsewhere it is skipped, saying why.
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ import nbformat
 import pytest
 from grading_harness import Course, answer_ids, load_drop, set_answer, solution_of
 
-from autograder.apps import exchange
+from autograder.apps import exchange, hub
 
 DROP = "drop10-oom-at-step-4000"     # graded without ranks: the cheapest drop
 STUDENTS = {"threeaxes-ada": "solved", "threeaxes-bo": "blank"}
@@ -59,9 +62,16 @@ def _why_not() -> str | None:
         return "no useradd/userdel here"
     if _students_python() is None:
         return "no Python that other users may run (its folders are closed to them)"
-    if not _open_to_all(Path(sysconfig.get_paths()["purelib"])):
-        return "this environment's packages are closed to other users"
     return None
+
+
+def _students_site(base: Path) -> Path:
+    """The packages the students' Python reads: this environment's where others may read them,
+    else a copy staged under `base`, as the hub's own class does (tests/browser/test_hub_class.py)."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    if _open_to_all(site):
+        return site
+    return hub.stage(base / "course-env", log=lambda line: None).site
 
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why_not() is not None, reason=_why_not() or ""),
@@ -78,8 +88,8 @@ def _config(home: Path, lines: list[str], owner: int | None = None) -> None:
 
 
 class Student:
-    def __init__(self, name: str, base: Path, exchange_root: Path):
-        self.name, self.home = name, base / name
+    def __init__(self, name: str, base: Path, exchange_root: Path, site: Path):
+        self.name, self.home, self.site = name, base / name, site
         subprocess.run(["userdel", name], capture_output=True)   # left over from a run that was killed
         subprocess.run(["useradd", "--home-dir", str(self.home), "--no-create-home", "--shell",
                         "/usr/sbin/nologin", "--user-group", name], check=True)
@@ -92,7 +102,7 @@ class Student:
 
     def run(self, *command: str) -> subprocess.CompletedProcess:
         env = {"HOME": str(self.home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
-               "PYTHONPATH": sysconfig.get_paths()["purelib"]}
+               "PYTHONPATH": str(self.site)}
         return subprocess.run([*_students_python(), *command], user=self.uid, group=self.gid, extra_groups=[],
                               env=env, cwd=self.home, capture_output=True, text=True, timeout=120)
 
@@ -124,7 +134,8 @@ def accounts(released):
         course = Course(base / "instructor", [DROP], released=released, share_limits=True)
         instructor = base / "instructor" / "home"
         _config(instructor, [f'c.Exchange.root = "{ex}"'])   # collect's owner check stays on
-        students = [Student(name, base, ex) for name in STUDENTS]
+        site = _students_site(base)
+        students = [Student(name, base, ex, site) for name in STUDENTS]
         saved, here = dict(os.environ), os.getcwd()
         for var in [v for v in os.environ if v.startswith("JUPYTER_")]:
             del os.environ[var]

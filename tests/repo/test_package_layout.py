@@ -3,17 +3,11 @@ launching, and modules small enough to read in one sitting, anywhere in the proj
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "threeaxes"
 MAX_LINES = 350
 # every Python file of the project: the two packages, the hub's config, benchmarks, tests
 FOLDERS = ("threeaxes", "autograder", "hub", "benchmarks", "tests")
-
-# Over the cap and waiting for their split. Each is a test that fails once the file is short
-# enough (strict xfail): then take it off this list.
-SPLIT_PENDING: dict[str, str] = {}
 
 
 @cache
@@ -41,11 +35,5 @@ def test_the_count_sees_every_package():
 
 
 def test_no_module_is_over_350_lines():
-    long = {name: n for name, n in sorted(line_counts().items()) if n > MAX_LINES and name not in SPLIT_PENDING}
+    long = {name: n for name, n in sorted(line_counts().items()) if n > MAX_LINES}
     assert not long, f"split these along a seam a reader can name (at most {MAX_LINES} lines): {long}"
-
-
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=why))
-                                  for name, why in SPLIT_PENDING.items()])
-def test_a_module_waiting_for_its_split(name):
-    assert line_counts().get(name, 0) <= MAX_LINES, f"{name} is still over {MAX_LINES} lines"
