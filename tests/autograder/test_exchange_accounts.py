@@ -24,10 +24,8 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import stat
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -41,16 +39,10 @@ DROP = "drop10-oom-at-step-4000"     # graded without ranks: the cheapest drop
 STUDENTS = {"threeaxes-ada": "solved", "threeaxes-bo": "blank"}
 
 
-def _open_to_all(path: Path) -> bool:
-    """Every folder above `path` may be entered by others, and others may run it."""
-    path = path.resolve()
-    return all(p.stat().st_mode & stat.S_IXOTH for p in [path, *path.parents])
-
-
 def _students_python() -> list[str] | None:
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     for candidate in (Path(sys.executable), Path(f"/usr/bin/{version}")):
-        if candidate.exists() and _open_to_all(candidate):
+        if candidate.exists() and hub.open_to_all(candidate):
             return [str(candidate.resolve())]
     return None
 
@@ -68,8 +60,8 @@ def _why_not() -> str | None:
 def _students_site(base: Path) -> Path:
     """The packages the students' Python reads: this environment's where others may read them,
     else a copy staged under `base`, as the hub's own class does (tests/browser/test_hub_class.py)."""
-    site = Path(sysconfig.get_paths()["purelib"])
-    if _open_to_all(site):
+    site = hub.course_site()
+    if hub.open_to_all(site):
         return site
     return hub.stage(base / "course-env", log=lambda line: None).site
 
